@@ -1,0 +1,1 @@
+//! falsification (placeholder, see issues)

@@ -1,0 +1,1 @@
+//! meter (placeholder, see issues)
