@@ -1,1 +1,42 @@
-//! service (placeholder, see issues)
+//! The retry-debt pod: one FIFO queue served one request at a time at a fixed
+//! rate, which by default finishes work whose client has gone.
+//!
+//! Layout, from the pure core outwards:
+//!
+//! - [`backlog`]: [`Backlog`], the FIFO and its schedule (absolute completion
+//!   deadlines, seeded service times, drop modes). Pure: time is an argument.
+//! - [`queue`]: [`Queue`], the backlog behind a lock, and the single worker
+//!   thread that sleeps or spins through each service time.
+//! - [`metrics`]: the counters and their Prometheus text.
+//! - [`pod`]: [`Pod`], the state the handlers share (queue, counters, readiness).
+//! - [`http`]: [`app`], the routes (`/work`, `/readyz`, `/healthz`, `/metrics`).
+//! - [`server`]: [`run`], the accept loop with HTTP/1 limits and the graceful
+//!   shutdown; [`bind`] and [`shutdown_signal`] for `main`.
+//! - [`config`]: [`Config`], every flag also from an environment variable.
+
+pub mod backlog;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod pod;
+pub mod queue;
+pub mod server;
+
+pub use backlog::{Abandoned, Backlog, ServiceTime};
+pub use config::Config;
+pub use http::app;
+pub use pod::Pod;
+pub use queue::{Queue, Work, Worker};
+pub use server::{Report, bind, run, shutdown_signal};
+
+/// Why the pod could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot install the SIGTERM handler: {0}")]
+    Signal(std::io::Error),
+}

@@ -1,0 +1,175 @@
+//! Command-line / environment configuration of one pod.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::backlog::{Abandoned, ServiceTime};
+use crate::queue::Work;
+
+/// The retry-debt pod: one FIFO queue served one request at a time at a fixed
+/// rate. By default it finishes every request, including those whose client
+/// has gone (the debt the kit studies).
+///
+/// Durations take units: `500ms`, `10s`, `90s`, `2m`.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "service", version, about, long_about = None)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "SERVICE_LISTEN", default_value_t = defaults::LISTEN)]
+    pub listen: SocketAddr,
+
+    /// Service rate in requests per second (the pod's capacity `c`).
+    #[arg(long, env = "SERVICE_RATE", default_value_t = defaults::RATE, value_parser = parse_rate)]
+    pub rate: f64,
+
+    /// Distribution of service times, with mean 1 / rate.
+    #[arg(long, env = "SERVICE_SERVICE_TIME", value_enum, default_value_t = ServiceTime::Deterministic)]
+    pub service_time: ServiceTime,
+
+    /// Seed for exponential service times (random if not set).
+    #[arg(long, env = "SERVICE_SEED")]
+    pub seed: Option<u64>,
+
+    /// What to do with work whose client is gone: finish it (counted
+    /// `abandoned`), or skip it at the head of the queue when the client
+    /// disconnected / its x-deadline-ms passed (counted `dropped`).
+    #[arg(long, env = "SERVICE_ABANDONED", value_enum, default_value_t = Abandoned::Finish)]
+    pub abandoned: Abandoned,
+
+    /// Dead time: /readyz answers 503 until this long after start, then 200.
+    #[arg(long, env = "SERVICE_READY_AFTER", default_value_t = defaults::ready_after())]
+    pub ready_after: humantime::Duration,
+
+    /// During a service time, sleep (no CPU) or spin (burn one core).
+    #[arg(long, env = "SERVICE_WORK", value_enum, default_value_t = Work::Sleep)]
+    pub work: Work,
+
+    /// After SIGTERM, keep accepting and serving for at most this long
+    /// (less if the queue empties), then exit.
+    #[arg(long, env = "SERVICE_SHUTDOWN_GRACE", default_value_t = defaults::shutdown_grace())]
+    pub shutdown_grace: humantime::Duration,
+
+    /// Reject arrivals with 503 + retry-after while this many requests wait.
+    /// Unbounded if not set.
+    #[arg(long, env = "SERVICE_MAX_QUEUE")]
+    pub max_queue: Option<usize>,
+
+    /// Pod name reported in responses (Kubernetes Downward API: metadata.name).
+    #[arg(long, env = "POD_NAME", default_value = defaults::POD_NAME)]
+    pub pod_name: String,
+
+    /// Close connections that take longer than this to send request headers.
+    #[arg(long, env = "SERVICE_HEADER_READ_TIMEOUT", default_value_t = defaults::header_read_timeout())]
+    pub header_read_timeout: humantime::Duration,
+
+    /// Largest accepted request head (request line + headers) in bytes;
+    /// larger ones get 431.
+    #[arg(long, env = "SERVICE_MAX_HEADER_BYTES", default_value_t = defaults::MAX_HEADER_BYTES)]
+    pub max_header_bytes: usize,
+}
+
+impl Default for Config {
+    /// The CLI defaults, without reading the environment.
+    fn default() -> Self {
+        Self {
+            listen: defaults::LISTEN,
+            rate: defaults::RATE,
+            service_time: ServiceTime::Deterministic,
+            seed: None,
+            abandoned: Abandoned::Finish,
+            ready_after: defaults::ready_after(),
+            work: Work::Sleep,
+            shutdown_grace: defaults::shutdown_grace(),
+            max_queue: None,
+            pod_name: defaults::POD_NAME.into(),
+            header_read_timeout: defaults::header_read_timeout(),
+            max_header_bytes: defaults::MAX_HEADER_BYTES,
+        }
+    }
+}
+
+mod defaults {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    pub const LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
+    pub const RATE: f64 = 100.0;
+    pub const POD_NAME: &str = "service";
+    pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+    pub fn ready_after() -> humantime::Duration {
+        Duration::from_secs(90).into()
+    }
+    pub fn shutdown_grace() -> humantime::Duration {
+        Duration::from_secs(30).into()
+    }
+    pub fn header_read_timeout() -> humantime::Duration {
+        Duration::from_secs(10).into()
+    }
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && 1.0 / r >= 1e-9 => Ok(r),
+        _ => Err(format!(
+            "expected a positive number of requests per second (at most 1e9), got {s:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let mut c = Config::try_parse_from(["service"]).unwrap();
+        let d = Config::default();
+        c.pod_name = d.pod_name.clone(); // POD_NAME may be set where tests run
+        assert_eq!(c.rate, 100.0);
+        assert_eq!(*c.ready_after, Duration::from_secs(90));
+        assert_eq!(*c.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(c.max_queue, None);
+        assert_eq!((c.abandoned, c.work), (Abandoned::Finish, Work::Sleep));
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
+
+    #[test]
+    fn parses_every_flag() {
+        let c = Config::try_parse_from([
+            "service",
+            "--listen=127.0.0.1:9000",
+            "--rate=250.5",
+            "--service-time=exponential",
+            "--seed=3",
+            "--abandoned=drop-expired",
+            "--ready-after=1500ms",
+            "--work=spin",
+            "--shutdown-grace=2s",
+            "--max-queue=10",
+            "--pod-name=p1",
+            "--header-read-timeout=1s",
+            "--max-header-bytes=9000",
+        ])
+        .unwrap();
+        assert_eq!(c.rate, 250.5);
+        assert_eq!(c.service_time, ServiceTime::Exponential);
+        assert_eq!(c.abandoned, Abandoned::DropExpired);
+        assert_eq!(*c.ready_after, Duration::from_millis(1500));
+        assert_eq!(c.work, Work::Spin);
+        assert_eq!(c.max_queue, Some(10));
+        assert_eq!(c.pod_name, "p1");
+    }
+
+    #[test]
+    fn rejects_bad_rates_naming_the_value() {
+        for bad in ["0", "-5", "abc", "inf", "NaN"] {
+            let err = Config::try_parse_from(["service", "--rate", bad]).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("--rate") && msg.contains(bad), "{msg}");
+        }
+    }
+}

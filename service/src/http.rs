@@ -1,0 +1,201 @@
+//! HTTP surface: [`app`] routes `/work`, `/readyz`, `/healthz`, `/metrics`.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+
+use crate::metrics::Rejection;
+use crate::pod::Pod;
+
+/// The pod's routes. Other paths get 404, other methods on them 405.
+pub fn app(pod: Pod) -> Router {
+    Router::new()
+        .route("/work", get(work))
+        .route("/readyz", get(readyz))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(pod)
+}
+
+/// The 200 body of `/work`.
+#[derive(Debug, Serialize)]
+struct Answer<'a> {
+    pod: &'a str,
+    attempt: u32,
+    /// Time from arrival to the start of service.
+    wait_ms: u64,
+}
+
+async fn work(State(pod): State<Pod>, headers: HeaderMap) -> Response {
+    let arrival = Instant::now();
+    let attempt = match parse_attempt(headers.get("x-attempt")) {
+        Ok(a) => a,
+        Err(why) => return bad_request(&pod, Rejection::BadAttempt, why),
+    };
+    let deadline_ms = match parse_deadline(headers.get("x-deadline-ms")) {
+        Ok(d) => d,
+        Err(why) => return bad_request(&pod, Rejection::BadDeadline, why),
+    };
+    // Counted before queueing, also if the queue then turns it away.
+    pod.metrics().arrival(attempt);
+    let deadline = deadline_ms.and_then(|ms| deadline_instant(ms, arrival, SystemTime::now()));
+    let Ok(reply) = pod.queue().admit(arrival, deadline) else {
+        return queue_full(&pod);
+    };
+    match reply.await {
+        Ok(wait) => {
+            let answer = Answer {
+                pod: pod.name(),
+                attempt,
+                wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            };
+            axum::Json(answer).into_response()
+        }
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "dropped unserved: deadline passed or pod shutting down\n",
+        )
+            .into_response(),
+    }
+}
+
+fn bad_request(pod: &Pod, why: Rejection, reason: String) -> Response {
+    pod.metrics().rejection(why);
+    (StatusCode::BAD_REQUEST, reason + "\n").into_response()
+}
+
+fn queue_full(pod: &Pod) -> Response {
+    pod.metrics().rejection(Rejection::QueueFull);
+    let (depth, wait) = pod.queue().snapshot(Instant::now());
+    // Suggest coming back once the present backlog has been served.
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, HeaderValue::from(secs.max(1)))],
+        format!("queue full: {depth} requests waiting (--max-queue)\n"),
+    )
+        .into_response()
+}
+
+async fn readyz(State(pod): State<Pod>) -> (StatusCode, &'static str) {
+    if pod.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn metrics(State(pod): State<Pod>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        pod.render_metrics(),
+    )
+}
+
+/// `x-attempt`: decimal, 0 for the first attempt; missing means 0.
+fn parse_attempt(value: Option<&HeaderValue>) -> Result<u32, String> {
+    value.map_or(Ok(0), |v| {
+        parse_decimal(v).ok_or_else(|| {
+            format!(
+                "x-attempt: expected a non-negative integer, got {}",
+                shown(v)
+            )
+        })
+    })
+}
+
+/// `x-deadline-ms`: unix time in milliseconds, optional.
+fn parse_deadline(value: Option<&HeaderValue>) -> Result<Option<u64>, String> {
+    value
+        .map(|v| {
+            parse_decimal(v).ok_or_else(|| {
+                format!(
+                    "x-deadline-ms: expected unix time in milliseconds, got {}",
+                    shown(v)
+                )
+            })
+        })
+        .transpose()
+}
+
+/// Plain ASCII digits only (no sign, no spaces).
+fn parse_decimal<T: std::str::FromStr>(v: &HeaderValue) -> Option<T> {
+    let s = v.to_str().ok()?;
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn shown(v: &HeaderValue) -> String {
+    format!("{:?}", String::from_utf8_lossy(v.as_bytes()))
+}
+
+/// Maps a unix-ms deadline onto the monotonic clock the queue runs on. A
+/// deadline already past maps to `arrival` (expired on arrival); one too far
+/// ahead to represent means no deadline.
+fn deadline_instant(deadline_ms: u64, arrival: Instant, now: SystemTime) -> Option<Instant> {
+    let deadline = UNIX_EPOCH + Duration::from_millis(deadline_ms);
+    match deadline.duration_since(now) {
+        Ok(ahead) => arrival.checked_add(ahead),
+        Err(_) => Some(arrival),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hv(s: &str) -> HeaderValue {
+        HeaderValue::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn attempt_parsing() {
+        assert_eq!(parse_attempt(None), Ok(0));
+        assert_eq!(parse_attempt(Some(&hv("3"))), Ok(3));
+        for bad in ["", "-1", "+1", " 1", "1.0", "x", "99999999999"] {
+            let err = parse_attempt(Some(&hv(bad))).unwrap_err();
+            assert!(
+                err.starts_with("x-attempt:") && err.contains(&format!("{bad:?}")),
+                "{err}"
+            );
+        }
+        let err = parse_attempt(Some(&HeaderValue::from_bytes(b"\xff").unwrap())).unwrap_err();
+        assert!(err.contains('\u{fffd}'), "{err}");
+    }
+
+    #[test]
+    fn deadline_parsing_and_mapping() {
+        assert_eq!(parse_deadline(None), Ok(None));
+        assert_eq!(
+            parse_deadline(Some(&hv("1700000000000"))),
+            Ok(Some(1_700_000_000_000))
+        );
+        let err = parse_deadline(Some(&hv("soon"))).unwrap_err();
+        assert_eq!(
+            err,
+            "x-deadline-ms: expected unix time in milliseconds, got \"soon\""
+        );
+
+        let arrival = Instant::now();
+        let now = UNIX_EPOCH + Duration::from_millis(1_000_000);
+        assert_eq!(
+            deadline_instant(1_000_250, arrival, now),
+            Some(arrival + Duration::from_millis(250))
+        );
+        assert_eq!(deadline_instant(999_000, arrival, now), Some(arrival));
+    }
+}

@@ -1,0 +1,241 @@
+//! The pod's counters and their Prometheus text rendering.
+//!
+//! Hand-rolled rather than `metrics-exporter-prometheus`: the contract needs a
+//! fractional counter (`retrydebt_busy_seconds_total`), which the `metrics`
+//! facade cannot express (its counters are `u64`), and gauges computed from
+//! the queue at scrape time. Plain atomics keep the hot path lock-free.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Attempt numbers at or above this share one label, to bound cardinality.
+pub const ATTEMPT_CAP: u32 = 99;
+
+/// Why a request was turned away before queueing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    BadAttempt,
+    BadDeadline,
+    QueueFull,
+}
+
+impl Rejection {
+    const ALL: [Rejection; 3] = [Self::BadAttempt, Self::BadDeadline, Self::QueueFull];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::BadAttempt => "bad_attempt",
+            Self::BadDeadline => "bad_deadline",
+            Self::QueueFull => "queue_full",
+        }
+    }
+}
+
+/// How a queued request left the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Served and its client received the answer.
+    Answered,
+    /// Served for nobody: the client had gone.
+    Abandoned,
+    /// Skipped without service by a drop mode.
+    Dropped,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 3] = [Self::Answered, Self::Abandoned, Self::Dropped];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::Abandoned => "abandoned",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
+/// Counters shared by the handlers and the worker.
+#[derive(Debug)]
+pub struct Metrics {
+    arrivals: [AtomicU64; ATTEMPT_CAP as usize + 1],
+    completions: [AtomicU64; 3],
+    rejections: [AtomicU64; 3],
+    busy_nanos: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            arrivals: std::array::from_fn(|_| AtomicU64::new(0)),
+            completions: Default::default(),
+            rejections: Default::default(),
+            busy_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The values computed from the queue at scrape time.
+#[derive(Clone, Copy, Debug)]
+pub struct Gauges {
+    pub queue_depth: usize,
+    pub wait: Duration,
+    pub ready: bool,
+}
+
+impl Metrics {
+    pub fn arrival(&self, attempt: u32) {
+        self.arrivals[attempt.min(ATTEMPT_CAP) as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn rejection(&self, why: Rejection) {
+        self.rejections[why as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn completion(&self, outcome: Outcome) {
+        self.completions[outcome as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn busy(&self, service: Duration) {
+        self.busy_nanos.fetch_add(
+            u64::try_from(service.as_nanos()).unwrap_or(u64::MAX),
+            Relaxed,
+        );
+    }
+
+    /// Completions so far with this outcome.
+    pub fn completions(&self, outcome: Outcome) -> u64 {
+        self.completions[outcome as usize].load(Relaxed)
+    }
+
+    /// Arrivals so far, all attempts.
+    pub fn arrivals(&self) -> u64 {
+        self.arrivals.iter().map(|a| a.load(Relaxed)).sum()
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self, g: Gauges) -> String {
+        let mut out = String::with_capacity(2048);
+        header(
+            &mut out,
+            "retrydebt_arrivals_total",
+            "counter",
+            "Requests accepted, by attempt number (x-attempt, 99 = 99 or more), counted before queueing.",
+        );
+        for (attempt, n) in self.arrivals.iter().enumerate() {
+            let n = n.load(Relaxed);
+            // First attempts always appear; retry series once they exist.
+            if attempt == 0 || n > 0 {
+                let _ = writeln!(out, "retrydebt_arrivals_total{{attempt=\"{attempt}\"}} {n}");
+            }
+        }
+        header(
+            &mut out,
+            "retrydebt_completions_total",
+            "counter",
+            "Requests that left the queue: answered, abandoned (served for a client that had gone) or dropped (skipped unserved).",
+        );
+        for o in Outcome::ALL {
+            let n = self.completions(o);
+            let _ = writeln!(
+                out,
+                "retrydebt_completions_total{{outcome=\"{}\"}} {n}",
+                o.label()
+            );
+        }
+        header(
+            &mut out,
+            "retrydebt_rejections_total",
+            "counter",
+            "Requests turned away before queueing, by reason.",
+        );
+        for r in Rejection::ALL {
+            let n = self.rejections[r as usize].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "retrydebt_rejections_total{{reason=\"{}\"}} {n}",
+                r.label()
+            );
+        }
+        let busy = Duration::from_nanos(self.busy_nanos.load(Relaxed)).as_secs_f64();
+        let series = [
+            (
+                "retrydebt_queue_depth",
+                "gauge",
+                "Requests waiting in the queue, not counting the one in service.",
+                g.queue_depth as f64,
+            ),
+            (
+                "retrydebt_wait_seconds",
+                "gauge",
+                "Wait the newest arrival faces before its service starts: rest of the current service plus all queued work.",
+                g.wait.as_secs_f64(),
+            ),
+            (
+                "retrydebt_busy_seconds_total",
+                "counter",
+                "Seconds spent serving requests (answered or abandoned).",
+                busy,
+            ),
+            (
+                "retrydebt_ready",
+                "gauge",
+                "1 once the dead time (--ready-after) has passed and the pod is not shutting down, else 0.",
+                f64::from(u8::from(g.ready)),
+            ),
+        ];
+        for (name, kind, help, value) in series {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_contract_names_with_capped_attempts() {
+        let m = Metrics::default();
+        m.arrival(0);
+        m.arrival(2);
+        m.arrival(150);
+        m.arrival(99);
+        m.completion(Outcome::Abandoned);
+        m.rejection(Rejection::QueueFull);
+        m.busy(Duration::from_millis(1500));
+        let text = m.render(Gauges {
+            queue_depth: 7,
+            wait: Duration::from_millis(250),
+            ready: true,
+        });
+        for line in [
+            "retrydebt_arrivals_total{attempt=\"0\"} 1",
+            "retrydebt_arrivals_total{attempt=\"2\"} 1",
+            "retrydebt_arrivals_total{attempt=\"99\"} 2",
+            "retrydebt_completions_total{outcome=\"answered\"} 0",
+            "retrydebt_completions_total{outcome=\"abandoned\"} 1",
+            "retrydebt_completions_total{outcome=\"dropped\"} 0",
+            "retrydebt_rejections_total{reason=\"queue_full\"} 1",
+            "retrydebt_rejections_total{reason=\"bad_attempt\"} 0",
+            "retrydebt_queue_depth 7",
+            "retrydebt_wait_seconds 0.25",
+            "retrydebt_busy_seconds_total 1.5",
+            "retrydebt_ready 1",
+            "# TYPE retrydebt_busy_seconds_total counter",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("attempt=\"1\""));
+        assert_eq!(m.arrivals(), 4);
+    }
+}

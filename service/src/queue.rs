@@ -1,0 +1,202 @@
+//! The shell around the [`Backlog`]: a lock the handlers push through, and one
+//! worker thread that serves the head of the queue.
+//!
+//! The worker is an OS thread, not a tokio task: `--work spin` must burn CPU
+//! without starving the runtime, and `std::thread::sleep` paces 100 µs service
+//! times far more precisely than tokio's millisecond timer.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::backlog::{Backlog, Client, Full, Step};
+use crate::metrics::{Metrics, Outcome};
+
+/// How the answer reaches the handler: the time the request waited before its
+/// service started. A closed receiver means the client has gone.
+pub type Reply = oneshot::Sender<Duration>;
+
+impl Client for Reply {
+    fn is_gone(&self) -> bool {
+        self.is_closed()
+    }
+
+    fn answer(self, wait: Duration) -> bool {
+        self.send(wait).is_ok()
+    }
+}
+
+/// What the worker does during a service time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Work {
+    /// Sleep until the completion deadline (no CPU used).
+    Sleep,
+    /// Burn CPU until the completion deadline (so a CPU-based HPA sees the work).
+    Spin,
+}
+
+/// Longest uninterrupted sleep, so a stop request is noticed promptly even
+/// with long service times.
+const SLEEP_SLICE: Duration = Duration::from_millis(20);
+
+/// The FIFO shared by the handlers (producers) and the worker (consumer).
+#[derive(Debug)]
+pub struct Queue {
+    backlog: Mutex<Backlog<Reply>>,
+    wake: Condvar,
+    stopping: AtomicBool,
+    metrics: Arc<Metrics>,
+}
+
+impl Queue {
+    pub fn new(backlog: Backlog<Reply>, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            backlog: Mutex::new(backlog),
+            wake: Condvar::new(),
+            stopping: AtomicBool::new(false),
+            metrics,
+        })
+    }
+
+    /// Queues a request that arrived at `arrival`; the receiver yields its wait
+    /// once served, or an error if it was dropped unserved.
+    pub fn admit(
+        &self,
+        arrival: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<oneshot::Receiver<Duration>, Full> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().admit(arrival, deadline, tx)?;
+        self.wake.notify_one();
+        Ok(rx)
+    }
+
+    /// Queue depth and the wait a request arriving at `now` faces.
+    pub fn snapshot(&self, now: Instant) -> (usize, Duration) {
+        let b = self.lock();
+        (b.len(), b.wait(now))
+    }
+
+    /// Mean service time of this queue.
+    pub fn mean_service(&self) -> Duration {
+        self.lock().mean_service()
+    }
+
+    /// Starts the single worker thread.
+    pub fn spawn_worker(self: &Arc<Self>, work: Work) -> Worker {
+        let queue = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("service-worker".into())
+            .spawn(move || queue.serve(work))
+            .expect("spawning the worker thread");
+        Worker {
+            queue: self.clone(),
+            thread: Some(thread),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Backlog<Reply>> {
+        // A panic elsewhere must not wedge the pod: the backlog stays consistent
+        // because every mutation completes under the lock.
+        self.backlog.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The worker loop; returns how many requests it abandoned mid-service
+    /// because it was stopped (0 or 1).
+    fn serve(&self, work: Work) -> usize {
+        loop {
+            let step = {
+                let mut backlog = self.lock();
+                loop {
+                    if self.stopping.load(Ordering::Acquire) {
+                        return 0;
+                    }
+                    if let Some(step) = backlog.next(Instant::now()) {
+                        break step;
+                    }
+                    backlog = self
+                        .wake
+                        .wait(backlog)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            match step {
+                Step::Drop(_) => self.metrics.completion(Outcome::Dropped),
+                Step::Serve {
+                    client,
+                    wait,
+                    service,
+                    done,
+                } => {
+                    if !self.work_until(work, done) {
+                        return 1;
+                    }
+                    self.metrics.busy(service);
+                    let outcome = if client.answer(wait) {
+                        Outcome::Answered
+                    } else {
+                        Outcome::Abandoned
+                    };
+                    self.metrics.completion(outcome);
+                }
+            }
+        }
+    }
+
+    /// Works until the absolute deadline `done`; false if stopped first.
+    fn work_until(&self, work: Work, done: Instant) -> bool {
+        loop {
+            let now = Instant::now();
+            if now >= done {
+                return true;
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                return false;
+            }
+            match work {
+                Work::Sleep => std::thread::sleep((done - now).min(SLEEP_SLICE)),
+                Work::Spin => std::hint::spin_loop(),
+            }
+        }
+    }
+}
+
+/// Handle on the worker thread; stops it when dropped.
+#[derive(Debug)]
+pub struct Worker {
+    queue: Arc<Queue>,
+    thread: Option<JoinHandle<usize>>,
+}
+
+impl Worker {
+    /// Stops serving (interrupting the current service), then drops every
+    /// request still queued so its handler answers at once. Returns how many
+    /// requests were left unserved, including an interrupted one.
+    pub fn stop(mut self) -> usize {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> usize {
+        let Some(thread) = self.thread.take() else {
+            return 0;
+        };
+        {
+            // Set under the lock so the worker cannot miss it between its
+            // check and its wait.
+            let _backlog = self.queue.lock();
+            self.queue.stopping.store(true, Ordering::Release);
+        }
+        self.queue.wake.notify_one();
+        let interrupted = thread.join().unwrap_or(0);
+        interrupted + self.queue.lock().drain().count()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
