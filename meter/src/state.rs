@@ -1,0 +1,259 @@
+//! What the scrape loop publishes and the HTTP sides read: the latest rates, the
+//! data state, the per-scrape history, and the meter's own Prometheus metrics.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::rate::{Coverage, DataState, Rates};
+use crate::scrape::ScrapeError;
+
+/// One scrape round's result, as `/history` returns it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Reading {
+    #[serde(skip)]
+    pub at: Instant,
+    #[serde(skip)]
+    pub wall: OffsetDateTime,
+    /// RFC 3339, UTC, milliseconds.
+    pub timestamp: String,
+    pub unix_ms: i64,
+    pub first_attempt_rate: f64,
+    pub ingress_rate: f64,
+    pub retry_rate: f64,
+    /// Pods contributing to the rates.
+    pub pods: usize,
+    /// Whether the external metrics API served these values (full, fresh window).
+    pub published: bool,
+}
+
+/// Why the API has no value to give.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    #[error("less than one window ({0:?}) of data since scraping started")]
+    Warming(Duration),
+    #[error("no pod could be scraped for longer than the window ({0:?})")]
+    Stale(Duration),
+}
+
+struct Inner {
+    coverage: Coverage,
+    latest: Option<Reading>,
+    history: VecDeque<Reading>,
+}
+
+/// State shared between the scrape loop and the servers.
+pub struct Shared {
+    pub window: Duration,
+    pub scrape_interval: Duration,
+    /// With `--client-ca`: only requests over a connection with a verified client certificate are served.
+    pub require_client_cert: bool,
+    history_cap: usize,
+    started: Instant,
+    inner: Mutex<Inner>,
+    pub metrics: MeterMetrics,
+}
+
+impl Shared {
+    pub fn new(window: Duration, scrape_interval: Duration, history: Duration, require_client_cert: bool) -> Self {
+        let rounds = history.as_secs_f64() / scrape_interval.as_secs_f64();
+        Self {
+            window,
+            scrape_interval,
+            require_client_cert,
+            history_cap: (rounds.ceil() as usize).clamp(1, 1_000_000),
+            started: Instant::now(),
+            inner: Mutex::new(Inner { coverage: Coverage::new(window), latest: None, history: VecDeque::new() }),
+            metrics: MeterMetrics::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves plain data behind: keep serving.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records one scrape round that ended at `at`.
+    pub fn publish(&self, at: Instant, wall: OffsetDateTime, rates: Rates, listed: usize, scraped: usize) {
+        let mut inner = self.lock();
+        if scraped > 0 {
+            inner.coverage.success(at);
+        }
+        let published = inner.coverage.state(at) == DataState::Ready;
+        let reading = Reading {
+            at,
+            wall,
+            timestamp: rfc3339_millis(wall),
+            unix_ms: (wall.unix_timestamp_nanos() / 1_000_000) as i64,
+            first_attempt_rate: rates.first_attempt,
+            ingress_rate: rates.ingress,
+            retry_rate: rates.retry,
+            pods: rates.pods,
+            published,
+        };
+        if inner.history.len() == self.history_cap {
+            inner.history.pop_front();
+        }
+        inner.history.push_back(reading.clone());
+        inner.latest = Some(reading);
+        drop(inner);
+        let m = &self.metrics;
+        m.first_attempt_rate.set(rates.first_attempt);
+        m.ingress_rate.set(rates.ingress);
+        m.retry_rate.set(rates.retry);
+        m.pods_listed.set(listed as f64);
+        m.pods_scraped.set(scraped as f64);
+        m.pods_contributing.set(rates.pods as f64);
+    }
+
+    /// The reading the API may serve at `now`, or why there is none.
+    pub fn current(&self, now: Instant) -> Result<Reading, Unavailable> {
+        let inner = self.lock();
+        match (inner.coverage.state(now), &inner.latest) {
+            (DataState::Ready, Some(reading)) => Ok(reading.clone()),
+            (DataState::Stale, _) => Err(Unavailable::Stale(self.window)),
+            _ => Err(Unavailable::Warming(self.window)),
+        }
+    }
+
+    /// Readings of the last `seconds` (all retained ones with `None`), oldest first.
+    pub fn history(&self, now: Instant, seconds: Option<u64>) -> Vec<Reading> {
+        let inner = self.lock();
+        let oldest = seconds.and_then(|s| now.checked_sub(Duration::from_secs(s)));
+        inner.history.iter().filter(|r| oldest.is_none_or(|o| r.at >= o)).cloned().collect()
+    }
+
+    /// The Prometheus text of the meter's own metrics at `now`.
+    pub fn render_metrics(&self, now: Instant) -> String {
+        let (state, last) = {
+            let inner = self.lock();
+            (inner.coverage.state(now), inner.coverage.last_success())
+        };
+        let age = now.saturating_duration_since(last.unwrap_or(self.started));
+        self.metrics.last_scrape_age.set(age.as_secs_f64());
+        self.metrics.published.set(if state == DataState::Ready { 1.0 } else { 0.0 });
+        self.metrics.handle.render()
+    }
+}
+
+/// RFC 3339 in UTC with milliseconds, e.g. `2025-01-02T03:04:05.678Z`.
+pub fn rfc3339_millis(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let whole = t.replace_nanosecond(0).unwrap_or(t).format(&Rfc3339).unwrap_or_default();
+    // `whole` ends in "Z"; put the milliseconds before it.
+    format!("{}.{:03}Z", whole.trim_end_matches('Z'), t.millisecond())
+}
+
+/// RFC 3339 in UTC, whole seconds, as Kubernetes `metav1.Time` marshals.
+pub fn rfc3339_seconds(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    t.replace_nanosecond(0).unwrap_or(t).format(&Rfc3339).unwrap_or_default()
+}
+
+/// The meter's own metrics, kept in a local (not global) recorder so several
+/// meters can run in one process (the tests, the embedded runner).
+pub struct MeterMetrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    first_attempt_rate: Gauge,
+    ingress_rate: Gauge,
+    retry_rate: Gauge,
+    pods_listed: Gauge,
+    pods_scraped: Gauge,
+    pods_contributing: Gauge,
+    last_scrape_age: Gauge,
+    published: Gauge,
+    pub scrapes: Counter,
+    pub discovery_errors: Counter,
+    scrape_errors: HashMap<&'static str, Counter>,
+}
+
+const META: Metadata<'static> = Metadata::new("meter", Level::INFO, None);
+
+impl MeterMetrics {
+    fn new() -> Self {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let gauge = |name: &'static str, unit: Option<Unit>, help: &'static str| {
+            recorder.describe_gauge(KeyName::from_const_str(name), unit, SharedString::const_str(help));
+            recorder.register_gauge(&Key::from_static_name(name), &META)
+        };
+        let counter = |name: &'static str, help: &'static str| {
+            recorder.describe_counter(KeyName::from_const_str(name), None, SharedString::const_str(help));
+            recorder.register_counter(&Key::from_static_name(name), &META)
+        };
+        let first_attempt_rate = gauge(
+            "retrydebt_meter_first_attempt_rate",
+            None,
+            "First attempts (attempt 0) per second, summed over pods, over the window.",
+        );
+        let ingress_rate =
+            gauge("retrydebt_meter_ingress_rate", None, "All attempts per second, summed over pods, over the window.");
+        let retry_rate = gauge("retrydebt_meter_retry_rate", None, "Retries (attempt >= 1) per second: ingress minus first attempts.");
+        let pods_listed = gauge("retrydebt_meter_pods_listed", None, "Pods in the pod list at the last scrape round.");
+        let pods_scraped = gauge("retrydebt_meter_pods_scraped", None, "Pods that answered at the last scrape round.");
+        let pods_contributing =
+            gauge("retrydebt_meter_pods_contributing", None, "Pods whose counters make up the published rates.");
+        let last_scrape_age = gauge(
+            "retrydebt_meter_last_scrape_age_seconds",
+            Some(Unit::Seconds),
+            "Seconds since some pod was last scraped successfully (since start if none was).",
+        );
+        let published =
+            gauge("retrydebt_meter_published", None, "1 if the external metrics API serves values (full, fresh window), else 0.");
+        let scrapes = counter("retrydebt_meter_scrapes_total", "Pod scrapes attempted.");
+        let discovery_errors = counter(
+            "retrydebt_meter_discovery_errors_total",
+            "Failures to read the pods file (or a bad line in it) or to resolve the pods DNS name.",
+        );
+        recorder.describe_counter(
+            KeyName::from_const_str("retrydebt_meter_scrape_errors_total"),
+            None,
+            SharedString::const_str("Pod scrapes that failed, by reason."),
+        );
+        let scrape_errors = ScrapeError::REASONS
+            .iter()
+            .map(|&reason| {
+                let key = Key::from_parts("retrydebt_meter_scrape_errors_total", vec![Label::new("reason", reason)]);
+                (reason, recorder.register_counter(&key, &META))
+            })
+            .collect();
+        recorder.describe_counter(
+            KeyName::from_const_str("retrydebt_meter_api_requests_total"),
+            None,
+            SharedString::const_str("External metrics API requests answered, by HTTP status code."),
+        );
+        Self {
+            recorder,
+            handle,
+            first_attempt_rate,
+            ingress_rate,
+            retry_rate,
+            pods_listed,
+            pods_scraped,
+            pods_contributing,
+            last_scrape_age,
+            published,
+            scrapes,
+            discovery_errors,
+            scrape_errors,
+        }
+    }
+
+    pub fn scrape_error(&self, reason: &str) {
+        if let Some(c) = self.scrape_errors.get(reason) {
+            c.increment(1);
+        }
+    }
+
+    pub fn api_request(&self, code: u16) {
+        let key = Key::from_parts("retrydebt_meter_api_requests_total", vec![Label::new("code", code.to_string())]);
+        self.recorder.register_counter(&key, &META).increment(1);
+    }
+}
