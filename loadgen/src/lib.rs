@@ -1,1 +1,426 @@
-//! loadgen (placeholder, see issues)
+//! `loadgen`: the retry-debt kit's clients. Open-loop arrivals that follow a schedule, each a
+//! logical request of up to `retries + 1` attempts with a per-attempt timeout, recorded per
+//! second.
+//!
+//! Layout:
+//! - [`config`]: the CLI / env flags ([`Config`], clap derive) and their validation ([`config::Plan`]).
+//! - [`schedule`]: piecewise-constant rate schedules and the Poisson / constant arrival times.
+//! - [`policy`]: retry policies as pure state machines (backoff, retry budget, AWS retry quota).
+//! - [`targets`]: target URLs, fixed or from a file reloaded when it changes.
+//! - [`client`]: one attempt over hyper's connection API (HTTP/1.1 or h2c), with `--bind`.
+//! - [`record`]: per-second rows, histograms, `timeseries.csv`, `summary.json`, Prometheus text.
+//! - [`limits`]: the open-files limit and peak RSS.
+//! - this file: [`run`], which wires them: the arrival loop, the request task (attempts and
+//!   retries), the 1 s ticker (rows, progress line, checkpoints), `/metrics`, drain and flush.
+//!
+//! Arrivals never wait for responses: each is sent at its scheduled absolute time (or as soon
+//! after as the runtime allows; the lag is recorded), whatever is in flight.
+
+pub mod client;
+pub mod config;
+pub mod limits;
+pub mod policy;
+pub mod record;
+pub mod schedule;
+pub mod targets;
+
+use std::future::Future;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+pub use config::Config;
+pub use record::{Percentiles, Row, RunMeta, Summary};
+pub use schedule::{ArrivalKind, Schedule, ScheduleError};
+
+use client::Client;
+use config::Plan;
+use policy::RetryPolicy;
+use record::{AttemptOutcome, Recorder, RequestOutcome};
+use targets::{Target, Targets};
+
+/// Why a run could not start or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    #[error("{0}")]
+    Targets(String),
+    #[error("--metrics-listen {addr}: {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("--out {}: {source}", path.display())]
+    Output {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// File names written into `--out`.
+pub const TIMESERIES_FILE: &str = "timeseries.csv";
+pub const SUMMARY_FILE: &str = "summary.json";
+
+/// Everything a request task needs.
+struct Ctx {
+    client: Client,
+    recorder: Recorder,
+    plan: Plan,
+    retries: u32,
+    timeout: Duration,
+    /// `None` when no budget/quota/backoff is set, so plain runs take no extra lock.
+    policy: Option<Mutex<(RetryPolicy, SmallRng)>>,
+    stopping: AtomicBool,
+    id_prefix: u32,
+    next_id: AtomicU64,
+}
+
+impl Ctx {
+    fn seconds(&self) -> f64 {
+        self.recorder.start().elapsed().as_secs_f64()
+    }
+
+    fn with_policy<T>(&self, f: impl FnOnce(&mut RetryPolicy, &mut SmallRng) -> T) -> Option<T> {
+        self.policy.as_ref().map(|m| {
+            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+            let (policy, rng) = &mut *g;
+            f(policy, rng)
+        })
+    }
+}
+
+/// Runs the load until the schedule or `--duration` ends or `shutdown` resolves, drains,
+/// writes `--out` files, and returns the summary.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Summary, LoadgenError> {
+    let plan = config.plan()?;
+    let wanted_files = config.max_in_flight.saturating_add(1024);
+    let open_files_limit = match limits::raise_open_files_limit(wanted_files) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("cannot read or raise the open-files limit: {e}");
+            0
+        }
+    };
+    if open_files_limit < wanted_files {
+        tracing::warn!(
+            "open-files limit is {open_files_limit}, below --max-in-flight {} + 1024: beyond about \
+             {open_files_limit} attempts in flight, connections fail as `open_files` errors; raise it \
+             (ulimit -n, or LimitNOFILE= / a container's nofile ulimit)",
+            config.max_in_flight
+        );
+    }
+
+    let targets = Arc::new(match &config.targets_file {
+        Some(path) => {
+            Targets::new(targets::read_targets_file(path).map_err(LoadgenError::Targets)?)
+        }
+        None => Targets::new(
+            config
+                .targets
+                .iter()
+                .map(|u| Target::parse(u))
+                .collect::<Result<_, _>>()
+                .map_err(LoadgenError::Targets)?,
+        ),
+    });
+    if let Some(dir) = &config.out {
+        std::fs::create_dir_all(dir).map_err(|source| LoadgenError::Output {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| LoadgenError::MetricsListen { addr, source })?,
+        ),
+        None => None,
+    };
+
+    let meta = RunMeta {
+        schedule: plan.schedule.to_string(),
+        arrivals: config.arrivals,
+        seed: plan.seed,
+        timeout_seconds: config.timeout.as_secs_f64(),
+        retries: config.retries,
+        retry_on: plan.retry_on.iter().map(|r| r.name().to_string()).collect(),
+        http2: config.http2,
+        open_files_limit,
+    };
+    let has_policy = plan.policy.backoff.is_some()
+        || plan.policy.budget.is_some()
+        || plan.policy.quota.is_some();
+    let start = Instant::now();
+    let ctx = Arc::new(Ctx {
+        client: Client::new(
+            targets.clone(),
+            config.bind.clone().map(|b| b.0).unwrap_or_default(),
+            config.http2,
+            config.deadline.then_some(config.timeout),
+        ),
+        recorder: Recorder::new(start, config.retries),
+        policy: has_policy.then(|| {
+            Mutex::new((
+                plan.policy.clone(),
+                SmallRng::seed_from_u64(plan.seed ^ 0x9e37_79b9),
+            ))
+        }),
+        plan,
+        retries: config.retries,
+        timeout: config.timeout,
+        stopping: AtomicBool::new(false),
+        id_prefix: rand::random(),
+        next_id: AtomicU64::new(0),
+    });
+
+    let mut background = JoinSet::new();
+    if let Some(listener) = metrics_listener {
+        background.spawn(serve_metrics(listener, ctx.clone()));
+    }
+    if let Some(path) = config.targets_file.clone() {
+        background.spawn(targets::watch(path, targets, Duration::from_millis(200)));
+    }
+    background.spawn(ticker(ctx.clone(), config.out.clone()));
+
+    let mut requests = JoinSet::new();
+    let arrivals = schedule::Arrivals::new(
+        &ctx.plan.schedule,
+        config.arrivals,
+        ctx.plan.seed,
+        ctx.plan.stop,
+    );
+    send_arrivals(
+        &ctx,
+        arrivals,
+        config.max_in_flight,
+        &mut requests,
+        shutdown,
+    )
+    .await;
+
+    // Stop: no new arrivals, no new retries; attempts in flight may finish within the drain.
+    ctx.stopping.store(true, Ordering::SeqCst);
+    let drained = tokio::time::timeout(ctx.plan.drain, async {
+        while requests.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        requests.shutdown().await;
+    }
+    ctx.recorder.cut_unfinished();
+    background.shutdown().await;
+
+    if let Some(dir) = &config.out {
+        write_records(&ctx.recorder, dir, Some(&meta)).map_err(|source| LoadgenError::Output {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    Ok(ctx.recorder.summary(meta))
+}
+
+/// The open loop: every arrival is spawned at its scheduled time, never waiting for responses.
+async fn send_arrivals(
+    ctx: &Arc<Ctx>,
+    mut arrivals: schedule::Arrivals,
+    max_in_flight: u64,
+    requests: &mut JoinSet<()>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let start = ctx.recorder.start();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut next = arrivals.next();
+    while let Some(first) = next {
+        let due = start + Duration::from_secs_f64(first);
+        if due > Instant::now() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(due.into()) => {}
+                _ = &mut shutdown => return,
+            }
+        }
+        // Everything due by now goes out in this pass (several per timer tick at high rates).
+        let now = Instant::now();
+        while let Some(t) = next {
+            let scheduled = start + Duration::from_secs_f64(t);
+            if scheduled > now {
+                break;
+            }
+            if ctx.recorder.admit(max_in_flight) {
+                requests.spawn(request(ctx.clone(), scheduled));
+            }
+            next = arrivals.next();
+        }
+        // Reap finished tasks so the set holds only those in flight.
+        while requests.try_join_next().is_some() {}
+    }
+}
+
+/// One logical request: attempts 0..=retries until one succeeds or a failure is not retried.
+async fn request(ctx: Arc<Ctx>, scheduled: Instant) {
+    let first_send = Instant::now();
+    let id = format!(
+        "{:08x}-{}",
+        ctx.id_prefix,
+        ctx.next_id.fetch_add(1, Ordering::Relaxed)
+    );
+    let rec = &ctx.recorder;
+    ctx.with_policy(|p, _| p.first_attempt(ctx.seconds()));
+    let mut quota_cost = None;
+    let mut after_timeout = false;
+    for attempt in 0..=ctx.retries {
+        if attempt > 0 {
+            if ctx.stopping.load(Ordering::SeqCst) {
+                return rec.request_done(RequestOutcome::Unfinished);
+            }
+            let permit = ctx
+                .with_policy(|p, rng| p.permit_retry(ctx.seconds(), attempt, after_timeout, rng));
+            match permit {
+                Some(Err(why)) => {
+                    rec.retry_denied(why);
+                    return rec.request_done(RequestOutcome::Failed);
+                }
+                Some(Ok(permit)) => {
+                    quota_cost = permit.quota_cost;
+                    if !permit.delay.is_zero() {
+                        tokio::time::sleep(permit.delay).await;
+                        if ctx.stopping.load(Ordering::SeqCst) {
+                            return rec.request_done(RequestOutcome::Unfinished);
+                        }
+                    }
+                }
+                None => {}
+            }
+        }
+        let lag = (attempt == 0).then(|| first_send.saturating_duration_since(scheduled));
+        rec.attempt_sent(attempt, lag);
+        let began = Instant::now();
+        let result = tokio::time::timeout(ctx.timeout, ctx.client.attempt(&id, attempt)).await;
+        let outcome = match result {
+            Ok(Ok(())) => AttemptOutcome::Success,
+            Ok(Err(kind)) => AttemptOutcome::Error(kind),
+            Err(_) => AttemptOutcome::Timeout,
+        };
+        rec.attempt_done(attempt, outcome, began.elapsed(), ctx.timeout);
+        if outcome == AttemptOutcome::Success {
+            ctx.with_policy(|p, _| p.on_success(quota_cost));
+            return rec.request_done(RequestOutcome::Succeeded(first_send.elapsed()));
+        }
+        if !ctx.plan.retries_after(outcome) {
+            break;
+        }
+        after_timeout = outcome == AttemptOutcome::Timeout;
+    }
+    rec.request_done(RequestOutcome::Failed);
+}
+
+/// Every second: close the row, refresh the progress line; every 10 s: checkpoint the CSV.
+async fn ticker(ctx: Arc<Ctx>, out: Option<PathBuf>) {
+    let start = ctx.recorder.start();
+    let total = ctx.plan.stop;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total.ceil() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len}s ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar
+    });
+    let mut tick = tokio::time::interval_at(
+        (start + Duration::from_secs(1)).into(),
+        Duration::from_secs(1),
+    );
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last = ctx.recorder.totals();
+    loop {
+        let now = tick.tick().await;
+        ctx.recorder.tick();
+        let t = ctx.recorder.totals();
+        if let Some(bar) = &bar {
+            let sent = t.first_attempts - last.first_attempts;
+            let ok = t.requests_succeeded - last.requests_succeeded;
+            let done = ok + (t.requests_failed - last.requests_failed);
+            let ratio = if done == 0 {
+                100.0
+            } else {
+                100.0 * ok as f64 / done as f64
+            };
+            bar.set_position(start.elapsed().as_secs().min(total.ceil() as u64));
+            bar.set_message(format!(
+                "rate {sent}/s  success {ratio:.1}%  in flight {}  timeouts {}",
+                t.in_flight, t.timeouts
+            ));
+        }
+        last = t;
+        let second = now.duration_since(start.into()).as_secs();
+        if let Some(dir) = &out
+            && second % 10 == 0
+            && let Err(e) = write_records(&ctx.recorder, dir, None)
+        {
+            tracing::warn!("checkpoint of {}: {e}", dir.display());
+        }
+    }
+}
+
+/// Writes `timeseries.csv` (closed seconds only for a checkpoint, every row at the end) and,
+/// at the end, `summary.json`.
+fn write_records(recorder: &Recorder, dir: &Path, finish: Option<&RunMeta>) -> std::io::Result<()> {
+    record::write_atomically(
+        &dir.join(TIMESERIES_FILE),
+        recorder.csv(finish.is_some()).as_bytes(),
+    )?;
+    if let Some(meta) = finish {
+        let json = serde_json::to_vec_pretty(&recorder.summary(meta.clone()))
+            .map_err(std::io::Error::other)?;
+        record::write_atomically(&dir.join(SUMMARY_FILE), &json)?;
+    }
+    Ok(())
+}
+
+/// `GET /metrics`: the live counters in Prometheus text format.
+async fn serve_metrics(listener: TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors, most likely: try again a little later.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let response = if req.uri().path() == "/metrics" {
+                        hyper::Response::builder()
+                            .header("content-type", "text/plain; version=0.0.4")
+                            .body(Full::new(Bytes::from(ctx.recorder.prometheus())))
+                    } else {
+                        hyper::Response::builder()
+                            .status(404)
+                            .body(Full::new(Bytes::from_static(b"only /metrics here\n")))
+                    };
+                    async move { response }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,301 @@
+//! One attempt over HTTP/1.1 (default) or h2c, on hyper's low-level connection API.
+//!
+//! HTTP/1.1: an attempt takes an idle keep-alive connection or opens a new one to a random
+//! target; it owns that connection until the response is read, so every attempt to a server
+//! that does not answer holds its own socket. Dropping the attempt (its timeout fired) drops
+//! the connection, which aborts the task driving it and closes the socket: the server sees the
+//! client go, as with a real client that gives up.
+//!
+//! h2c: one shared connection per target; dropping an attempt resets its stream only.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::record::ErrorKind;
+use crate::targets::{Target, Targets};
+
+/// Idle HTTP/1.1 connections kept for reuse at most; more are closed when they come back.
+const MAX_IDLE: usize = 4096;
+
+/// Aborts the task driving a connection when dropped, which closes its socket.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct H1Conn {
+    target: Arc<Target>,
+    sender: http1::SendRequest<Empty<Bytes>>,
+    _driver: AbortOnDrop,
+}
+
+struct H2Conn {
+    target: Arc<Target>,
+    sender: http2::SendRequest<Empty<Bytes>>,
+    _driver: Arc<AbortOnDrop>,
+}
+
+/// Sends attempts to the current targets.
+pub struct Client {
+    targets: Arc<Targets>,
+    bind: Vec<IpAddr>,
+    next_bind: AtomicUsize,
+    http2: bool,
+    /// Attempt timeout, for `x-deadline-ms` when `deadline` is set.
+    deadline: Option<Duration>,
+    idle: Mutex<Vec<H1Conn>>,
+    h2: Mutex<Vec<H2Conn>>,
+}
+
+impl Client {
+    pub fn new(
+        targets: Arc<Targets>,
+        bind: Vec<IpAddr>,
+        http2: bool,
+        deadline: Option<Duration>,
+    ) -> Client {
+        Client {
+            targets,
+            bind,
+            next_bind: AtomicUsize::new(0),
+            http2,
+            deadline,
+            idle: Mutex::new(Vec::new()),
+            h2: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Sends attempt `attempt` of request `id`; `Ok` on a 2xx response read to its end.
+    /// The caller bounds it with the attempt timeout and drops it when that fires.
+    pub async fn attempt(&self, id: &str, attempt: u32) -> Result<(), ErrorKind> {
+        let deadline_ms = self.deadline.map(|t| {
+            (SystemTime::now() + t)
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        });
+        if self.http2 {
+            return self.attempt_h2(id, attempt, deadline_ms).await;
+        }
+        let (mut conn, reused) = match self.take_idle() {
+            Some(c) => (c, true),
+            None => (self.connect_h1().await?, false),
+        };
+        let status = match exchange_h1(&mut conn, id, attempt, deadline_ms).await {
+            Ok(s) => s,
+            // The server closed an idle connection as we reused it: the request never got
+            // there, so send it on a fresh connection (hyper-util's pool does the same).
+            Err(e) if reused && (e.is_canceled() || e.is_incomplete_message()) => {
+                conn = self.connect_h1().await?;
+                exchange_h1(&mut conn, id, attempt, deadline_ms)
+                    .await
+                    .map_err(|_| ErrorKind::Io)?
+            }
+            Err(_) => return Err(ErrorKind::Io),
+        };
+        self.put_idle(conn);
+        classify_status(status)
+    }
+
+    fn take_idle(&self) -> Option<H1Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(c) = idle.pop() {
+            if c.sender.is_ready() && !c.target.is_retired() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, conn: H1Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE && !conn.sender.is_closed() {
+            idle.push(conn);
+        }
+    }
+
+    async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
+        let (target, stream) = self.connect().await?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|_| ErrorKind::Io)?;
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(H1Conn {
+            target,
+            sender,
+            _driver: AbortOnDrop(driver),
+        })
+    }
+
+    async fn attempt_h2(
+        &self,
+        id: &str,
+        attempt: u32,
+        deadline_ms: Option<u64>,
+    ) -> Result<(), ErrorKind> {
+        let target = self.targets.pick().ok_or(ErrorKind::NoTarget)?;
+        let shared = {
+            let mut conns = self.h2.lock().unwrap_or_else(|p| p.into_inner());
+            conns.retain(|c| !c.sender.is_closed() && !c.target.is_retired());
+            conns
+                .iter()
+                .find(|c| Arc::ptr_eq(&c.target, &target))
+                .map(|c| (c.sender.clone(), c._driver.clone()))
+        };
+        let (mut sender, _driver) = match shared {
+            Some(s) => s,
+            None => {
+                let stream = self.connect_to(&target).await?;
+                let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                    .await
+                    .map_err(|_| ErrorKind::Io)?;
+                let driver = Arc::new(AbortOnDrop(tokio::spawn(async move {
+                    let _ = conn.await;
+                })));
+                let mut conns = self.h2.lock().unwrap_or_else(|p| p.into_inner());
+                conns.push(H2Conn {
+                    target: target.clone(),
+                    sender: sender.clone(),
+                    _driver: driver.clone(),
+                });
+                (sender, driver)
+            }
+        };
+        let req = build_request(&target, target.url.as_str(), id, attempt, deadline_ms);
+        sender.ready().await.map_err(|_| ErrorKind::Io)?;
+        let resp = sender.send_request(req).await.map_err(|_| ErrorKind::Io)?;
+        let status = resp.status();
+        resp.into_body()
+            .collect()
+            .await
+            .map_err(|_| ErrorKind::Io)?;
+        classify_status(status)
+    }
+
+    /// A new TCP connection to a random target.
+    async fn connect(&self) -> Result<(Arc<Target>, TcpStream), ErrorKind> {
+        let target = self.targets.pick().ok_or(ErrorKind::NoTarget)?;
+        let stream = self.connect_to(&target).await?;
+        Ok((target, stream))
+    }
+
+    async fn connect_to(&self, target: &Target) -> Result<TcpStream, ErrorKind> {
+        let addr = target.resolve().await.map_err(|_| ErrorKind::Connect)?;
+        let socket = match addr {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| classify_io(&e))?;
+        if let Some(source) = self.source_for(addr) {
+            bind_source(&socket, source).map_err(|e| classify_io(&e))?;
+        }
+        let stream = socket.connect(addr).await.map_err(|e| classify_io(&e))?;
+        // Requests are tiny and must go out at once.
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    /// The next `--bind` address of the destination's family, round robin.
+    fn source_for(&self, dest: SocketAddr) -> Option<IpAddr> {
+        if self.bind.is_empty() {
+            return None;
+        }
+        let n = self.bind.len();
+        let start = self.next_bind.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| self.bind[(start + k) % n])
+            .find(|ip| ip.is_ipv4() == dest.is_ipv4())
+    }
+}
+
+/// Binds a source address without reserving a port: with `IP_BIND_ADDRESS_NO_PORT` the port
+/// is chosen at connect time per destination, so one source address serves ~28,000
+/// connections to *each* destination instead of in total.
+fn bind_source(socket: &TcpSocket, ip: IpAddr) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket fd and a c_int option value of the right size.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    socket.bind(SocketAddr::new(ip, 0))
+}
+
+async fn exchange_h1(
+    conn: &mut H1Conn,
+    id: &str,
+    attempt: u32,
+    deadline_ms: Option<u64>,
+) -> Result<http::StatusCode, hyper::Error> {
+    let req = build_request(
+        &conn.target,
+        conn.target.path.as_str(),
+        id,
+        attempt,
+        deadline_ms,
+    );
+    conn.sender.ready().await?;
+    let resp = conn.sender.send_request(req).await?;
+    let status = resp.status();
+    // Read the body to its end so the connection can be reused.
+    resp.into_body().collect().await?;
+    Ok(status)
+}
+
+fn build_request(
+    target: &Target,
+    uri: &str,
+    id: &str,
+    attempt: u32,
+    deadline_ms: Option<u64>,
+) -> http::Request<Empty<Bytes>> {
+    let mut b = http::Request::get(uri)
+        .header(http::header::HOST, target.authority.as_str())
+        .header("x-request-id", id)
+        .header("x-attempt", attempt);
+    if let Some(ms) = deadline_ms {
+        b = b.header("x-deadline-ms", ms);
+    }
+    // Every part was validated when the target was parsed.
+    b.body(Empty::new()).unwrap_or_default()
+}
+
+fn classify_status(status: http::StatusCode) -> Result<(), ErrorKind> {
+    if status.is_success() {
+        Ok(())
+    } else if status.is_server_error() {
+        Err(ErrorKind::Status5xx)
+    } else {
+        Err(ErrorKind::StatusOther)
+    }
+}
+
+fn classify_io(e: &std::io::Error) -> ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::EADDRNOTAVAIL) => ErrorKind::AddrNotAvailable,
+        Some(libc::EMFILE | libc::ENFILE) => ErrorKind::OpenFiles,
+        _ => ErrorKind::Connect,
+    }
+}

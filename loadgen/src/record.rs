@@ -1,0 +1,718 @@
+//! What a run records: per-second rows, totals, latency histograms, and their three
+//! renderings (`timeseries.csv`, `summary.json`, Prometheus text).
+//!
+//! Every event takes one short lock and reads the clock *inside* it, so events are applied in
+//! time order and each lands in the row of the second in which it happened (seconds counted
+//! from the start of the run). A row is closed when the first event (or the 1 s ticker) of a
+//! later second arrives; its `in_flight` is then exactly the count at the end of its second.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::policy::Denied;
+
+/// Why an attempt failed (a timeout is counted apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Connection refused, reset or unreachable while connecting.
+    Connect,
+    /// `EADDRNOTAVAIL`: no free source port / address (see `--bind`).
+    AddrNotAvailable,
+    /// `EMFILE`/`ENFILE`: out of file descriptors.
+    OpenFiles,
+    /// No target to send to (empty targets file).
+    NoTarget,
+    /// The connection failed after it was set up, before a whole response arrived.
+    Io,
+    /// The server answered 5xx.
+    Status5xx,
+    /// The server answered something else that is not 2xx.
+    StatusOther,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::Connect,
+        ErrorKind::AddrNotAvailable,
+        ErrorKind::OpenFiles,
+        ErrorKind::NoTarget,
+        ErrorKind::Io,
+        ErrorKind::Status5xx,
+        ErrorKind::StatusOther,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::AddrNotAvailable => "addr_not_available",
+            ErrorKind::OpenFiles => "open_files",
+            ErrorKind::NoTarget => "no_target",
+            ErrorKind::Io => "io",
+            ErrorKind::Status5xx => "status_5xx",
+            ErrorKind::StatusOther => "status_other",
+        }
+    }
+
+    fn index(self) -> usize {
+        ErrorKind::ALL.iter().position(|&k| k == self).unwrap_or(0)
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Success,
+    Timeout,
+    Error(ErrorKind),
+}
+
+/// How one logical request ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RequestOutcome {
+    /// Some attempt succeeded; latency from the first send to that success.
+    Succeeded(Duration),
+    /// Every attempt it was allowed failed (or a retry was denied).
+    Failed,
+    /// The run stopped before it finished (no retry after the stop, or drain ran out).
+    Unfinished,
+}
+
+/// Counters of one second (or, summed, of the whole run).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Row {
+    pub second: u64,
+    pub first_attempts: u64,
+    /// Attempts sent, by attempt number (0 = first attempt).
+    pub attempts: Vec<u64>,
+    /// Attempts that succeeded, by attempt number.
+    pub successes: Vec<u64>,
+    pub timeouts: u64,
+    pub errors: [u64; ErrorKind::ALL.len()],
+    pub denied_budget: u64,
+    pub denied_quota: u64,
+    pub shed: u64,
+    pub requests_succeeded: u64,
+    pub requests_failed: u64,
+    pub requests_unfinished: u64,
+    /// Requests in flight at the end of the second.
+    pub in_flight: u64,
+    /// p99 of the send lag of first attempts sent in this second, microseconds.
+    pub send_lag_p99_us: u64,
+}
+
+impl Row {
+    fn new(second: u64, attempt_numbers: usize) -> Row {
+        Row {
+            second,
+            attempts: vec![0; attempt_numbers],
+            successes: vec![0; attempt_numbers],
+            ..Row::default()
+        }
+    }
+
+    fn add(&mut self, other: &Row) {
+        let add_all = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        self.first_attempts += other.first_attempts;
+        add_all(&mut self.attempts, &other.attempts);
+        add_all(&mut self.successes, &other.successes);
+        self.timeouts += other.timeouts;
+        add_all(&mut self.errors, &other.errors);
+        self.denied_budget += other.denied_budget;
+        self.denied_quota += other.denied_quota;
+        self.shed += other.shed;
+        self.requests_succeeded += other.requests_succeeded;
+        self.requests_failed += other.requests_failed;
+        self.requests_unfinished += other.requests_unfinished;
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds from 1 us to 1 h, 3 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+struct State {
+    rows: Vec<Row>,
+    current: Row,
+    lag_this_second: Histogram<u64>,
+    send_lag: Histogram<u64>,
+    attempt_latency: Histogram<u64>,
+    request_latency: Histogram<u64>,
+    timeout_lateness: Histogram<u64>,
+    in_flight: u64,
+    peak_in_flight: u64,
+}
+
+/// The run's record, shared by every task.
+pub struct Recorder {
+    start: Instant,
+    start_unix: f64,
+    attempt_numbers: usize,
+    state: Mutex<State>,
+}
+
+impl Recorder {
+    /// `retries` fixes the attempt-number columns: 0..=retries.
+    pub fn new(start: Instant, retries: u32) -> Recorder {
+        let attempt_numbers = retries as usize + 1;
+        let start_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+            - start.elapsed().as_secs_f64();
+        Recorder {
+            start,
+            start_unix,
+            attempt_numbers,
+            state: Mutex::new(State {
+                rows: Vec::new(),
+                current: Row::new(0, attempt_numbers),
+                lag_this_second: histogram(),
+                send_lag: histogram(),
+                attempt_latency: histogram(),
+                request_latency: histogram(),
+                timeout_lateness: histogram(),
+                in_flight: 0,
+                peak_in_flight: 0,
+            }),
+        }
+    }
+
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Locks the state and closes every second that has ended.
+    fn now(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave counters half-updated in a way that
+        // matters more than losing the record, so keep going with the data.
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let second = self.start.elapsed().as_secs();
+        while st.current.second < second {
+            let next = Row::new(st.current.second + 1, self.attempt_numbers);
+            st.current.in_flight = st.in_flight;
+            st.current.send_lag_p99_us = st.lag_this_second.value_at_quantile(0.99);
+            st.lag_this_second.reset();
+            let closed = std::mem::replace(&mut st.current, next);
+            st.rows.push(closed);
+        }
+        st
+    }
+
+    /// Closes finished seconds even when nothing happens (the 1 s ticker calls this).
+    pub fn tick(&self) {
+        drop(self.now());
+    }
+
+    /// An arrival: admitted (now in flight) unless `max_in_flight` requests already are.
+    pub fn admit(&self, max_in_flight: u64) -> bool {
+        let mut st = self.now();
+        if st.in_flight >= max_in_flight {
+            st.current.shed += 1;
+            return false;
+        }
+        st.in_flight += 1;
+        st.peak_in_flight = st.peak_in_flight.max(st.in_flight);
+        true
+    }
+
+    /// Attempt `attempt` is being sent; a first attempt brings its send lag.
+    pub fn attempt_sent(&self, attempt: u32, send_lag: Option<Duration>) {
+        let mut st = self.now();
+        let n = (attempt as usize).min(self.attempt_numbers - 1);
+        st.current.attempts[n] += 1;
+        if attempt == 0 {
+            st.current.first_attempts += 1;
+        }
+        if let Some(lag) = send_lag {
+            let us = micros(lag);
+            st.lag_this_second.saturating_record(us);
+            st.send_lag.saturating_record(us);
+        }
+    }
+
+    /// Attempt `attempt` ended after `latency`. Attempt latency is recorded for attempts that
+    /// got a response (any status); a timeout records how late it fired instead.
+    pub fn attempt_done(
+        &self,
+        attempt: u32,
+        outcome: AttemptOutcome,
+        latency: Duration,
+        timeout: Duration,
+    ) {
+        let mut st = self.now();
+        match outcome {
+            AttemptOutcome::Success => {
+                let n = (attempt as usize).min(self.attempt_numbers - 1);
+                st.current.successes[n] += 1;
+                st.attempt_latency.saturating_record(micros(latency));
+            }
+            AttemptOutcome::Timeout => {
+                st.current.timeouts += 1;
+                st.timeout_lateness
+                    .saturating_record(micros(latency.saturating_sub(timeout)));
+            }
+            AttemptOutcome::Error(kind) => {
+                st.current.errors[kind.index()] += 1;
+                if matches!(kind, ErrorKind::Status5xx | ErrorKind::StatusOther) {
+                    st.attempt_latency.saturating_record(micros(latency));
+                }
+            }
+        }
+    }
+
+    pub fn retry_denied(&self, why: Denied) {
+        let mut st = self.now();
+        match why {
+            Denied::Budget => st.current.denied_budget += 1,
+            Denied::Quota => st.current.denied_quota += 1,
+        }
+    }
+
+    pub fn request_done(&self, outcome: RequestOutcome) {
+        let mut st = self.now();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        match outcome {
+            RequestOutcome::Succeeded(latency) => {
+                st.current.requests_succeeded += 1;
+                st.request_latency.saturating_record(micros(latency));
+            }
+            RequestOutcome::Failed => st.current.requests_failed += 1,
+            RequestOutcome::Unfinished => st.current.requests_unfinished += 1,
+        }
+    }
+
+    /// Requests still in flight when the drain ran out: counted unfinished, none lost.
+    pub fn cut_unfinished(&self) {
+        let mut st = self.now();
+        let left = std::mem::take(&mut st.in_flight);
+        st.current.requests_unfinished += left;
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.now().in_flight
+    }
+
+    /// Sum of every row so far, including the current partial one.
+    pub fn totals(&self) -> Row {
+        let st = self.now();
+        let mut total = Row::new(0, self.attempt_numbers);
+        st.rows.iter().for_each(|r| total.add(r));
+        total.add(&st.current);
+        total.in_flight = st.in_flight;
+        total
+    }
+
+    /// `timeseries.csv`: closed seconds, plus the current partial second when `final_row`.
+    pub fn csv(&self, final_row: bool) -> String {
+        let mut st = self.now();
+        let mut out = String::new();
+        out.push_str("second,unix_time,first_attempts,attempts");
+        for n in 0..self.attempt_numbers {
+            let _ = write!(out, ",attempts_{n}");
+        }
+        out.push_str(",successes");
+        for n in 0..self.attempt_numbers {
+            let _ = write!(out, ",successes_{n}");
+        }
+        out.push_str(",timeouts");
+        for kind in ErrorKind::ALL {
+            let _ = write!(out, ",errors_{}", kind.name());
+        }
+        out.push_str(",denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms\n");
+        if final_row {
+            st.current.in_flight = st.in_flight;
+            st.current.send_lag_p99_us = st.lag_this_second.value_at_quantile(0.99);
+        }
+        let partial = final_row.then_some(&st.current);
+        for r in st.rows.iter().chain(partial) {
+            let _ = write!(
+                out,
+                "{},{:.3},{},{}",
+                r.second,
+                self.start_unix + r.second as f64,
+                r.first_attempts,
+                r.attempts.iter().sum::<u64>()
+            );
+            r.attempts.iter().for_each(|v| {
+                let _ = write!(out, ",{v}");
+            });
+            let _ = write!(out, ",{}", r.successes.iter().sum::<u64>());
+            r.successes.iter().for_each(|v| {
+                let _ = write!(out, ",{v}");
+            });
+            let _ = write!(out, ",{}", r.timeouts);
+            r.errors.iter().for_each(|v| {
+                let _ = write!(out, ",{v}");
+            });
+            let _ = writeln!(
+                out,
+                ",{},{},{},{},{},{},{},{:.3}",
+                r.denied_budget,
+                r.denied_quota,
+                r.shed,
+                r.requests_succeeded,
+                r.requests_failed,
+                r.requests_unfinished,
+                r.in_flight,
+                r.send_lag_p99_us as f64 / 1000.0
+            );
+        }
+        out
+    }
+
+    /// Totals and latency percentiles (see `Summary`).
+    pub fn summary(&self, meta: RunMeta) -> Summary {
+        let total = self.totals();
+        let st = self.now();
+        Summary {
+            meta,
+            started_unix: self.start_unix,
+            elapsed_seconds: self.start.elapsed().as_secs_f64(),
+            first_attempts: total.first_attempts,
+            attempts: total.attempts.iter().sum(),
+            attempts_by_number: total.attempts.clone(),
+            successes_by_number: total.successes.clone(),
+            succeeded: total.requests_succeeded,
+            failed: total.requests_failed,
+            unfinished: total.requests_unfinished,
+            timeouts: total.timeouts,
+            errors: ErrorKind::ALL
+                .iter()
+                .map(|k| (k.name().to_string(), total.errors[k.index()]))
+                .collect(),
+            denied_budget: total.denied_budget,
+            denied_quota: total.denied_quota,
+            shed: total.shed,
+            peak_in_flight: st.peak_in_flight,
+            attempt_latency_seconds: Percentiles::of(&st.attempt_latency),
+            request_latency_seconds: Percentiles::of(&st.request_latency),
+            send_lag_seconds: Percentiles::of(&st.send_lag),
+            timeout_lateness_seconds: Percentiles::of(&st.timeout_lateness),
+            max_rss_bytes: crate::limits::max_rss_bytes(),
+        }
+    }
+
+    /// Prometheus text exposition of the live counters.
+    pub fn prometheus(&self) -> String {
+        let t = self.totals();
+        let st = self.now();
+        let mut out = String::new();
+        let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+            let _ = writeln!(out, "# HELP retrydebt_loadgen_{name} {help}");
+            let _ = writeln!(out, "# TYPE retrydebt_loadgen_{name} {kind}");
+            for (suffix_labels, v) in samples {
+                let _ = writeln!(out, "retrydebt_loadgen_{name}{suffix_labels} {v}");
+            }
+        };
+        let plain = |v: u64| vec![(String::new(), v as f64)];
+        let by_attempt = |v: &[u64]| -> Vec<(String, f64)> {
+            v.iter()
+                .enumerate()
+                .map(|(n, c)| (format!("{{attempt=\"{n}\"}}"), *c as f64))
+                .collect()
+        };
+        family(
+            "first_attempts_total",
+            "counter",
+            "First attempts sent.",
+            &plain(t.first_attempts),
+        );
+        family(
+            "attempts_total",
+            "counter",
+            "Attempts sent, by attempt number (0 = first).",
+            &by_attempt(&t.attempts),
+        );
+        family(
+            "successes_total",
+            "counter",
+            "Attempts that succeeded (2xx), by attempt number.",
+            &by_attempt(&t.successes),
+        );
+        family(
+            "timeouts_total",
+            "counter",
+            "Attempts abandoned at the per-attempt timeout.",
+            &plain(t.timeouts),
+        );
+        let errors: Vec<(String, f64)> = ErrorKind::ALL
+            .iter()
+            .map(|k| {
+                (
+                    format!("{{kind=\"{}\"}}", k.name()),
+                    t.errors[k.index()] as f64,
+                )
+            })
+            .collect();
+        family(
+            "errors_total",
+            "counter",
+            "Attempts that failed other than by timeout, by kind.",
+            &errors,
+        );
+        let denied = vec![
+            ("{policy=\"budget\"}".to_string(), t.denied_budget as f64),
+            ("{policy=\"quota\"}".to_string(), t.denied_quota as f64),
+        ];
+        family(
+            "retries_denied_total",
+            "counter",
+            "Retries not sent because a retry policy refused them.",
+            &denied,
+        );
+        family(
+            "shed_total",
+            "counter",
+            "Arrivals not sent because --max-in-flight requests were in flight.",
+            &plain(t.shed),
+        );
+        let requests = vec![
+            (
+                "{outcome=\"succeeded\"}".to_string(),
+                t.requests_succeeded as f64,
+            ),
+            ("{outcome=\"failed\"}".to_string(), t.requests_failed as f64),
+            (
+                "{outcome=\"unfinished\"}".to_string(),
+                t.requests_unfinished as f64,
+            ),
+        ];
+        family(
+            "requests_total",
+            "counter",
+            "Logical requests finished, by outcome.",
+            &requests,
+        );
+        family(
+            "in_flight",
+            "gauge",
+            "Logical requests in flight.",
+            &plain(st.in_flight),
+        );
+        for (name, help, h) in [
+            (
+                "attempt_latency_seconds",
+                "Latency of attempts that got a response.",
+                &st.attempt_latency,
+            ),
+            (
+                "request_latency_seconds",
+                "Latency from first send to success.",
+                &st.request_latency,
+            ),
+            (
+                "send_lag_seconds",
+                "Lag of first attempts behind their scheduled send time.",
+                &st.send_lag,
+            ),
+        ] {
+            let mut samples: Vec<(String, f64)> = [0.5, 0.9, 0.99, 0.999]
+                .iter()
+                .map(|q| {
+                    (
+                        format!("{{quantile=\"{q}\"}}"),
+                        h.value_at_quantile(*q) as f64 / 1e6,
+                    )
+                })
+                .collect();
+            samples.push(("_sum".into(), h.mean() * h.len() as f64 / 1e6));
+            samples.push(("_count".into(), h.len() as f64));
+            family(name, "summary", help, &samples);
+        }
+        out
+    }
+}
+
+/// Latency percentiles in seconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        let q = |v: u64| v as f64 / 1e6;
+        Percentiles {
+            count: h.len(),
+            p50: q(h.value_at_quantile(0.5)),
+            p90: q(h.value_at_quantile(0.9)),
+            p99: q(h.value_at_quantile(0.99)),
+            p99_9: q(h.value_at_quantile(0.999)),
+            max: q(h.max()),
+        }
+    }
+}
+
+/// What ran, copied into `summary.json`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunMeta {
+    pub schedule: String,
+    pub arrivals: crate::schedule::ArrivalKind,
+    pub seed: u64,
+    pub timeout_seconds: f64,
+    pub retries: u32,
+    pub retry_on: Vec<String>,
+    pub http2: bool,
+    pub open_files_limit: u64,
+}
+
+/// `summary.json`. Every count is over the whole run; latencies are in seconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    #[serde(flatten)]
+    pub meta: RunMeta,
+    pub started_unix: f64,
+    pub elapsed_seconds: f64,
+    pub first_attempts: u64,
+    pub attempts: u64,
+    pub attempts_by_number: Vec<u64>,
+    pub successes_by_number: Vec<u64>,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub unfinished: u64,
+    pub timeouts: u64,
+    pub errors: std::collections::BTreeMap<String, u64>,
+    pub denied_budget: u64,
+    pub denied_quota: u64,
+    pub shed: u64,
+    pub peak_in_flight: u64,
+    pub attempt_latency_seconds: Percentiles,
+    pub request_latency_seconds: Percentiles,
+    pub send_lag_seconds: Percentiles,
+    pub timeout_lateness_seconds: Percentiles,
+    pub max_rss_bytes: Option<u64>,
+}
+
+/// Writes `path` atomically: a temporary file beside it, flushed, then renamed over it.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(contents)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_attribute_events_to_their_second_and_totals_add_up() {
+        // Pretend the run began 2.5 s ago: events now land in second 2.
+        let rec = Recorder::new(Instant::now() - Duration::from_millis(2500), 1);
+        assert!(rec.admit(2));
+        assert!(rec.admit(2));
+        assert!(!rec.admit(2), "third arrival is shed");
+        rec.attempt_sent(0, Some(Duration::from_micros(700)));
+        rec.attempt_done(
+            0,
+            AttemptOutcome::Timeout,
+            Duration::from_millis(1002),
+            Duration::from_secs(1),
+        );
+        rec.attempt_sent(1, None);
+        rec.attempt_done(
+            1,
+            AttemptOutcome::Success,
+            Duration::from_millis(3),
+            Duration::from_secs(1),
+        );
+        rec.request_done(RequestOutcome::Succeeded(Duration::from_millis(1005)));
+        rec.attempt_sent(0, Some(Duration::from_micros(300)));
+        rec.attempt_done(
+            0,
+            AttemptOutcome::Error(ErrorKind::Connect),
+            Duration::ZERO,
+            Duration::from_secs(1),
+        );
+        rec.request_done(RequestOutcome::Failed);
+        rec.retry_denied(Denied::Quota);
+
+        let csv = rec.csv(true);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 4, "header + seconds 0, 1, 2:\n{csv}");
+        assert_eq!(
+            lines[0],
+            "second,unix_time,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms"
+        );
+        let cells: Vec<&str> = lines[3].split(',').collect();
+        assert_eq!(cells[0], "2");
+        assert_eq!(
+            &cells[2..],
+            [
+                "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0", "0",
+                "1", "1", "1", "1", "0", "0", "0.700"
+            ]
+        );
+        assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000"));
+
+        let s = rec.summary(RunMeta {
+            schedule: "0s:1".into(),
+            arrivals: crate::schedule::ArrivalKind::Poisson,
+            seed: 1,
+            timeout_seconds: 1.0,
+            retries: 1,
+            retry_on: vec!["timeout".into()],
+            http2: false,
+            open_files_limit: 1024,
+        });
+        assert_eq!(
+            (
+                s.first_attempts,
+                s.attempts,
+                s.succeeded,
+                s.failed,
+                s.timeouts,
+                s.shed
+            ),
+            (2, 3, 1, 1, 1, 1)
+        );
+        assert_eq!(s.attempts_by_number, [2, 1]);
+        assert_eq!(s.errors["connect"], 1);
+        assert!((s.timeout_lateness_seconds.max - 0.002).abs() < 1e-5);
+        let json = serde_json::to_value(&s).unwrap();
+        for key in [
+            "first_attempts",
+            "attempts",
+            "succeeded",
+            "failed",
+            "timeouts",
+            "shed",
+            "seed",
+            "schedule",
+        ] {
+            assert!(json.get(key).is_some(), "summary.json lacks {key}");
+        }
+        assert!(json["request_latency_seconds"]["p99_9"].as_f64().unwrap() > 1.0);
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.csv");
+        write_atomically(&p, b"one\n").unwrap();
+        write_atomically(&p, b"two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "two\n");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temp file left"
+        );
+    }
+}
