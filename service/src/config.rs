@@ -167,7 +167,8 @@ mod tests {
     #[test]
     fn rejects_bad_rates_naming_the_value() {
         for bad in ["0", "-5", "abc", "inf", "NaN"] {
-            let err = Config::try_parse_from(["service", "--rate", bad]).unwrap_err();
+            let err = Config::try_parse_from(["service".to_string(), format!("--rate={bad}")])
+                .unwrap_err();
             let msg = err.to_string();
             assert!(msg.contains("--rate") && msg.contains(bad), "{msg}");
         }
