@@ -116,8 +116,11 @@ pub struct Config {
     #[arg(long, value_name = "DURATION", env = "LOADGEN_DURATION", value_parser = positive_duration)]
     pub duration: Option<Duration>,
 
-    /// After arrivals stop (end or Ctrl-C/SIGTERM), wait this long at most for attempts in
-    /// flight; no retry starts after the stop. Default: the timeout. `0` skips the wait.
+    /// Longest wait for requests in flight once arrivals stop. At the schedule's or
+    /// `--duration`'s end, requests go on with their retries; default: long enough for every
+    /// attempt ((retries+1) x timeout, plus backoff caps, plus 1 s). After Ctrl-C / SIGTERM no
+    /// retry starts and attempts in flight may finish; default: the timeout. `0` skips the wait.
+    /// Whatever is still in flight then is counted `unfinished`.
     #[arg(long, value_name = "DURATION", env = "LOADGEN_DRAIN", value_parser = humantime::parse_duration)]
     pub drain: Option<Duration>,
 
@@ -241,7 +244,10 @@ pub struct Plan {
     pub schedule: Schedule,
     /// Seconds after the start at which arrivals stop.
     pub stop: f64,
-    pub drain: Duration,
+    /// Wait for requests in flight at the natural end of the run.
+    pub drain_at_end: Duration,
+    /// Wait for attempts in flight after a stop signal.
+    pub drain_on_signal: Duration,
     pub seed: u64,
     pub policy: RetryPolicy,
     pub retry_on: Vec<RetryOn>,
@@ -280,7 +286,14 @@ impl Config {
         Ok(Plan {
             schedule,
             stop,
-            drain: self.drain.unwrap_or(self.timeout),
+            drain_at_end: self.drain.unwrap_or_else(|| {
+                let attempts = self.timeout * (self.retries + 1);
+                let backoffs = self
+                    .backoff
+                    .map_or(Duration::ZERO, |b| b.cap * self.retries);
+                attempts + backoffs + Duration::from_secs(1)
+            }),
+            drain_on_signal: self.drain.unwrap_or(self.timeout),
             seed: self.seed.unwrap_or_else(rand::random),
             policy: RetryPolicy {
                 backoff: self.backoff,
@@ -310,7 +323,8 @@ mod tests {
         assert_eq!(c.max_in_flight, 200_000);
         let p = c.plan().unwrap();
         assert_eq!(p.stop, 5.0);
-        assert_eq!(p.drain, Duration::from_secs(10));
+        assert_eq!(p.drain_on_signal, Duration::from_secs(10));
+        assert_eq!(p.drain_at_end, Duration::from_secs(31));
         assert!(p.retries_after(AttemptOutcome::Timeout));
         assert!(p.retries_after(AttemptOutcome::Error(ErrorKind::AddrNotAvailable)));
         assert!(!p.retries_after(AttemptOutcome::Error(ErrorKind::Status5xx)));

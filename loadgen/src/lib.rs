@@ -199,30 +199,37 @@ pub async fn run(
     background.spawn(ticker(ctx.clone(), config.out.clone()));
 
     let mut requests = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
     let arrivals = schedule::Arrivals::new(
         &ctx.plan.schedule,
         config.arrivals,
         ctx.plan.seed,
         ctx.plan.stop,
     );
-    send_arrivals(
+    let mut signalled = send_arrivals(
         &ctx,
         arrivals,
         config.max_in_flight,
         &mut requests,
-        shutdown,
+        shutdown.as_mut(),
     )
     .await;
 
-    // Stop: no new arrivals, no new retries; attempts in flight may finish within the drain.
-    ctx.stopping.store(true, Ordering::SeqCst);
-    let drained = tokio::time::timeout(ctx.plan.drain, async {
-        while requests.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        requests.shutdown().await;
+    // At the natural end requests finish with their retries (a signal then still cuts the
+    // wait short); after a signal no retry starts and only attempts in flight may finish.
+    if !signalled {
+        let all_done = async { while requests.join_next().await.is_some() {} };
+        tokio::select! {
+            _ = tokio::time::timeout(ctx.plan.drain_at_end, all_done) => {}
+            _ = shutdown.as_mut() => signalled = true,
+        }
     }
+    if signalled {
+        ctx.stopping.store(true, Ordering::SeqCst);
+        let in_flight_done = async { while requests.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(ctx.plan.drain_on_signal, in_flight_done).await;
+    }
+    requests.shutdown().await;
     ctx.recorder.cut_unfinished();
     background.shutdown().await;
 
@@ -236,22 +243,22 @@ pub async fn run(
 }
 
 /// The open loop: every arrival is spawned at its scheduled time, never waiting for responses.
+/// Returns true if `shutdown` ended it.
 async fn send_arrivals(
     ctx: &Arc<Ctx>,
     mut arrivals: schedule::Arrivals,
     max_in_flight: u64,
     requests: &mut JoinSet<()>,
-    shutdown: impl Future<Output = ()>,
-) {
+    mut shutdown: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> bool {
     let start = ctx.recorder.start();
-    let mut shutdown = std::pin::pin!(shutdown);
     let mut next = arrivals.next();
     while let Some(first) = next {
         let due = start + Duration::from_secs_f64(first);
         if due > Instant::now() {
             tokio::select! {
                 _ = tokio::time::sleep_until(due.into()) => {}
-                _ = &mut shutdown => return,
+                _ = shutdown.as_mut() => return true,
             }
         }
         // Everything due by now goes out in this pass (several per timer tick at high rates).
@@ -269,6 +276,7 @@ async fn send_arrivals(
         // Reap finished tasks so the set holds only those in flight.
         while requests.try_join_next().is_some() {}
     }
+    false
 }
 
 /// One logical request: attempts 0..=retries until one succeeds or a failure is not retried.

@@ -1,0 +1,463 @@
+//! End-to-end behaviour against small loopback servers written here (never the real pod):
+//! one that never answers, one that answers after a delay or with a chosen status, an h2c one.
+//! Every run is bounded (about a second of load) and bands are wide: the machine is shared.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use loadgen::{Config, Summary};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the server does with attempt n.
+#[derive(Clone, Copy)]
+enum Reply {
+    Never,
+    After(Duration, u16),
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    id: String,
+    attempt: u32,
+    deadline_ms: Option<u64>,
+    at: Instant,
+    peer: SocketAddr,
+    /// When the client closed the connection (for attempts never answered).
+    closed: Arc<Mutex<Option<Instant>>>,
+}
+
+struct Server {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Server {
+    fn url(&self) -> String {
+        format!("http://{}/work", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// A raw HTTP/1.1 server on 127.0.0.1 that logs each request head and replies per `reply`.
+async fn server(reply: impl Fn(u32) -> Reply + Send + Sync + 'static) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reply = Arc::new(reply);
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = listener.accept().await.unwrap();
+            tokio::spawn(connection(stream, peer, log.clone(), reply.clone()));
+        }
+    });
+    Server { addr, seen }
+}
+
+async fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    log: Arc<Mutex<Vec<Seen>>>,
+    reply: Arc<impl Fn(u32) -> Reply>,
+) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+        buf.drain(..head_end);
+        let header = |name: &str| {
+            head.lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        let attempt: u32 = header("x-attempt").unwrap().parse().unwrap();
+        let seen = Seen {
+            id: header("x-request-id").unwrap(),
+            attempt,
+            deadline_ms: header("x-deadline-ms").map(|v| v.parse().unwrap()),
+            at: Instant::now(),
+            peer,
+            closed: Arc::new(Mutex::new(None)),
+        };
+        let closed = seen.closed.clone();
+        log.lock().unwrap().push(seen);
+        match reply(attempt) {
+            Reply::Never => {
+                // Hold the connection without answering until the client closes it.
+                while let Ok(n) = stream.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                *closed.lock().unwrap() = Some(Instant::now());
+                return;
+            }
+            Reply::After(delay, status) => {
+                tokio::time::sleep(delay).await;
+                let resp = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok");
+                if stream.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn config(args: &str) -> Config {
+    Config::try_parse_from(std::iter::once("loadgen").chain(args.split_whitespace())).unwrap()
+}
+
+async fn run(args: &str) -> Summary {
+    loadgen::run(config(args), std::future::pending())
+        .await
+        .unwrap()
+}
+
+/// Arrivals the schedule makes: what `first_attempts + shed` must add up to.
+fn scheduled(rate: f64, secs: f64) -> u64 {
+    let s = loadgen::Schedule::constant(rate).unwrap();
+    loadgen::schedule::Arrivals::new(&s, loadgen::ArrivalKind::Constant, 0, secs).count() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_closed_connection() {
+    let srv = server(|_| Reply::Never).await;
+    let began = Instant::now();
+    let s = run(&format!(
+        "--target {} --rate 20 --arrivals constant --duration 1s --timeout 200ms --retries 2 --deadline",
+        srv.url()
+    ))
+    .await;
+    let n = scheduled(20.0, 1.0);
+    assert_eq!(s.first_attempts, n);
+    assert_eq!(
+        (s.attempts, s.timeouts, s.failed, s.succeeded, s.unfinished),
+        (3 * n, 3 * n, n, 0, 0)
+    );
+    assert_eq!(s.attempts_by_number, [n, n, n]);
+    assert!((s.first_attempts as f64 / s.attempts as f64 - 1.0 / 3.0).abs() < 1e-9);
+    assert!(
+        began.elapsed() < Duration::from_secs(4),
+        "natural end waits only for the last retries"
+    );
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen = srv.seen();
+    assert_eq!(seen.len() as u64, 3 * n);
+    let mut ids: Vec<&str> = seen.iter().map(|s| s.id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, n, "one id per logical request");
+    for id in ids {
+        let mut tries: Vec<&Seen> = seen.iter().filter(|s| s.id == id).collect();
+        tries.sort_by_key(|s| s.attempt);
+        assert_eq!(
+            tries.iter().map(|s| s.attempt).collect::<Vec<_>>(),
+            [0, 1, 2],
+            "{id}"
+        );
+        let ports: std::collections::HashSet<u16> = tries.iter().map(|s| s.peer.port()).collect();
+        assert_eq!(ports.len(), 3, "each attempt on its own connection");
+        for pair in tries.windows(2) {
+            // Timeout accuracy: the retry follows the timed-out attempt after ~200 ms.
+            let gap = pair[1].at - pair[0].at;
+            assert!(
+                gap >= Duration::from_millis(195) && gap < Duration::from_millis(400),
+                "{gap:?}"
+            );
+            let closed = pair[0]
+                .closed
+                .lock()
+                .unwrap()
+                .expect("timed-out attempt's connection closed");
+            let closed_after = closed - pair[0].at;
+            assert!(
+                closed_after >= Duration::from_millis(195)
+                    && closed_after < Duration::from_millis(400),
+                "{closed_after:?}"
+            );
+        }
+        let d = tries[0]
+            .deadline_ms
+            .expect("x-deadline-ms sent with --deadline");
+        assert!(d > 1_600_000_000_000, "unix ms, got {d}");
+    }
+    assert!(s.timeout_lateness_seconds.count == 3 * n);
+    assert!(
+        s.timeout_lateness_seconds.p99 < 0.1,
+        "{:?}",
+        s.timeout_lateness_seconds
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_stops_the_retries() {
+    // Attempt 0 is never answered; attempt 1 is answered at once.
+    let srv = server(|a| {
+        if a == 0 {
+            Reply::Never
+        } else {
+            Reply::After(Duration::ZERO, 200)
+        }
+    })
+    .await;
+    let s = run(&format!(
+        "--target {} --rate 20 --arrivals constant --duration 1s --timeout 150ms --retries 3",
+        srv.url()
+    ))
+    .await;
+    let n = scheduled(20.0, 1.0);
+    assert_eq!(s.attempts_by_number, [n, n, 0, 0]);
+    assert_eq!(s.successes_by_number, [0, n, 0, 0]);
+    assert_eq!((s.succeeded, s.failed, s.timeouts), (n, 0, n));
+    assert!(s.request_latency_seconds.p50 >= 0.15 && s.request_latency_seconds.max < 1.0);
+    assert!(
+        srv.seen().iter().all(|x| x.deadline_ms.is_none()),
+        "no x-deadline-ms unless asked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_answers_within_the_timeout_succeed_on_reused_connections() {
+    let srv = server(|_| Reply::After(Duration::from_millis(50), 200)).await;
+    let s = run(&format!(
+        "--target {} --rate 40 --duration 1s --timeout 1s",
+        srv.url()
+    ))
+    .await;
+    assert!(s.first_attempts > 15, "{}", s.first_attempts);
+    assert_eq!(
+        (s.attempts, s.succeeded, s.timeouts),
+        (s.first_attempts, s.first_attempts, 0)
+    );
+    let lat = &s.attempt_latency_seconds;
+    assert!(lat.p50 >= 0.05 && lat.p50 < 0.3, "{lat:?}");
+    let ports: std::collections::HashSet<u16> = srv.seen().iter().map(|x| x.peer.port()).collect();
+    assert!(
+        ports.len() < srv.seen().len(),
+        "keep-alive connections are reused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_are_retried_only_when_asked() {
+    let srv = server(|_| Reply::After(Duration::ZERO, 503)).await;
+    let base = format!(
+        "--target {} --rate 20 --arrivals constant --duration 500ms --timeout 1s",
+        srv.url()
+    );
+    let n = scheduled(20.0, 0.5);
+    let s = run(&base).await;
+    assert_eq!((s.attempts, s.errors["status_5xx"], s.failed), (n, n, n));
+    let s = run(&format!("{base} --retry-on timeout,5xx --retries 2")).await;
+    assert_eq!(
+        (s.attempts, s.errors["status_5xx"], s.failed),
+        (3 * n, 3 * n, n)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_target_counts_connect_errors_and_the_run_goes_on() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = run(&format!(
+        "--target http://127.0.0.1:{port}/work --rate 20 --arrivals constant --duration 500ms --timeout 1s --retries 1"
+    ))
+    .await;
+    let n = scheduled(20.0, 0.5);
+    assert_eq!(
+        (s.attempts, s.errors["connect"], s.failed),
+        (2 * n, 2 * n, n)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_spreads_source_addresses_and_counts_eaddrnotavail() {
+    let srv = server(|_| Reply::After(Duration::ZERO, 200)).await;
+    let s = run(&format!(
+        "--target {} --rate 20 --duration 500ms --timeout 1s --bind 127.0.0.2-127.0.0.3",
+        srv.url()
+    ))
+    .await;
+    assert_eq!(s.succeeded, s.first_attempts);
+    let sources: std::collections::HashSet<String> =
+        srv.seen().iter().map(|x| x.peer.ip().to_string()).collect();
+    assert!(
+        sources
+            .iter()
+            .all(|ip| ip == "127.0.0.2" || ip == "127.0.0.3"),
+        "{sources:?}"
+    );
+    // 192.0.2.1 (TEST-NET-1) is not an address of this host: bind fails, nothing is sent.
+    let s = run(&format!(
+        "--target {} --rate 20 --duration 300ms --timeout 1s --retries 0 --bind 192.0.2.1",
+        srv.url()
+    ))
+    .await;
+    assert!(s.first_attempts > 0);
+    assert_eq!(s.errors["addr_not_available"], s.first_attempts);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arrivals_beyond_max_in_flight_are_shed_and_counted() {
+    let srv = server(|_| Reply::Never).await;
+    let s = run(&format!(
+        "--target {} --rate 50 --arrivals constant --duration 1s --timeout 5s --retries 0 --max-in-flight 5 --drain 0s",
+        srv.url()
+    ))
+    .await;
+    assert_eq!(s.first_attempts, 5);
+    assert_eq!(s.first_attempts + s.shed, scheduled(50.0, 1.0));
+    assert_eq!(s.unfinished, 5, "cut by --drain 0, counted, not lost");
+    assert_eq!(s.peak_in_flight, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_file_reload_moves_new_connections() {
+    let a = server(|_| Reply::After(Duration::ZERO, 200)).await;
+    let b = server(|_| Reply::After(Duration::ZERO, 200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("targets");
+    std::fs::write(&file, format!("{}\n", a.url())).unwrap();
+    let cfg = config(&format!(
+        "--targets-file {} --rate 50 --duration 1500ms --timeout 1s",
+        file.display()
+    ));
+    let writer = {
+        let (file, b_url) = (file.clone(), b.url());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let tmp = file.with_extension("tmp");
+            std::fs::write(&tmp, format!("# ready pods\n{b_url}\n")).unwrap();
+            std::fs::rename(&tmp, &file).unwrap();
+            Instant::now()
+        })
+    };
+    let s = loadgen::run(cfg, std::future::pending()).await.unwrap();
+    let switched = writer.await.unwrap();
+    assert_eq!(s.succeeded, s.first_attempts);
+    let (a_seen, b_seen) = (a.seen(), b.seen());
+    assert!(
+        !a_seen.is_empty() && !b_seen.is_empty(),
+        "{} {}",
+        a_seen.len(),
+        b_seen.len()
+    );
+    let last_a = a_seen.iter().map(|x| x.at).max().unwrap();
+    assert!(
+        last_a < switched + Duration::from_millis(400),
+        "old target used long after the reload"
+    );
+    assert!(b_seen.iter().all(|x| x.at > switched));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_attempts_succeed() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    |req: hyper::Request<hyper::body::Incoming>| async move {
+                        let attempt = req.headers().get("x-attempt").cloned();
+                        let body = http_body_util::Full::new(bytes::Bytes::from_static(b"ok"));
+                        let status = if attempt.is_some() { 200 } else { 400 };
+                        hyper::Response::builder().status(status).body(body)
+                    },
+                );
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+            });
+        }
+    });
+    let s = run(&format!(
+        "--target http://{addr}/work --http2 --rate 40 --duration 500ms --timeout 1s"
+    ))
+    .await;
+    assert!(s.first_attempts > 5);
+    assert_eq!(s.succeeded, s.first_attempts);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_passes_promtool() {
+    let srv = server(|a| {
+        if a == 0 {
+            Reply::Never
+        } else {
+            Reply::After(Duration::ZERO, 200)
+        }
+    })
+    .await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cfg = config(&format!(
+        "--target {} --rate 40 --duration 1s --timeout 100ms --metrics-listen 127.0.0.1:{port}",
+        srv.url()
+    ));
+    let running = tokio::spawn(loadgen::run(cfg, std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.unwrap();
+    running.await.unwrap().unwrap();
+    let body = text.split_once("\r\n\r\n").unwrap().1.to_string();
+    for name in [
+        "retrydebt_loadgen_first_attempts_total ",
+        "retrydebt_loadgen_attempts_total{attempt=\"1\"} ",
+        "retrydebt_loadgen_timeouts_total ",
+        "retrydebt_loadgen_errors_total{kind=\"connect\"} ",
+        "retrydebt_loadgen_requests_total{outcome=\"succeeded\"} ",
+        "retrydebt_loadgen_in_flight ",
+        "retrydebt_loadgen_attempt_latency_seconds{quantile=\"0.99\"} ",
+    ] {
+        assert!(body.contains(name), "{name} missing:\n{body}");
+    }
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is needed for this test (.ci/run installs it)");
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
