@@ -1,1 +1,30 @@
-//! falsification (placeholder, see issues)
+//! The prediction side of the retry-debt kit: SPEC's laws, the HPA algorithm, a fluid model and a
+//! request-level model of a service whose pods finish abandoned work, and the F1-F4 experiments.
+//!
+//! Layout:
+//! - [`laws`]: the closed forms (trap condition, trigger size, recovery time, scaler trap, ingress
+//!   escape, amplification of retry stacks).
+//! - [`hpa`]: the HorizontalPodAutoscaler algorithm as a pure state machine (THE implementation the
+//!   embedded runner drives real pods with).
+//! - [`metric`]: rate-over-window readings as the meter computes them.
+//! - [`control`]: fixed or HPA-driven capacity with the dead time, shared by both models.
+//! - [`budget`]: a sliding-window retry budget.
+//! - [`fluid`]: the pooled and per-pod fluid models.
+//! - [`des`]: the seeded request-level discrete-event model.
+//! - [`outcome`]: the one definition of "recovered" and "lost", applied to any per-second record.
+//! - [`experiment`]: F1-F4 as data (TOML) and ad-hoc scenarios.
+//! - [`predict`]: every model for a case; [`report`]: text and JSON.
+//! - [`cli`]: the `falsification` command line (`predict`).
+
+pub mod budget;
+pub mod cli;
+pub mod control;
+pub mod des;
+pub mod experiment;
+pub mod fluid;
+pub mod hpa;
+pub mod laws;
+pub mod metric;
+pub mod outcome;
+pub mod predict;
+pub mod report;

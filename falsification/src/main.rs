@@ -1,1 +1,12 @@
-fn main() {}
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = falsification::cli::Cli::parse();
+    match falsification::cli::run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("falsification: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The `falsification` command line. `main.rs` parses [`Cli`] and calls [`run`].
+
+use std::io::Write;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::experiment::{self, Abandoned, Experiment, HpaParams, HpaSignal, Params, ServiceTime, Topology};
+use crate::{predict, report};
+
+#[derive(Debug, Parser)]
+#[command(name = "falsification", version, about = "Retry-debt laws, models and the F1-F4 falsification suite")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Predict an experiment (F1-F4, `all`, or a TOML file) or an ad-hoc scenario from flags, with the
+    /// closed forms, the pooled and per-pod fluid models and the request-level model.
+    Predict(PredictArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// F1, F2, F3, F4, `all`, or a path to an experiment .toml; omit for an ad-hoc scenario from flags.
+    /// With an experiment, the scenario flags below override every case.
+    pub experiment: Option<String>,
+    /// Divide every duration by S (timeout, spike, dead time, windows, horizon); figures are in run time.
+    #[arg(long, default_value_t = 1.0, env = "FALSIFICATION_TIME_SCALE")]
+    pub time_scale: f64,
+    #[arg(long, value_enum, default_value_t = Format::Text, env = "FALSIFICATION_FORMAT")]
+    pub format: Format,
+    /// Seeds of the request-level model, comma-separated (default: the experiment's, else 1,2,3).
+    #[arg(long, value_delimiter = ',', env = "FALSIFICATION_SEEDS")]
+    pub seeds: Option<Vec<u64>>,
+    /// Skip the request-level model (closed forms and fluid only).
+    #[arg(long, env = "FALSIFICATION_NO_REQUEST_LEVEL")]
+    pub no_request_level: bool,
+    #[command(flatten)]
+    pub scenario: ScenarioFlags,
+}
+
+/// Scenario flags; unset ones keep the experiment's value or the kit's default.
+#[derive(Debug, Args, Default)]
+pub struct ScenarioFlags {
+    /// Initial (or fixed) pods [default: 4].
+    #[arg(long, env = "FALSIFICATION_PODS")]
+    pub pods: Option<u32>,
+    /// One pod's service rate c, requests/s [default: 100].
+    #[arg(long, env = "FALSIFICATION_RATE_PER_POD")]
+    pub rate_per_pod: Option<f64>,
+    /// Base first-attempt utilization of the initial pods (demand = rho x pods x c).
+    #[arg(long, env = "FALSIFICATION_RHO")]
+    pub rho: Option<f64>,
+    /// Spike MULTIPLExDURATION starting at t = 0, e.g. 5x300s.
+    #[arg(long, env = "FALSIFICATION_SPIKE")]
+    pub spike: Option<String>,
+    /// Sustained step MULTIPLEx from t = 0, e.g. 5x.
+    #[arg(long, env = "FALSIFICATION_STEP")]
+    pub step: Option<String>,
+    /// Retries per request, sent when an attempt times out [default: 2].
+    #[arg(long, env = "FALSIFICATION_RETRIES")]
+    pub retries: Option<u32>,
+    /// Client timeout per attempt, e.g. 10s or 1500ms [default: 10s].
+    #[arg(long, env = "FALSIFICATION_TIMEOUT")]
+    pub timeout: Option<String>,
+    /// Retry budget: retries/s at most this fraction of first attempts/s.
+    #[arg(long, env = "FALSIFICATION_RETRY_BUDGET")]
+    pub retry_budget: Option<f64>,
+    /// Backoff before each retry: `none` or exp:BASE,CAP (no jitter) [default: none].
+    #[arg(long, env = "FALSIFICATION_BACKOFF")]
+    pub backoff: Option<String>,
+    /// What servers do with work whose client has gone [default: serve].
+    #[arg(long, value_enum, env = "FALSIFICATION_ABANDONED")]
+    pub abandoned: Option<AbandonedArg>,
+    /// Service-time distribution of the request-level model [default: exponential].
+    #[arg(long, value_enum, env = "FALSIFICATION_SERVICE")]
+    pub service: Option<ServiceArg>,
+    /// Topology of the request-level model [default: pooled].
+    #[arg(long, value_enum, env = "FALSIFICATION_TOPOLOGY")]
+    pub topology: Option<TopologyArg>,
+    /// Simulated time before the load event [default: 60s].
+    #[arg(long, env = "FALSIFICATION_WARMUP")]
+    pub warmup: Option<String>,
+    /// Accounting horizon after the load event [default: 3600s].
+    #[arg(long, env = "FALSIFICATION_HORIZON")]
+    pub horizon: Option<String>,
+    /// Autoscale with the HPA on this signal (AverageValue target = target x c per pod).
+    #[arg(long, value_enum, env = "FALSIFICATION_HPA")]
+    pub hpa: Option<SignalArg>,
+    /// HPA target utilization u* [default: 0.5].
+    #[arg(long, env = "FALSIFICATION_TARGET")]
+    pub target: Option<f64>,
+    /// HPA minReplicas [default: the initial pods].
+    #[arg(long, env = "FALSIFICATION_MIN")]
+    pub min: Option<u32>,
+    /// HPA maxReplicas [default: 50].
+    #[arg(long, env = "FALSIFICATION_MAX")]
+    pub max: Option<u32>,
+    /// From the scale decision to the new pod serving [default: 90s].
+    #[arg(long, env = "FALSIFICATION_DEAD_TIME")]
+    pub dead_time: Option<String>,
+    /// Time of the first HPA sync after the load event [default: half the sync period].
+    #[arg(long, env = "FALSIFICATION_SYNC_PHASE")]
+    pub sync_phase: Option<String>,
+    /// HPA sync period [default: 15s].
+    #[arg(long, env = "FALSIFICATION_SYNC_PERIOD")]
+    pub sync_period: Option<String>,
+    /// The meter's rate window [default: 30s].
+    #[arg(long, env = "FALSIFICATION_METRIC_WINDOW")]
+    pub metric_window: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AbandonedArg {
+    Serve,
+    Drop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ServiceArg {
+    Exponential,
+    Deterministic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopologyArg {
+    Pooled,
+    PerPod,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SignalArg {
+    First,
+    Ingress,
+    Paired,
+}
+
+impl ScenarioFlags {
+    fn params(&self) -> Params {
+        let hpa_set = self.hpa.is_some()
+            || self.target.is_some()
+            || self.min.is_some()
+            || self.max.is_some()
+            || self.dead_time.is_some()
+            || self.sync_phase.is_some()
+            || self.sync_period.is_some()
+            || self.metric_window.is_some();
+        Params {
+            pods: self.pods,
+            rate_per_pod: self.rate_per_pod,
+            rho: self.rho,
+            spike: self.spike.clone(),
+            step: self.step.clone(),
+            timeout: self.timeout.clone(),
+            retries: self.retries,
+            backoff: self.backoff.clone(),
+            retry_budget: self.retry_budget,
+            abandoned: self.abandoned.map(|a| match a {
+                AbandonedArg::Serve => Abandoned::Serve,
+                AbandonedArg::Drop => Abandoned::Drop,
+            }),
+            service: self.service.map(|s| match s {
+                ServiceArg::Exponential => ServiceTime::Exponential,
+                ServiceArg::Deterministic => ServiceTime::Deterministic,
+            }),
+            topology: self.topology.map(|t| match t {
+                TopologyArg::Pooled => Topology::Pooled,
+                TopologyArg::PerPod => Topology::PerPod,
+            }),
+            warmup: self.warmup.clone(),
+            horizon: self.horizon.clone(),
+            hpa: hpa_set.then(|| HpaParams {
+                signal: self.hpa.map(|s| match s {
+                    SignalArg::First => HpaSignal::First,
+                    SignalArg::Ingress => HpaSignal::Ingress,
+                    SignalArg::Paired => HpaSignal::Paired,
+                }),
+                target: self.target,
+                min: self.min,
+                max: self.max,
+                dead_time: self.dead_time.clone(),
+                sync_phase: self.sync_phase.clone(),
+                sync_period: self.sync_period.clone(),
+                metric_window: self.metric_window.clone(),
+                ..HpaParams::default()
+            }),
+            ..Params::default()
+        }
+    }
+}
+
+/// The experiments a `predict` invocation names, with its flags applied.
+pub fn experiments(args: &PredictArgs) -> anyhow::Result<Vec<Experiment>> {
+    let overrides = args.scenario.params();
+    let mut list = match args.experiment.as_deref() {
+        Some("all") => experiment::BUILTIN
+            .iter()
+            .map(|(id, _)| experiment::load_with(id, &overrides))
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(name) => vec![experiment::load_with(name, &overrides)?],
+        None => vec![experiment::ad_hoc(overrides)?],
+    };
+    for e in &mut list {
+        for c in &mut e.cases {
+            if args.no_request_level {
+                c.scenario.seeds.clear();
+            } else if let Some(seeds) = &args.seeds {
+                c.scenario.seeds = seeds.clone();
+            }
+        }
+    }
+    Ok(list)
+}
+
+/// Runs a parsed command line, writing to stdout.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Predict(args) => {
+            if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
+                anyhow::bail!("--time-scale must be positive, got {}", args.time_scale);
+            }
+            let predictions = experiments(&args)?
+                .iter()
+                .map(|e| predict::predict(e, args.time_scale))
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = match args.format {
+                Format::Text => report::text(&predictions),
+                Format::Json => report::json(&predictions)? + "\n",
+            };
+            std::io::stdout().lock().write_all(out.as_bytes())?;
+            Ok(())
+        }
+    }
+}

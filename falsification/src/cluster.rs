@@ -1,0 +1,329 @@
+//! The embedded cluster: `service` processes on free loopback ports play the pods.
+//!
+//! It behaves like a Deployment behind a Service, as far as the experiment can tell:
+//! a pod is routable only once its `/readyz` answers 200 (the loadgen's targets file
+//! lists ready pods only), the meter scrapes every pod, ready or not (as a headless
+//! Service with `publishNotReadyAddresses` does), scale-down removes not-ready pods
+//! first and then the newest (the ReplicaSet rule), and a removed pod gets SIGTERM and
+//! its grace period. Every child is reaped: on scale-down, on [`EmbeddedCluster::shutdown`],
+//! and (through `kill_on_drop`) when the cluster is dropped on an error or a panic.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// How every pod of the experiment is started.
+#[derive(Debug, Clone)]
+pub struct PodTemplate {
+    /// The `service` binary.
+    pub binary: PathBuf,
+    /// `--rate`, requests per second per pod.
+    pub rate: f64,
+    /// `--service-time`: `deterministic` or `exponential`.
+    pub service_time: String,
+    /// `--abandoned`: `finish`, `drop-disconnected` or `drop-expired`.
+    pub abandoned: String,
+    /// `--ready-after`: the dead time, already divided by the time scale.
+    pub ready_after: Duration,
+    /// `--shutdown-grace`, already divided by the time scale.
+    pub shutdown_grace: Duration,
+}
+
+/// Something that happened to a pod, for the run record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodEvent {
+    /// Seconds since the cluster started (run time).
+    pub at_s: f64,
+    pub pod: String,
+    pub kind: PodEventKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodEventKind {
+    Ordered,
+    /// Ready; carries the measured dead time, ordered to ready, in run seconds.
+    Ready { dead_time_s: f64 },
+    Terminating,
+    Exited { code: Option<i32> },
+    /// Exited while it was meant to be serving.
+    Crashed { code: Option<i32> },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("pod binary {path}: {source}")]
+    Spawn {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no free loopback port: {0}")]
+    Port(std::io::Error),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+struct Pod {
+    name: String,
+    addr: SocketAddr,
+    child: Child,
+    ordered: Instant,
+    ready: bool,
+}
+
+struct Terminating {
+    name: String,
+    child: Child,
+    deadline: Instant,
+}
+
+/// The pods of one experiment and the two files that route to them.
+pub struct EmbeddedCluster {
+    template: PodTemplate,
+    /// Creation order: the newest pod is last.
+    pods: Vec<Pod>,
+    terminating: Vec<Terminating>,
+    targets_file: PathBuf,
+    pods_file: PathBuf,
+    started: Instant,
+    serial: u32,
+    http: reqwest::Client,
+    events: Vec<PodEvent>,
+}
+
+impl EmbeddedCluster {
+    /// A cluster with no pods yet; `targets_file` (ready pods' `/work` URLs, for the loadgen)
+    /// and `pods_file` (every pod's base URL, for the meter) are written empty at once.
+    pub fn new(
+        template: PodTemplate,
+        targets_file: PathBuf,
+        pods_file: PathBuf,
+    ) -> Result<Self, ClusterError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(500))
+            .pool_max_idle_per_host(1)
+            .build()
+            .expect("a plain HTTP client always builds");
+        let cluster = Self {
+            template,
+            pods: Vec::new(),
+            terminating: Vec::new(),
+            targets_file,
+            pods_file,
+            started: Instant::now(),
+            serial: 0,
+            http,
+            events: Vec::new(),
+        };
+        cluster.publish()?;
+        Ok(cluster)
+    }
+
+    /// Pods that exist and are not terminating (the Deployment's replicas).
+    pub fn replicas(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Pods that serve traffic.
+    pub fn ready(&self) -> usize {
+        self.pods.iter().filter(|p| p.ready).count()
+    }
+
+    /// Base URLs of every live pod (ready or not), oldest first.
+    pub fn pod_urls(&self) -> Vec<String> {
+        self.pods.iter().map(|p| format!("http://{}", p.addr)).collect()
+    }
+
+    /// Everything that happened so far, oldest first.
+    pub fn events(&self) -> &[PodEvent] {
+        &self.events
+    }
+
+    /// Brings the replica count to `n`: new pods are started (not ready until their dead
+    /// time has passed); surplus pods are removed not-ready first, then newest first.
+    pub fn scale_to(&mut self, n: usize) -> Result<(), ClusterError> {
+        while self.pods.len() < n {
+            self.start_pod()?;
+        }
+        while self.pods.len() > n {
+            let victim = self
+                .pods
+                .iter()
+                .rposition(|p| !p.ready)
+                .unwrap_or(self.pods.len() - 1);
+            let pod = self.pods.remove(victim);
+            self.terminate(pod);
+        }
+        self.publish()
+    }
+
+    /// Polls `/readyz` of the pods that are not ready yet, notices pods that died, reaps
+    /// pods whose grace period is over, and rewrites the routing files if anything changed.
+    pub async fn tick(&mut self) -> Result<(), ClusterError> {
+        let mut changed = false;
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.pods.len() {
+            if let Ok(Some(status)) = self.pods[i].child.try_wait() {
+                let pod = self.pods.remove(i);
+                self.record(&pod.name, PodEventKind::Crashed { code: status.code() });
+                changed = true;
+                continue;
+            }
+            if !self.pods[i].ready && self.probe(self.pods[i].addr).await {
+                let pod = &mut self.pods[i];
+                pod.ready = true;
+                let dead_time_s = now.duration_since(pod.ordered).as_secs_f64();
+                let name = pod.name.clone();
+                self.record(&name, PodEventKind::Ready { dead_time_s });
+                changed = true;
+            }
+            i += 1;
+        }
+        self.reap_terminating(false).await;
+        if changed {
+            self.publish()?;
+        }
+        Ok(())
+    }
+
+    /// Stops every pod with SIGTERM, waits out the grace period, kills what is left,
+    /// and leaves the routing files empty.
+    pub async fn shutdown(&mut self) -> Result<(), ClusterError> {
+        for pod in std::mem::take(&mut self.pods) {
+            self.terminate(pod);
+        }
+        self.publish()?;
+        self.reap_terminating(true).await;
+        Ok(())
+    }
+
+    fn start_pod(&mut self) -> Result<(), ClusterError> {
+        self.serial += 1;
+        let name = format!("pod-{}", self.serial);
+        let addr = free_loopback_port()?;
+        let t = &self.template;
+        let child = Command::new(&t.binary)
+            .arg(format!("--listen={addr}"))
+            .arg(format!("--rate={}", t.rate))
+            .arg(format!("--service-time={}", t.service_time))
+            .arg(format!("--abandoned={}", t.abandoned))
+            .arg(format!("--ready-after={}ms", t.ready_after.as_millis()))
+            .arg(format!("--shutdown-grace={}ms", t.shutdown_grace.as_millis()))
+            .arg(format!("--pod-name={name}"))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| ClusterError::Spawn {
+                path: t.binary.clone(),
+                source,
+            })?;
+        self.record(&name, PodEventKind::Ordered);
+        self.pods.push(Pod {
+            name,
+            addr,
+            child,
+            ordered: Instant::now(),
+            ready: false,
+        });
+        Ok(())
+    }
+
+    fn terminate(&mut self, mut pod: Pod) {
+        if let Some(pid) = pod.child.id() {
+            // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        } else {
+            let _ = pod.child.start_kill();
+        }
+        self.record(&pod.name, PodEventKind::Terminating);
+        // A little beyond the pod's own grace, so it can exit by itself.
+        let deadline = Instant::now() + self.template.shutdown_grace + Duration::from_secs(2);
+        self.terminating.push(Terminating {
+            name: pod.name,
+            child: pod.child,
+            deadline,
+        });
+    }
+
+    /// Reaps terminating pods that have exited, kills those past their deadline;
+    /// with `wait`, returns only when all are gone.
+    async fn reap_terminating(&mut self, wait: bool) {
+        loop {
+            let now = Instant::now();
+            let mut still = Vec::new();
+            for mut t in std::mem::take(&mut self.terminating) {
+                match t.child.try_wait() {
+                    Ok(Some(status)) => {
+                        self.record(&t.name, PodEventKind::Exited { code: status.code() })
+                    }
+                    _ if now >= t.deadline => {
+                        let _ = t.child.kill().await;
+                        self.record(&t.name, PodEventKind::Exited { code: None });
+                    }
+                    _ => still.push(t),
+                }
+            }
+            self.terminating = still;
+            if !wait || self.terminating.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn probe(&self, addr: SocketAddr) -> bool {
+        let url = format!("http://{addr}/readyz");
+        matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
+    }
+
+    fn record(&mut self, pod: &str, kind: PodEventKind) {
+        self.events.push(PodEvent {
+            at_s: self.started.elapsed().as_secs_f64(),
+            pod: pod.to_string(),
+            kind,
+        });
+    }
+
+    fn publish(&self) -> Result<(), ClusterError> {
+        let targets: String = self
+            .pods
+            .iter()
+            .filter(|p| p.ready)
+            .map(|p| format!("http://{}/work\n", p.addr))
+            .collect();
+        let all: String = self.pod_urls().iter().map(|u| format!("{u}\n")).collect();
+        write_atomically(&self.targets_file, &targets)?;
+        write_atomically(&self.pods_file, &all)
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1. The pod binds it right after; the
+/// window for a clash is tiny, and a pod that cannot bind is recorded as crashed.
+fn free_loopback_port() -> Result<SocketAddr, ClusterError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ClusterError::Port)?;
+    listener.local_addr().map_err(ClusterError::Port)
+}
+
+/// Writes `contents` to a temporary file beside `path` and renames it over `path`, so a
+/// reader sees the old file or the new one, never half of one.
+pub fn write_atomically(path: &Path, contents: &str) -> Result<(), ClusterError> {
+    let err = |source| ClusterError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    std::io::Write::write_all(&mut tmp, contents.as_bytes()).map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    Ok(())
+}

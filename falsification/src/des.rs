@@ -1,0 +1,293 @@
+//! The request-level model: a seeded discrete-event simulation of individual requests. Poisson first
+//! attempts following the scenario's demand, exponential or deterministic service, each attempt timing
+//! out `tau_out` after it was sent (its retry follows after the backoff), the same retry budget and the
+//! same HPA module (through [`Control`]) as the fluid model.
+//!
+//! Per pod, an attempt goes to a ready pod chosen at random and its FIFO fate is known on arrival
+//! (start = max(arrival, pod free), Lindley's recursion), so an arrival is one event. Pooled, one FIFO
+//! feeds every ready pod: attempts wait in a queue whose deadlines are in arrival order, so timeouts
+//! are found by scanning its head.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::Exp1;
+
+use crate::budget::BudgetState;
+use crate::control::{Control, PodEvent};
+use crate::experiment::{Abandoned, Scenario, ServiceTime, Topology};
+use crate::hpa::HpaError;
+use crate::outcome::Record;
+
+/// A request-level run: its record and how many events it took.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub record: Record,
+    pub events: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// Attempt `attempt` (>= 1) of the request started at `start`.
+    Retry { start: f64, attempt: u32 },
+    /// A pooled server finishes its request.
+    Completion,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    at: f64,
+    kind: Kind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.at.total_cmp(&other.at) == Ordering::Equal
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Event {
+    /// Reversed: the heap pops the earliest.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.at.total_cmp(&self.at)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    arrived: f64,
+    start: f64,
+    attempt: u32,
+}
+
+struct Sim<'a> {
+    s: &'a Scenario,
+    rng: SmallRng,
+    record: Record,
+    heap: BinaryHeap<Event>,
+    budget: Option<BudgetState>,
+    /// Per pod: when each ready pod's server is free (creation order).
+    free_at: Vec<f64>,
+    /// Pooled: the FIFO, how many at its head have timed out, idle servers, servers to retire.
+    queue: VecDeque<Queued>,
+    timed_out_head: usize,
+    idle: u32,
+    retiring: u32,
+    first_total: f64,
+    all_total: f64,
+}
+
+/// Runs the request-level model with `seed`.
+pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaError> {
+    let start = -s.warmup_s;
+    let end = s.end();
+    let mut control = match s.autoscaler() {
+        Some(config) => Control::autoscaled(&config, s.pods, start)?,
+        None => Control::fixed(s.pods),
+    };
+    let pooled = topology == Topology::Pooled;
+    let mut sim = Sim {
+        s,
+        rng: SmallRng::seed_from_u64(seed),
+        record: Record::span(start, end, 1.0 / s.time_scale),
+        heap: BinaryHeap::new(),
+        budget: s.retry_budget.map(|b| BudgetState::new(b, start)),
+        free_at: if pooled { Vec::new() } else { vec![start; s.pods as usize] },
+        queue: VecDeque::new(),
+        timed_out_head: 0,
+        idle: if pooled { s.pods } else { 0 },
+        retiring: 0,
+        first_total: 0.0,
+        all_total: 0.0,
+    };
+    let changes = s.demand_changes();
+    let mut next_first = sim.next_arrival(start, &changes);
+    let mut pod_events = Vec::new();
+    let mut events = 0u64;
+    loop {
+        let heap_at = sim.heap.peek().map_or(f64::INFINITY, |e| e.at);
+        let scan_at = if pooled { sim.next_timeout() } else { f64::INFINITY };
+        let control_at = control.next_event();
+        let now = next_first.min(heap_at).min(scan_at).min(control_at);
+        if now >= end {
+            break;
+        }
+        events += 1;
+        if control_at == now {
+            control.advance(now, sim.first_total, sim.all_total, &mut pod_events);
+            for e in pod_events.drain(..) {
+                sim.pod_change(now, e, pooled);
+            }
+            let row = sim.record.row_mut(now);
+            row.pods_ready = control.ready();
+            row.pods_desired = control.desired();
+        } else if scan_at == now {
+            sim.time_out_head(now);
+        } else if heap_at == now {
+            let Some(e) = sim.heap.pop() else { break };
+            match e.kind {
+                Kind::Retry { start, attempt } => {
+                    let allowed = sim.budget.as_mut().is_none_or(|b| b.withdraw(now));
+                    if allowed {
+                        sim.arrive(now, start, attempt, control.ready(), pooled);
+                    } else {
+                        sim.record.row_mut(start).lost += 1.0;
+                    }
+                }
+                Kind::Completion => {
+                    if sim.retiring > 0 {
+                        sim.retiring -= 1;
+                    } else {
+                        sim.idle += 1;
+                    }
+                    sim.start_service(now);
+                }
+            }
+        } else {
+            if let Some(b) = sim.budget.as_mut() {
+                b.deposit(now);
+            }
+            sim.record.row_mut(now).first_attempts += 1.0;
+            sim.arrive(now, now, 0, control.ready(), pooled);
+            next_first = sim.next_arrival(now, &changes);
+        }
+    }
+    fill_pods(&mut sim.record, s.pods);
+    Ok(Run { record: sim.record, events })
+}
+
+/// Rows without a control event carry the pod counts of the row before.
+fn fill_pods(record: &mut Record, initial: u32) {
+    let mut last = (initial, initial);
+    for r in &mut record.rows {
+        if r.pods_ready == 0 && r.pods_desired == 0 {
+            (r.pods_ready, r.pods_desired) = last;
+        }
+        last = (r.pods_ready, r.pods_desired);
+    }
+}
+
+impl Sim<'_> {
+    /// Next Poisson first attempt after `now`, exact across the demand's steps (memorylessness).
+    fn next_arrival(&mut self, mut now: f64, changes: &[f64]) -> f64 {
+        loop {
+            let rate = self.s.demand(now);
+            let next_change = changes.iter().copied().find(|&c| c > now).unwrap_or(f64::INFINITY);
+            let gap: f64 = self.rng.sample(Exp1);
+            let candidate = if rate > 0.0 { now + gap / rate } else { f64::INFINITY };
+            if candidate <= next_change {
+                return candidate;
+            }
+            now = next_change;
+        }
+    }
+
+    fn service_time(&mut self) -> f64 {
+        let mean = 1.0 / self.s.rate_per_pod;
+        match self.s.service {
+            ServiceTime::Exponential => mean * self.rng.sample::<f64, _>(Exp1),
+            ServiceTime::Deterministic => mean,
+        }
+    }
+
+    fn pod_change(&mut self, now: f64, e: PodEvent, pooled: bool) {
+        match (e, pooled) {
+            (PodEvent::Ready, true) => {
+                self.idle += 1;
+                self.start_service(now);
+            }
+            (PodEvent::Ready, false) => self.free_at.push(now),
+            // Graceful stop: a busy pooled server leaves after its current request.
+            (PodEvent::Removed, true) if self.idle > 0 => self.idle -= 1,
+            (PodEvent::Removed, true) => self.retiring += 1,
+            // Per pod, the removed pod's queued work is already scheduled; it just gets no more.
+            (PodEvent::Removed, false) => {
+                self.free_at.pop();
+            }
+        }
+    }
+
+    fn arrive(&mut self, now: f64, start: f64, attempt: u32, ready: u32, pooled: bool) {
+        self.all_total += 1.0;
+        if attempt == 0 {
+            self.first_total += 1.0;
+        }
+        self.record.row_mut(now).attempts += 1.0;
+        if pooled {
+            self.queue.push_back(Queued { arrived: now, start, attempt });
+            self.start_service(now);
+            return;
+        }
+        if ready == 0 || self.free_at.is_empty() {
+            // No endpoint: the attempt fails at once; count it as timed out.
+            self.timed_out(now, now, start, attempt);
+            return;
+        }
+        let pod = self.rng.random_range(0..self.free_at.len());
+        let begin = self.free_at[pod].max(now);
+        let wait = begin - now;
+        let row = self.record.row_mut(now);
+        row.max_wait_s = row.max_wait_s.max(wait);
+        let dropped = self.s.abandoned == Abandoned::Drop && wait >= self.s.timeout_s;
+        let done = if dropped { f64::INFINITY } else { begin + self.service_time() };
+        if !dropped {
+            self.free_at[pod] = done;
+        }
+        if done - now > self.s.timeout_s {
+            self.timed_out(now + self.s.timeout_s, now, start, attempt);
+        }
+    }
+
+    /// Attempt `attempt` sent at `sent` timed out at `at`: retry it or count the request lost.
+    fn timed_out(&mut self, at: f64, sent: f64, start: f64, attempt: u32) {
+        self.record.row_mut(sent).timed_out += 1.0;
+        if attempt < self.s.retries {
+            let next = attempt + 1;
+            let retry_at = at + self.s.retry_delay(next) - self.s.timeout_s;
+            self.heap.push(Event { at: retry_at, kind: Kind::Retry { start, attempt: next } });
+        } else {
+            self.record.row_mut(start).lost += 1.0;
+        }
+    }
+
+    /// Pooled: when the oldest queued attempt not yet timed out will time out.
+    fn next_timeout(&self) -> f64 {
+        self.queue.get(self.timed_out_head).map_or(f64::INFINITY, |q| q.arrived + self.s.timeout_s)
+    }
+
+    fn time_out_head(&mut self, now: f64) {
+        let q = self.queue[self.timed_out_head];
+        self.timed_out_head += 1;
+        self.timed_out(now, q.arrived, q.start, q.attempt);
+    }
+
+    /// Pooled: idle servers take from the head of the queue.
+    fn start_service(&mut self, now: f64) {
+        while self.idle > 0 {
+            let Some(q) = self.queue.pop_front() else { return };
+            let already_timed_out = self.timed_out_head > 0;
+            if already_timed_out {
+                self.timed_out_head -= 1;
+                if self.s.abandoned == Abandoned::Drop {
+                    continue;
+                }
+            }
+            let wait = now - q.arrived;
+            let row = self.record.row_mut(q.arrived);
+            row.max_wait_s = row.max_wait_s.max(wait);
+            let done = now + self.service_time();
+            self.idle -= 1;
+            self.heap.push(Event { at: done, kind: Kind::Completion });
+            if !already_timed_out && done - q.arrived > self.s.timeout_s {
+                self.timed_out(q.arrived + self.s.timeout_s, q.arrived, q.start, q.attempt);
+            }
+        }
+    }
+}

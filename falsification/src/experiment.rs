@@ -1,0 +1,728 @@
+//! Experiments as data: F1-F4 as TOML files (built in, from `experiments/`), or ad hoc from flags.
+//! A file has shared `[defaults]` and `[[cases]]` that override them; both resolve to a [`Scenario`]
+//! whose times are seconds from the load event (spike or step start); the warm-up runs before 0.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::control::AutoscalerConfig;
+use crate::hpa::{Behavior, HpaSpec, MetricSpec, Policy, PolicyKind, ScalingRules, SelectPolicy, Target};
+use crate::metric::Signal;
+use crate::outcome::Expect;
+
+/// The suite, as shipped in `falsification/experiments/`.
+pub const BUILTIN: [(&str, &str); 4] = [
+    ("F1", include_str!("../experiments/F1.toml")),
+    ("F2", include_str!("../experiments/F2.toml")),
+    ("F3", include_str!("../experiments/F3.toml")),
+    ("F4", include_str!("../experiments/F4.toml")),
+];
+
+#[derive(Debug, Error)]
+pub enum ExperimentError {
+    #[error("unknown experiment `{0}` (built in: F1, F2, F3, F4; or a path to a .toml file)")]
+    Unknown(String),
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{name}: {source}")]
+    Parse { name: String, source: Box<toml::de::Error> },
+    #[error("{context}: field `{field}`: {message}, got `{value}`")]
+    Field { context: String, field: &'static str, value: String, message: String },
+}
+
+fn field_err(context: &str, field: &'static str, value: impl ToString, message: &str) -> ExperimentError {
+    ExperimentError::Field {
+        context: context.to_string(),
+        field,
+        value: value.to_string(),
+        message: message.to_string(),
+    }
+}
+
+/// The load event at time 0.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum LoadEvent {
+    None,
+    /// Demand `k` times the base for `duration_s`, then back.
+    Spike { k: f64, duration_s: f64 },
+    /// Demand `k` times the base from 0 on.
+    Step { k: f64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Abandoned {
+    /// Servers finish work whose client has gone (the debt exists).
+    Serve,
+    /// Servers drop it (deadline propagation or cancellation): the reversal condition.
+    Drop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceTime {
+    Exponential,
+    Deterministic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topology {
+    /// One FIFO served by every ready pod.
+    Pooled,
+    /// A FIFO per pod, arrivals spread evenly (fluid) or at random (request level) over ready pods.
+    PerPod,
+}
+
+/// Which signal(s) the HPA scales on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HpaSignal {
+    First,
+    Ingress,
+    Paired,
+}
+
+/// Retry budget: retries per second at most `ratio` x first attempts per second (plus `min_per_s`),
+/// over a sliding `ttl_s` (request level; the fluid caps the instantaneous flow).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RetryBudget {
+    pub ratio: f64,
+    pub min_per_s: f64,
+    pub ttl_s: f64,
+}
+
+/// Delay before retry `n` (1-based), on top of the timeout: `min(cap, base 2^(n-1))`, no jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Backoff {
+    pub base_s: f64,
+    pub cap_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HpaSetup {
+    pub signal: HpaSignal,
+    /// Target utilization `u*`: the AverageValue target is `u* x rate_per_pod` per pod.
+    pub target_utilization: f64,
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub tolerance: f64,
+    pub sync_period_s: f64,
+    /// Time of the first sync at or after the load event (its phase against the event).
+    pub sync_phase_s: f64,
+    pub metric_window_s: f64,
+    pub scrape_interval_s: f64,
+    /// From the scale decision to the new pod serving.
+    pub dead_time_s: f64,
+    pub behavior: Behavior,
+}
+
+/// One fully resolved case.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub pods: u32,
+    pub rate_per_pod: f64,
+    /// Base first-attempt utilization of the initial pods.
+    pub rho: f64,
+    pub event: LoadEvent,
+    pub timeout_s: f64,
+    pub retries: u32,
+    pub backoff: Backoff,
+    pub retry_budget: Option<RetryBudget>,
+    pub abandoned: Abandoned,
+    pub service: ServiceTime,
+    /// Topology of the request-level model (the fluid reports both).
+    pub topology: Topology,
+    pub hpa: Option<HpaSetup>,
+    pub warmup_s: f64,
+    /// Accounting window after the event: lost demand counts requests started in `[0, horizon)`.
+    pub horizon_s: f64,
+    /// "Backlog drained": the wait is at or below this.
+    pub drained_wait_s: f64,
+    pub seeds: Vec<u64>,
+    pub fluid_dt_s: f64,
+    pub time_scale: f64,
+}
+
+impl Scenario {
+    /// Base first-attempt demand per second.
+    pub fn base_rate(&self) -> f64 {
+        self.rho * f64::from(self.pods) * self.rate_per_pod
+    }
+
+    /// First-attempt demand at time `t`.
+    pub fn demand(&self, t: f64) -> f64 {
+        let k = match self.event {
+            LoadEvent::Spike { k, duration_s } if (0.0..duration_s).contains(&t) => k,
+            LoadEvent::Step { k } if t >= 0.0 => k,
+            _ => 1.0,
+        };
+        k * self.base_rate()
+    }
+
+    /// Times at which the demand changes, ascending.
+    pub fn demand_changes(&self) -> Vec<f64> {
+        match self.event {
+            LoadEvent::None => vec![],
+            LoadEvent::Spike { duration_s, .. } => vec![0.0, duration_s],
+            LoadEvent::Step { .. } => vec![0.0],
+        }
+    }
+
+    /// Recovery is counted from the end of a spike, or from the start of a step.
+    pub fn recovery_reference(&self) -> f64 {
+        match self.event {
+            LoadEvent::Spike { duration_s, .. } => duration_s,
+            _ => 0.0,
+        }
+    }
+
+    /// From a timed-out attempt `n - 1` to attempt `n` (1-based) arriving.
+    pub fn retry_delay(&self, n: u32) -> f64 {
+        let backoff = (self.backoff.base_s * 2f64.powi(n as i32 - 1)).min(self.backoff.cap_s);
+        self.timeout_s + backoff
+    }
+
+    /// From a request's first attempt to its attempt `n`.
+    pub fn attempt_offset(&self, n: u32) -> f64 {
+        (1..=n).map(|i| self.retry_delay(i)).sum()
+    }
+
+    /// The models run until every request started within the horizon has its outcome.
+    pub fn end(&self) -> f64 {
+        self.horizon_s + self.attempt_offset(self.retries) + self.timeout_s
+    }
+
+    /// Amplification `A` of the configured retry policy.
+    pub fn amplification(&self) -> f64 {
+        crate::laws::layer_amplification(self.retries, self.retry_budget.map(|b| b.ratio))
+    }
+
+    /// The autoscaler wiring for the control module.
+    pub fn autoscaler(&self) -> Option<AutoscalerConfig> {
+        let h = self.hpa.as_ref()?;
+        let per_pod = h.target_utilization * self.rate_per_pod;
+        let metric = |name: &str| MetricSpec { name: name.into(), target: Target::AverageValue(per_pod) };
+        let (metrics, signals) = match h.signal {
+            HpaSignal::First => (vec![metric("first_attempt_rate")], vec![Signal::FirstAttempt]),
+            HpaSignal::Ingress => (vec![metric("ingress_rate")], vec![Signal::Ingress]),
+            HpaSignal::Paired => (
+                vec![metric("first_attempt_rate"), metric("ingress_rate")],
+                vec![Signal::FirstAttempt, Signal::Ingress],
+            ),
+        };
+        Some(AutoscalerConfig {
+            spec: HpaSpec {
+                min_replicas: h.min_replicas as i32,
+                max_replicas: h.max_replicas as i32,
+                metrics,
+                behavior: h.behavior.clone(),
+                tolerance: h.tolerance,
+            },
+            signals,
+            sync_period_s: h.sync_period_s,
+            sync_at: h.sync_phase_s,
+            metric_window_s: h.metric_window_s,
+            scrape_interval_s: h.scrape_interval_s,
+            dead_time_s: h.dead_time_s,
+        })
+    }
+
+    /// The same experiment `s` times faster: every duration divided by `s`, rates unchanged.
+    pub fn time_scaled(&self, s: f64) -> Scenario {
+        let mut x = self.clone();
+        x.event = match self.event {
+            LoadEvent::Spike { k, duration_s } => LoadEvent::Spike { k, duration_s: duration_s / s },
+            e => e,
+        };
+        x.timeout_s /= s;
+        x.backoff = Backoff { base_s: self.backoff.base_s / s, cap_s: self.backoff.cap_s / s };
+        x.retry_budget = self.retry_budget.map(|b| RetryBudget { ttl_s: b.ttl_s / s, ..b });
+        x.hpa = self.hpa.as_ref().map(|h| HpaSetup {
+            sync_period_s: h.sync_period_s / s,
+            sync_phase_s: h.sync_phase_s / s,
+            metric_window_s: h.metric_window_s / s,
+            scrape_interval_s: h.scrape_interval_s / s,
+            dead_time_s: h.dead_time_s / s,
+            behavior: h.behavior.time_scaled(s),
+            ..h.clone()
+        });
+        x.warmup_s /= s;
+        x.horizon_s /= s;
+        x.drained_wait_s /= s;
+        x.fluid_dt_s /= s;
+        x.time_scale = self.time_scale * s;
+        x
+    }
+}
+
+/// What was published for a case (all optional), in experiment seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Published {
+    pub recovery_s: Option<f64>,
+    pub trapped: Option<bool>,
+    pub peak_pods: Option<u32>,
+    pub final_pods: Option<u32>,
+    pub lost_fraction: Option<f64>,
+    #[serde(default)]
+    pub text: String,
+}
+
+impl Published {
+    pub fn time_scaled(&self, s: f64) -> Published {
+        Published { recovery_s: self.recovery_s.map(|r| r / s), ..self.clone() }
+    }
+}
+
+/// One case of an experiment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Case {
+    pub scenario: Scenario,
+    pub published: Published,
+    pub expect: Expect,
+}
+
+/// A named experiment: its cases, its condition and refutation rule in words.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Experiment {
+    pub id: String,
+    pub title: String,
+    pub condition: String,
+    pub refuted_if: String,
+    pub cases: Vec<Case>,
+}
+
+impl Experiment {
+    pub fn time_scaled(&self, s: f64) -> Experiment {
+        let cases = self
+            .cases
+            .iter()
+            .map(|c| Case {
+                scenario: c.scenario.time_scaled(s),
+                published: c.published.time_scaled(s),
+                expect: c.expect.clone(),
+            })
+            .collect();
+        Experiment { cases, ..self.clone() }
+    }
+}
+
+/// Loads a built-in experiment by id (`F1`..`F4`, any case) or a TOML file by path.
+pub fn load(name: &str) -> Result<Experiment, ExperimentError> {
+    load_with(name, &Params::default())
+}
+
+/// Like [`load`], with `overrides` taking precedence over every case's parameters.
+pub fn load_with(name: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
+    if let Some((_, text)) = BUILTIN.iter().find(|(id, _)| id.eq_ignore_ascii_case(name)) {
+        return parse_with(name, text, overrides);
+    }
+    if name.ends_with(".toml") {
+        let text = std::fs::read_to_string(name)
+            .map_err(|source| ExperimentError::Read { path: name.to_string(), source })?;
+        return parse_with(name, &text, overrides);
+    }
+    Err(ExperimentError::Unknown(name.to_string()))
+}
+
+/// An experiment of one case from flags, on the kit's defaults.
+pub fn ad_hoc(params: Params) -> Result<Experiment, ExperimentError> {
+    let scenario = params.resolve("ad-hoc", "ad-hoc")?;
+    Ok(Experiment {
+        id: "ad-hoc".into(),
+        title: "ad-hoc scenario from flags".into(),
+        condition: String::new(),
+        refuted_if: String::new(),
+        cases: vec![Case { scenario, published: Published::default(), expect: Expect::default() }],
+    })
+}
+
+/// Parses an experiment file's text; `name` is used in error messages.
+pub fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
+    parse_with(name, text, &Params::default())
+}
+
+fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
+    let file: ExperimentFile =
+        toml::from_str(text).map_err(|e| ExperimentError::Parse { name: name.to_string(), source: Box::new(e) })?;
+    let mut cases = Vec::new();
+    for c in file.cases {
+        let context = format!("{} case {}", file.id, c.name);
+        let params = overrides.clone().over(c.params.over(file.defaults.clone()));
+        cases.push(Case { scenario: params.resolve(&c.name, &context)?, published: c.published, expect: c.expect });
+    }
+    Ok(Experiment { id: file.id, title: file.title, condition: file.condition, refuted_if: file.refuted_if, cases })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExperimentFile {
+    id: String,
+    title: String,
+    condition: String,
+    refuted_if: String,
+    #[serde(default)]
+    defaults: Params,
+    cases: Vec<CaseFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseFile {
+    name: String,
+    #[serde(default)]
+    params: Params,
+    #[serde(default)]
+    published: Published,
+    #[serde(default)]
+    expect: Expect,
+}
+
+/// Scenario parameters as written in files and flags: every field optional, durations as text.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    pub pods: Option<u32>,
+    pub rate_per_pod: Option<f64>,
+    pub rho: Option<f64>,
+    /// `KxDURATION`, e.g. `5x300s`.
+    pub spike: Option<String>,
+    /// `Kx`, e.g. `5x`: a sustained step.
+    pub step: Option<String>,
+    pub timeout: Option<String>,
+    pub retries: Option<u32>,
+    /// `none` or `exp:BASE,CAP`, e.g. `exp:1s,8s`.
+    pub backoff: Option<String>,
+    pub retry_budget: Option<f64>,
+    pub retry_budget_min_per_s: Option<f64>,
+    pub retry_budget_ttl: Option<String>,
+    pub abandoned: Option<Abandoned>,
+    pub service: Option<ServiceTime>,
+    pub topology: Option<Topology>,
+    pub warmup: Option<String>,
+    pub horizon: Option<String>,
+    pub drained_wait: Option<String>,
+    pub seeds: Option<Vec<u64>>,
+    pub fluid_dt: Option<String>,
+    pub hpa: Option<HpaParams>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HpaParams {
+    pub signal: Option<HpaSignal>,
+    pub target: Option<f64>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+    pub tolerance: Option<f64>,
+    pub sync_period: Option<String>,
+    pub sync_phase: Option<String>,
+    pub metric_window: Option<String>,
+    pub scrape_interval: Option<String>,
+    pub dead_time: Option<String>,
+    pub behavior: Option<BehaviorParams>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BehaviorParams {
+    pub scale_up: RulesParams,
+    pub scale_down: RulesParams,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesParams {
+    pub stabilization_window: String,
+    pub select: SelectPolicy,
+    pub policies: Vec<PolicyParams>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyParams {
+    #[serde(rename = "type")]
+    pub kind: PolicyKind,
+    pub value: i32,
+    pub period: String,
+}
+
+impl Params {
+    /// The kit's defaults (SPEC's kit sizes and the HPA facts).
+    pub fn kit() -> Params {
+        Params {
+            pods: Some(4),
+            rate_per_pod: Some(100.0),
+            timeout: Some("10s".into()),
+            retries: Some(2),
+            backoff: Some("none".into()),
+            retry_budget_min_per_s: Some(0.0),
+            retry_budget_ttl: Some("10s".into()),
+            abandoned: Some(Abandoned::Serve),
+            service: Some(ServiceTime::Exponential),
+            topology: Some(Topology::Pooled),
+            warmup: Some("60s".into()),
+            horizon: Some("3600s".into()),
+            drained_wait: Some("500ms".into()),
+            seeds: Some(vec![1, 2, 3]),
+            ..Params::default()
+        }
+    }
+
+    /// `self` where set, else `base`.
+    pub fn over(self, base: Params) -> Params {
+        Params {
+            pods: self.pods.or(base.pods),
+            rate_per_pod: self.rate_per_pod.or(base.rate_per_pod),
+            rho: self.rho.or(base.rho),
+            spike: self.spike.or(base.spike),
+            step: self.step.or(base.step),
+            timeout: self.timeout.or(base.timeout),
+            retries: self.retries.or(base.retries),
+            backoff: self.backoff.or(base.backoff),
+            retry_budget: self.retry_budget.or(base.retry_budget),
+            retry_budget_min_per_s: self.retry_budget_min_per_s.or(base.retry_budget_min_per_s),
+            retry_budget_ttl: self.retry_budget_ttl.or(base.retry_budget_ttl),
+            abandoned: self.abandoned.or(base.abandoned),
+            service: self.service.or(base.service),
+            topology: self.topology.or(base.topology),
+            warmup: self.warmup.or(base.warmup),
+            horizon: self.horizon.or(base.horizon),
+            drained_wait: self.drained_wait.or(base.drained_wait),
+            seeds: self.seeds.or(base.seeds),
+            fluid_dt: self.fluid_dt.or(base.fluid_dt),
+            hpa: match (self.hpa, base.hpa) {
+                (Some(a), Some(b)) => Some(a.over(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// Checks and resolves into a scenario; missing fields take the kit's defaults.
+    pub fn resolve(self, name: &str, context: &str) -> Result<Scenario, ExperimentError> {
+        let p = self.over(Params::kit());
+        let need = |v: Option<f64>, field: &'static str| v.ok_or_else(|| field_err(context, field, "", "is required"));
+        let pods = p.pods.unwrap_or(4);
+        if pods == 0 {
+            return Err(field_err(context, "pods", pods, "must be at least 1"));
+        }
+        let rate_per_pod = positive(context, "rate_per_pod", need(p.rate_per_pod, "rate_per_pod")?)?;
+        let rho = positive(context, "rho", need(p.rho, "rho")?)?;
+        let event = match (&p.spike, &p.step) {
+            (Some(_), Some(_)) => return Err(field_err(context, "step", "", "cannot be combined with `spike`")),
+            (Some(s), None) => parse_spike(context, s)?,
+            (None, Some(s)) => LoadEvent::Step { k: parse_multiple(context, "step", s)? },
+            (None, None) => LoadEvent::None,
+        };
+        let timeout_s = positive(context, "timeout", duration(context, "timeout", p.timeout.as_deref())?)?;
+        let retry_budget = match p.retry_budget {
+            None => None,
+            Some(ratio) if ratio >= 0.0 && ratio.is_finite() => Some(RetryBudget {
+                ratio,
+                min_per_s: p.retry_budget_min_per_s.unwrap_or(0.0).max(0.0),
+                ttl_s: positive(context, "retry_budget_ttl", duration(context, "retry_budget_ttl", p.retry_budget_ttl.as_deref())?)?,
+            }),
+            Some(ratio) => return Err(field_err(context, "retry_budget", ratio, "must be >= 0")),
+        };
+        let hpa = match p.hpa {
+            Some(h) => Some(h.resolve(context, pods)?),
+            None => None,
+        };
+        let warmup_s = duration(context, "warmup", p.warmup.as_deref())?;
+        let horizon_s = positive(context, "horizon", duration(context, "horizon", p.horizon.as_deref())?)?;
+        let fluid_dt_s = match p.fluid_dt.as_deref() {
+            Some(d) => positive(context, "fluid_dt", duration(context, "fluid_dt", Some(d))?)?,
+            // A thousandth of the timeout: fine enough for the retry delays and the wait threshold.
+            None => timeout_s / 1000.0,
+        };
+        Ok(Scenario {
+            name: name.to_string(),
+            pods,
+            rate_per_pod,
+            rho,
+            event,
+            timeout_s,
+            retries: p.retries.unwrap_or(2),
+            backoff: parse_backoff(context, p.backoff.as_deref().unwrap_or("none"))?,
+            retry_budget,
+            abandoned: p.abandoned.unwrap_or(Abandoned::Serve),
+            service: p.service.unwrap_or(ServiceTime::Exponential),
+            topology: p.topology.unwrap_or(Topology::Pooled),
+            hpa,
+            warmup_s,
+            horizon_s,
+            drained_wait_s: duration(context, "drained_wait", p.drained_wait.as_deref())?,
+            seeds: p.seeds.unwrap_or_default(),
+            fluid_dt_s,
+            time_scale: 1.0,
+        })
+    }
+}
+
+impl HpaParams {
+    fn over(self, base: HpaParams) -> HpaParams {
+        HpaParams {
+            signal: self.signal.or(base.signal),
+            target: self.target.or(base.target),
+            min: self.min.or(base.min),
+            max: self.max.or(base.max),
+            tolerance: self.tolerance.or(base.tolerance),
+            sync_period: self.sync_period.or(base.sync_period),
+            sync_phase: self.sync_phase.or(base.sync_phase),
+            metric_window: self.metric_window.or(base.metric_window),
+            scrape_interval: self.scrape_interval.or(base.scrape_interval),
+            dead_time: self.dead_time.or(base.dead_time),
+            behavior: self.behavior.or(base.behavior),
+        }
+    }
+
+    fn resolve(self, context: &str, pods: u32) -> Result<HpaSetup, ExperimentError> {
+        let d = |field: &'static str, v: Option<String>, default: &str| {
+            duration(context, field, Some(v.as_deref().unwrap_or(default)))
+        };
+        let target_utilization = self.target.unwrap_or(0.5);
+        if !(target_utilization > 0.0 && target_utilization.is_finite()) {
+            return Err(field_err(context, "hpa.target", target_utilization, "must be a positive utilization"));
+        }
+        let sync_period_s = positive(context, "hpa.sync_period", d("hpa.sync_period", self.sync_period, "15s")?)?;
+        let behavior = match self.behavior {
+            Some(b) => Behavior { scale_up: b.scale_up.resolve(context)?, scale_down: b.scale_down.resolve(context)? },
+            None => Behavior::default(),
+        };
+        Ok(HpaSetup {
+            signal: self.signal.unwrap_or(HpaSignal::First),
+            target_utilization,
+            min_replicas: self.min.unwrap_or(pods),
+            max_replicas: self.max.unwrap_or(50),
+            tolerance: self.tolerance.unwrap_or(crate::hpa::DEFAULT_TOLERANCE),
+            sync_phase_s: d("hpa.sync_phase", self.sync_phase, &format!("{}ms", sync_period_s * 500.0))?,
+            sync_period_s,
+            metric_window_s: positive(context, "hpa.metric_window", d("hpa.metric_window", self.metric_window, "30s")?)?,
+            scrape_interval_s: positive(context, "hpa.scrape_interval", d("hpa.scrape_interval", self.scrape_interval, "1s")?)?,
+            dead_time_s: d("hpa.dead_time", self.dead_time, "90s")?,
+            behavior,
+        })
+    }
+}
+
+impl RulesParams {
+    fn resolve(&self, context: &str) -> Result<ScalingRules, ExperimentError> {
+        let policies = self
+            .policies
+            .iter()
+            .map(|p| {
+                Ok(Policy { kind: p.kind, value: p.value, period_s: duration(context, "hpa.behavior.period", Some(&p.period))? })
+            })
+            .collect::<Result<_, ExperimentError>>()?;
+        Ok(ScalingRules {
+            stabilization_window_s: duration(context, "hpa.behavior.stabilization_window", Some(&self.stabilization_window))?,
+            policies,
+            select: self.select,
+        })
+    }
+}
+
+fn positive(context: &str, field: &'static str, v: f64) -> Result<f64, ExperimentError> {
+    if v > 0.0 && v.is_finite() { Ok(v) } else { Err(field_err(context, field, v, "must be positive")) }
+}
+
+fn duration(context: &str, field: &'static str, text: Option<&str>) -> Result<f64, ExperimentError> {
+    let text = text.ok_or_else(|| field_err(context, field, "", "is required"))?;
+    humantime::parse_duration(text.trim())
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| field_err(context, field, text, &format!("not a duration like 10s or 1500ms ({e})")))
+}
+
+/// `5x` -> 5.
+fn parse_multiple(context: &str, field: &'static str, text: &str) -> Result<f64, ExperimentError> {
+    let k = text.trim().strip_suffix('x').and_then(|k| k.parse::<f64>().ok());
+    match k {
+        Some(k) if k > 0.0 && k.is_finite() => Ok(k),
+        _ => Err(field_err(context, field, text, "expected a multiple like 5x")),
+    }
+}
+
+/// `5x300s` -> spike of 5 for 300 s.
+fn parse_spike(context: &str, text: &str) -> Result<LoadEvent, ExperimentError> {
+    let bad = || field_err(context, "spike", text, "expected MULTIPLExDURATION like 5x300s");
+    let (k, d) = text.trim().split_once('x').ok_or_else(bad)?;
+    let k = parse_multiple(context, "spike", &format!("{k}x")).map_err(|_| bad())?;
+    let duration_s = duration(context, "spike", Some(d)).map_err(|_| bad())?;
+    if duration_s <= 0.0 {
+        return Err(bad());
+    }
+    Ok(LoadEvent::Spike { k, duration_s })
+}
+
+/// `none` or `exp:BASE,CAP`.
+fn parse_backoff(context: &str, text: &str) -> Result<Backoff, ExperimentError> {
+    if text.trim() == "none" {
+        return Ok(Backoff { base_s: 0.0, cap_s: 0.0 });
+    }
+    let bad = || field_err(context, "backoff", text, "expected `none` or exp:BASE,CAP like exp:1s,8s");
+    let (base, cap) = text.trim().strip_prefix("exp:").and_then(|r| r.split_once(',')).ok_or_else(bad)?;
+    let base_s = duration(context, "backoff", Some(base)).map_err(|_| bad())?;
+    let cap_s = duration(context, "backoff", Some(cap)).map_err(|_| bad())?;
+    Ok(Backoff { base_s, cap_s })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_experiments_load() {
+        for (id, _) in BUILTIN {
+            let e = load(id).unwrap();
+            assert_eq!(e.id, id);
+            assert!(!e.cases.is_empty());
+        }
+        let f2 = load("f2").unwrap();
+        let s = &f2.cases[0].scenario;
+        assert_eq!(s.event, LoadEvent::Spike { k: 5.0, duration_s: 300.0 });
+        assert_eq!((s.pods, s.retries, s.timeout_s), (4, 2, 10.0));
+        assert_eq!(s.recovery_reference(), 300.0);
+        assert_eq!(s.demand(-1.0), 120.0);
+        assert_eq!(s.demand(0.0), 600.0);
+        assert_eq!(s.demand(300.0), 120.0);
+    }
+
+    #[test]
+    fn time_scale_divides_every_duration() {
+        let f3 = load("F3").unwrap().time_scaled(10.0);
+        let s = &f3.cases[0].scenario;
+        assert_eq!(s.timeout_s, 1.0);
+        let h = s.hpa.as_ref().unwrap();
+        assert_eq!((h.sync_period_s, h.dead_time_s, h.metric_window_s), (1.5, 9.0, 3.0));
+        assert_eq!(h.behavior.scale_down.stabilization_window_s, 30.0);
+        assert_eq!(s.rate_per_pod, 100.0);
+        let f2 = load("F2").unwrap().time_scaled(10.0);
+        assert_eq!(f2.cases[0].published.recovery_s, Some(975.6));
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrho=0.3\ntimeout='ten'\n";
+        let e = parse("x", text).unwrap_err().to_string();
+        assert!(e.contains("`timeout`") && e.contains("ten"), "{e}");
+        let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrho=0.3\nspike='5y300s'\n";
+        let e = parse("x", text).unwrap_err().to_string();
+        assert!(e.contains("`spike`"), "{e}");
+        let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrhoo=0.3\n";
+        assert!(parse("x", text).unwrap_err().to_string().contains("rhoo"));
+        assert!(matches!(load("F9"), Err(ExperimentError::Unknown(_))));
+    }
+
+    #[test]
+    fn backoff_delays() {
+        let mut s = load("F2").unwrap().cases[0].scenario.clone();
+        assert_eq!(s.attempt_offset(2), 20.0);
+        s.backoff = parse_backoff("t", "exp:1s,1500ms").unwrap();
+        assert_eq!(s.retry_delay(1), 11.0);
+        assert_eq!(s.retry_delay(2), 11.5);
+        assert_eq!(s.amplification(), 3.0);
+    }
+}

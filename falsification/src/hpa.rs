@@ -1,0 +1,606 @@
+//! The HorizontalPodAutoscaler algorithm for External metrics, as upstream `pkg/controller/podautoscaler`
+//! computes it (replica calculator, `normalizeDesiredReplicasWithBehaviors`, stabilization, scaling
+//! policies). A pure state machine: the caller passes the time, the metric readings and the scale, and
+//! gets a [`Decision`]; no clock, no I/O. The embedded runner and the models use this one implementation.
+//!
+//! Time is seconds since any origin the caller picks (monotonic). Metric readings are quantities with
+//! milli precision, as the external metrics API carries them (`"1500m"` = 1.5).
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The controller's default tolerance (`--horizontal-pod-autoscaler-tolerance`).
+pub const DEFAULT_TOLERANCE: f64 = 0.1;
+/// The controller's default sync period (`--horizontal-pod-autoscaler-sync-period`).
+pub const DEFAULT_SYNC_PERIOD_S: f64 = 15.0;
+
+/// How a metric's target is expressed (`spec.metrics[].external.target`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type", content = "value")]
+pub enum Target {
+    /// Target per pod: `desired = ceil(sum / target)` (ratio against status replicas for the tolerance).
+    AverageValue(f64),
+    /// Target for the whole metric: `desired = ceil(sum / target x ready pods)`.
+    Value(f64),
+}
+
+/// One External metric of the HPA.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSpec {
+    pub name: String,
+    pub target: Target,
+}
+
+/// `HPAScalingPolicy.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyKind {
+    Pods,
+    Percent,
+}
+
+/// `HPAScalingPolicy`: at most `value` pods (or percent) per `period_s`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    pub kind: PolicyKind,
+    pub value: i32,
+    pub period_s: f64,
+}
+
+/// `selectPolicy`: the policy allowing the largest change (`Max`), the smallest (`Min`), or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SelectPolicy {
+    #[default]
+    Max,
+    Min,
+    Disabled,
+}
+
+/// `HPAScalingRules` for one direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingRules {
+    pub stabilization_window_s: f64,
+    pub policies: Vec<Policy>,
+    pub select: SelectPolicy,
+}
+
+/// `spec.behavior`. Always explicit here: the legacy no-behavior rule is not modelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Behavior {
+    pub scale_up: ScalingRules,
+    pub scale_down: ScalingRules,
+}
+
+impl Default for Behavior {
+    /// The upstream defaults SPEC lists: scale-up no stabilization, 4 pods / 15 s and 100% / 15 s, Max;
+    /// scale-down 300 s stabilization, 100% / 15 s.
+    fn default() -> Self {
+        Behavior {
+            scale_up: ScalingRules {
+                stabilization_window_s: 0.0,
+                policies: vec![
+                    Policy { kind: PolicyKind::Pods, value: 4, period_s: 15.0 },
+                    Policy { kind: PolicyKind::Percent, value: 100, period_s: 15.0 },
+                ],
+                select: SelectPolicy::Max,
+            },
+            scale_down: ScalingRules {
+                stabilization_window_s: 300.0,
+                policies: vec![Policy { kind: PolicyKind::Percent, value: 100, period_s: 15.0 }],
+                select: SelectPolicy::Max,
+            },
+        }
+    }
+}
+
+impl Behavior {
+    /// The same behavior with every window and period divided by `s` (the kit's time scale).
+    pub fn time_scaled(&self, s: f64) -> Behavior {
+        let scale = |r: &ScalingRules| ScalingRules {
+            stabilization_window_s: r.stabilization_window_s / s,
+            policies: r.policies.iter().map(|p| Policy { period_s: p.period_s / s, ..*p }).collect(),
+            select: r.select,
+        };
+        Behavior { scale_up: scale(&self.scale_up), scale_down: scale(&self.scale_down) }
+    }
+}
+
+/// The parts of an HPA object the algorithm reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HpaSpec {
+    pub min_replicas: i32,
+    pub max_replicas: i32,
+    pub metrics: Vec<MetricSpec>,
+    pub behavior: Behavior,
+    pub tolerance: f64,
+}
+
+/// The target's scale subresource and pods as the controller sees them at a sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale {
+    /// `scale.spec.replicas` (the Deployment's replica count: the last decision).
+    pub spec_replicas: i32,
+    /// `scale.status.replicas` (pods that exist, ready or not).
+    pub status_replicas: i32,
+    /// Pods whose Ready condition is true (used by `Value` targets).
+    pub ready_pods: i32,
+}
+
+/// Why the decision is what it is (the upstream condition reasons, simplified).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Reason {
+    /// `scale.spec.replicas` is 0 and `minReplicas` is not: autoscaling is off.
+    ScalingDisabled,
+    AboveMaxReplicas,
+    BelowMinReplicas,
+    /// All metrics failed, or some failed while the rest would scale down: hold.
+    MetricsUnavailable,
+    DesiredWithinRange,
+    ScaleUpLimit,
+    ScaleDownLimit,
+    TooManyReplicas,
+    TooFewReplicas,
+}
+
+/// What one sync decided.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Replicas to set on the scale target (equal to the current spec when not rescaling).
+    pub desired: i32,
+    /// Per metric proposal, in spec order (`None` for a failed reading).
+    pub proposals: Vec<Option<i32>>,
+    /// The largest proposal (the recommendation before stabilization and limits).
+    pub recommendation: Option<i32>,
+    /// After the stabilization windows, before the rate limits.
+    pub stabilized: Option<i32>,
+    pub reason: Reason,
+    /// Whether the scale is written (`desired != spec.replicas`).
+    pub rescale: bool,
+}
+
+/// A spec the algorithm cannot run.
+#[derive(Debug, Error, PartialEq)]
+pub enum HpaError {
+    #[error("hpa: min_replicas {0} must be at least 1 and at most max_replicas {1}")]
+    Bounds(i32, i32),
+    #[error("hpa: at least one metric is needed")]
+    NoMetrics,
+    #[error("hpa: metric {name}: target must be positive, got {value}")]
+    Target { name: String, value: f64 },
+    #[error("hpa: tolerance must be within [0, 1), got {0}")]
+    Tolerance(f64),
+    #[error("hpa: {direction} policy needs a positive value and period, got value {value} period {period_s}s")]
+    Policy { direction: &'static str, value: i32, period_s: f64 },
+    #[error("hpa: {0} stabilization window must be >= 0")]
+    Window(&'static str),
+    #[error("hpa: sync called with {got} metric readings for {want} metrics")]
+    Readings { got: usize, want: usize },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Timed {
+    at: f64,
+    value: i32,
+}
+
+/// The HPA controller's state for one HPA object: recommendation history and scale events.
+#[derive(Debug, Clone)]
+pub struct Hpa {
+    spec: HpaSpec,
+    recommendations: Vec<Timed>,
+    scale_up_events: Vec<Timed>,
+    scale_down_events: Vec<Timed>,
+}
+
+impl Hpa {
+    pub fn new(spec: HpaSpec) -> Result<Hpa, HpaError> {
+        if spec.min_replicas < 1 || spec.min_replicas > spec.max_replicas {
+            return Err(HpaError::Bounds(spec.min_replicas, spec.max_replicas));
+        }
+        if spec.metrics.is_empty() {
+            return Err(HpaError::NoMetrics);
+        }
+        for m in &spec.metrics {
+            let (Target::AverageValue(v) | Target::Value(v)) = m.target;
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(HpaError::Target { name: m.name.clone(), value: v });
+            }
+        }
+        if !(0.0..1.0).contains(&spec.tolerance) {
+            return Err(HpaError::Tolerance(spec.tolerance));
+        }
+        for (direction, rules) in [("scaleUp", &spec.behavior.scale_up), ("scaleDown", &spec.behavior.scale_down)] {
+            if !(rules.stabilization_window_s >= 0.0) {
+                return Err(HpaError::Window(direction));
+            }
+            for p in &rules.policies {
+                if p.value <= 0 || !(p.period_s > 0.0) {
+                    return Err(HpaError::Policy { direction, value: p.value, period_s: p.period_s });
+                }
+            }
+        }
+        Ok(Hpa { spec, recommendations: Vec::new(), scale_up_events: Vec::new(), scale_down_events: Vec::new() })
+    }
+
+    pub fn spec(&self) -> &HpaSpec {
+        &self.spec
+    }
+
+    /// One reconcile: `readings[i]` is the summed value of metric `i` (`None` when it could not be read).
+    pub fn sync(&mut self, now: f64, readings: &[Option<f64>], scale: Scale) -> Result<Decision, HpaError> {
+        if readings.len() != self.spec.metrics.len() {
+            return Err(HpaError::Readings { got: readings.len(), want: self.spec.metrics.len() });
+        }
+        let current = scale.spec_replicas;
+        if self.recommendations.is_empty() {
+            self.recommendations.push(Timed { at: now, value: current });
+        }
+        let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
+        let held = |reason, proposals| Decision {
+            desired: current,
+            proposals,
+            recommendation: None,
+            stabilized: None,
+            reason,
+            rescale: false,
+        };
+        let mut decision = if current == 0 {
+            held(Reason::ScalingDisabled, vec![])
+        } else if current > max || current < min {
+            let (desired, reason) = if current > max {
+                (max, Reason::AboveMaxReplicas)
+            } else {
+                (min, Reason::BelowMinReplicas)
+            };
+            Decision { desired, proposals: vec![], recommendation: None, stabilized: None, reason, rescale: true }
+        } else {
+            let proposals: Vec<Option<i32>> = self
+                .spec
+                .metrics
+                .iter()
+                .zip(readings)
+                .map(|(m, r)| r.map(|v| self.proposal(m.target, v, scale)))
+                .collect();
+            let invalid = proposals.iter().filter(|p| p.is_none()).count();
+            let largest = proposals.iter().flatten().copied().max().unwrap_or(0);
+            // Upstream refuses to act on partial data that would scale down.
+            if invalid == proposals.len() || (invalid > 0 && largest < current) {
+                held(Reason::MetricsUnavailable, proposals)
+            } else {
+                let stabilized = self.stabilize(now, current, largest);
+                let (desired, reason) = self.limit_rate(now, current, stabilized);
+                Decision {
+                    desired,
+                    proposals,
+                    recommendation: Some(largest),
+                    stabilized: Some(stabilized),
+                    reason,
+                    rescale: desired != current,
+                }
+            }
+        };
+        if decision.rescale {
+            self.store_scale_event(now, current, decision.desired);
+        } else {
+            decision.desired = current;
+        }
+        Ok(decision)
+    }
+
+    /// The replica calculator for one External metric.
+    fn proposal(&self, target: Target, reading: f64, scale: Scale) -> i32 {
+        let usage = milli(reading) as f64;
+        match target {
+            Target::AverageValue(per_pod) => {
+                let per_pod = milli(per_pod) as f64;
+                let ratio = usage / (per_pod * f64::from(scale.status_replicas));
+                if self.within_tolerance(ratio) {
+                    scale.status_replicas
+                } else {
+                    ceil_i32(usage / per_pod)
+                }
+            }
+            Target::Value(total) => {
+                let ratio = usage / milli(total) as f64;
+                if scale.spec_replicas == 0 {
+                    ceil_i32(ratio)
+                } else if self.within_tolerance(ratio) {
+                    scale.spec_replicas
+                } else {
+                    ceil_i32(ratio * f64::from(scale.ready_pods))
+                }
+            }
+        }
+    }
+
+    fn within_tolerance(&self, ratio: f64) -> bool {
+        (1.0 - self.spec.tolerance) <= ratio && ratio <= (1.0 + self.spec.tolerance)
+    }
+
+    /// `stabilizeRecommendationWithBehaviors`: the recommendation is held between the lowest one of the
+    /// scale-up window and the highest one of the scale-down window; the raw recommendation is recorded.
+    fn stabilize(&mut self, now: f64, current: i32, desired: i32) -> i32 {
+        let up = &self.spec.behavior.scale_up;
+        let down = &self.spec.behavior.scale_down;
+        let up_cutoff = now - up.stabilization_window_s;
+        let down_cutoff = now - down.stabilization_window_s;
+        let (mut up_rec, mut down_rec) = (desired, desired);
+        for r in &self.recommendations {
+            if r.at > up_cutoff {
+                up_rec = up_rec.min(r.value);
+            }
+            if r.at > down_cutoff {
+                down_rec = down_rec.max(r.value);
+            }
+        }
+        // Entries older than both windows never matter again (time only moves forward).
+        self.recommendations.retain(|r| !(r.at < up_cutoff && r.at < down_cutoff));
+        self.recommendations.push(Timed { at: now, value: desired });
+        current.max(up_rec).min(down_rec)
+    }
+
+    /// `convertDesiredReplicasWithBehaviorRate`: the scaling policies and min/max bounds.
+    fn limit_rate(&self, now: f64, current: i32, desired: i32) -> (i32, Reason) {
+        let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
+        if desired > current {
+            let limit = self.scale_limit(now, current, &self.spec.behavior.scale_up, true).max(current);
+            let (allowed, reason) =
+                if max > limit { (limit, Reason::ScaleUpLimit) } else { (max, Reason::TooManyReplicas) };
+            if desired > allowed {
+                return (allowed, reason);
+            }
+        } else if desired < current {
+            let limit = self.scale_limit(now, current, &self.spec.behavior.scale_down, false).min(current);
+            let (allowed, reason) =
+                if min < limit { (limit, Reason::ScaleDownLimit) } else { (min, Reason::TooFewReplicas) };
+            if desired < allowed {
+                return (allowed, reason);
+            }
+        }
+        (desired, Reason::DesiredWithinRange)
+    }
+
+    /// `calculateScaleUpLimitWithScalingRules` / `calculateScaleDownLimitWithBehaviors`: per policy, the
+    /// replica count at the start of its period (undoing the changes made within it) plus or minus what
+    /// the policy allows; `selectPolicy` picks the largest or the smallest change.
+    fn scale_limit(&self, now: f64, current: i32, rules: &ScalingRules, up: bool) -> i32 {
+        if rules.select == SelectPolicy::Disabled {
+            return current;
+        }
+        let largest_change = rules.select == SelectPolicy::Max;
+        let mut result: Option<i32> = None;
+        for p in &rules.policies {
+            let added = changes_within(&self.scale_up_events, now, p.period_s);
+            let deleted = changes_within(&self.scale_down_events, now, p.period_s);
+            let start = f64::from(current - added + deleted);
+            let proposed = match (p.kind, up) {
+                (PolicyKind::Pods, true) => start as i32 + p.value,
+                (PolicyKind::Percent, true) => (start * (1.0 + f64::from(p.value) / 100.0)).ceil() as i32,
+                (PolicyKind::Pods, false) => start as i32 - p.value,
+                // Upstream truncates toward zero here.
+                (PolicyKind::Percent, false) => (start * (1.0 - f64::from(p.value) / 100.0)) as i32,
+            };
+            // The largest change is the highest limit going up and the lowest going down.
+            let pick_high = largest_change == up;
+            result = Some(match result {
+                None => proposed,
+                Some(r) if pick_high => r.max(proposed),
+                Some(r) => r.min(proposed),
+            });
+        }
+        result.unwrap_or(current)
+    }
+
+    fn store_scale_event(&mut self, now: f64, previous: i32, new: i32) {
+        let (events, rules, change) = if new > previous {
+            (&mut self.scale_up_events, &self.spec.behavior.scale_up, new - previous)
+        } else {
+            (&mut self.scale_down_events, &self.spec.behavior.scale_down, previous - new)
+        };
+        let longest = rules.policies.iter().map(|p| p.period_s).fold(0.0, f64::max);
+        events.retain(|e| e.at >= now - longest);
+        events.push(Timed { at: now, value: change });
+    }
+}
+
+/// Sum of the changes recorded strictly after `now - period` (upstream's `After(cutoff)`).
+fn changes_within(events: &[Timed], now: f64, period: f64) -> i32 {
+    events.iter().filter(|e| e.at > now - period).map(|e| e.value).sum()
+}
+
+/// A quantity's milli-value. Readings arrive with milli precision, so rounding recovers them exactly.
+fn milli(v: f64) -> i64 {
+    (v * 1000.0).round() as i64
+}
+
+fn ceil_i32(v: f64) -> i32 {
+    v.ceil() as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(metrics: Vec<MetricSpec>, min: i32, max: i32) -> HpaSpec {
+        HpaSpec { min_replicas: min, max_replicas: max, metrics, behavior: Behavior::default(), tolerance: 0.1 }
+    }
+
+    fn avg(name: &str, v: f64) -> MetricSpec {
+        MetricSpec { name: name.into(), target: Target::AverageValue(v) }
+    }
+
+    fn scale(n: i32) -> Scale {
+        Scale { spec_replicas: n, status_replicas: n, ready_pods: n }
+    }
+
+    #[test]
+    fn tolerance_band_holds_replicas() {
+        let mut hpa = Hpa::new(spec(vec![avg("first_attempt_rate", 50.0)], 1, 50)).unwrap();
+        // 4 pods, target 50 each = 200; 219 is ratio 1.095: inside the band.
+        let d = hpa.sync(0.0, &[Some(219.0)], scale(4)).unwrap();
+        assert_eq!((d.desired, d.rescale), (4, false));
+        // 181 is ratio 0.905: inside.
+        let d = hpa.sync(15.0, &[Some(181.0)], scale(4)).unwrap();
+        assert_eq!(d.desired, 4);
+        // 221 is 1.105: out, ceil(221/50) = 5.
+        let d = hpa.sync(30.0, &[Some(221.0)], scale(4)).unwrap();
+        assert_eq!((d.desired, d.rescale), (5, true));
+    }
+
+    #[test]
+    fn average_value_uses_status_replicas_and_value_uses_ready_pods() {
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 100)).unwrap();
+        // 8 pods exist (4 still starting): ratio 1000/(50*8) = 2.5 -> ceil(1000/50) = 20, limited to 16.
+        let d = hpa.sync(0.0, &[Some(1000.0)], Scale { spec_replicas: 8, status_replicas: 8, ready_pods: 4 })
+            .unwrap();
+        assert_eq!(d.proposals, vec![Some(20)]);
+        assert_eq!(d.desired, 16);
+        assert_eq!(d.reason, Reason::ScaleUpLimit);
+
+        let value = MetricSpec { name: "m".into(), target: Target::Value(200.0) };
+        let mut hpa = Hpa::new(spec(vec![value], 1, 100)).unwrap();
+        // ratio 1000/200 = 5, times 4 ready pods = 20 (not times the 8 that exist).
+        let d = hpa.sync(0.0, &[Some(1000.0)], Scale { spec_replicas: 8, status_replicas: 8, ready_pods: 4 })
+            .unwrap();
+        assert_eq!(d.proposals, vec![Some(20)]);
+        // ratio 1.05 is inside the tolerance: spec replicas kept.
+        let d = hpa.sync(15.0, &[Some(210.0)], Scale { spec_replicas: 16, status_replicas: 16, ready_pods: 8 })
+            .unwrap();
+        assert_eq!(d.proposals, vec![Some(16)]);
+    }
+
+    #[test]
+    fn largest_metric_wins() {
+        let mut hpa = Hpa::new(spec(vec![avg("first", 50.0), avg("ingress", 50.0)], 1, 50)).unwrap();
+        let d = hpa.sync(0.0, &[Some(200.0), Some(400.0)], scale(4)).unwrap();
+        assert_eq!(d.proposals, vec![Some(4), Some(8)]);
+        assert_eq!(d.desired, 8);
+        // Healthy: both agree, nothing changes.
+        let mut hpa = Hpa::new(spec(vec![avg("first", 50.0), avg("ingress", 50.0)], 1, 50)).unwrap();
+        let d = hpa.sync(0.0, &[Some(200.0), Some(200.0)], scale(4)).unwrap();
+        assert_eq!((d.desired, d.rescale), (4, false));
+    }
+
+    #[test]
+    fn scale_up_policies_4_pods_or_100_percent_per_15s() {
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 50)).unwrap();
+        // From 4: max(4 + 4, 4 * 2) = 8.
+        let d = hpa.sync(0.0, &[Some(3000.0)], scale(4)).unwrap();
+        assert_eq!(d.desired, 8);
+        // 10 s later the event is within the 15 s period: the period started at 4, so still 8.
+        let d = hpa.sync(10.0, &[Some(3000.0)], scale(8)).unwrap();
+        assert_eq!((d.desired, d.rescale), (8, false));
+        // At exactly 15 s the event is no longer strictly inside the period: 8 -> 16.
+        let d = hpa.sync(15.0, &[Some(3000.0)], scale(8)).unwrap();
+        assert_eq!(d.desired, 16);
+        let d = hpa.sync(30.0, &[Some(3000.0)], scale(16)).unwrap();
+        assert_eq!(d.desired, 32);
+        // 60 wanted, ceiling 50.
+        let d = hpa.sync(45.0, &[Some(3000.0)], scale(32)).unwrap();
+        assert_eq!((d.desired, d.reason), (50, Reason::TooManyReplicas));
+        // Small counts: 4 pods beats 100% of 1.
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 50)).unwrap();
+        assert_eq!(hpa.sync(0.0, &[Some(3000.0)], scale(1)).unwrap().desired, 5);
+    }
+
+    #[test]
+    fn select_policy_min_and_disabled() {
+        let mut s = spec(vec![avg("m", 50.0)], 1, 50);
+        s.behavior.scale_up.select = SelectPolicy::Min;
+        let mut hpa = Hpa::new(s.clone()).unwrap();
+        // min(4 + 4, 10 * 2) = 8 from 4... from 10: min(14, 20) = 14.
+        assert_eq!(hpa.sync(0.0, &[Some(3000.0)], scale(10)).unwrap().desired, 14);
+        s.behavior.scale_up.select = SelectPolicy::Disabled;
+        let mut hpa = Hpa::new(s).unwrap();
+        let d = hpa.sync(0.0, &[Some(3000.0)], scale(10)).unwrap();
+        assert_eq!((d.desired, d.rescale), (10, false));
+    }
+
+    #[test]
+    fn scale_down_waits_for_the_300s_window_maximum() {
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 50)).unwrap();
+        // A high recommendation at t = 0 (60 -> capped to 50).
+        let d = hpa.sync(0.0, &[Some(3000.0)], scale(50)).unwrap();
+        assert_eq!((d.desired, d.rescale), (50, false));
+        // Load falls to 1000 (20 pods wanted) but 60 is within the window.
+        for t in (15..300).step_by(15) {
+            let d = hpa.sync(f64::from(t), &[Some(1000.0)], scale(50)).unwrap();
+            assert_eq!(d.desired, 50, "t = {t}");
+        }
+        // At 300 s the t = 0 recommendation is no longer strictly inside: 100% / 15 s allows 20 at once.
+        let d = hpa.sync(300.0, &[Some(1000.0)], scale(50)).unwrap();
+        assert_eq!((d.desired, d.reason), (20, Reason::DesiredWithinRange));
+    }
+
+    #[test]
+    fn scale_down_percent_policy_truncates_and_min_replicas_bounds() {
+        let mut s = spec(vec![avg("m", 50.0)], 3, 50);
+        s.behavior.scale_down = ScalingRules {
+            stabilization_window_s: 0.0,
+            policies: vec![Policy { kind: PolicyKind::Percent, value: 50, period_s: 60.0 }],
+            select: SelectPolicy::Max,
+        };
+        let mut hpa = Hpa::new(s).unwrap();
+        // 9 pods, nothing wanted: 50% of 9 = trunc(4.5) = 4 kept.
+        let d = hpa.sync(0.0, &[Some(0.0)], scale(9)).unwrap();
+        assert_eq!((d.desired, d.reason), (4, Reason::ScaleDownLimit));
+        // Within the same 60 s period the start count is still 9: no further.
+        let d = hpa.sync(15.0, &[Some(0.0)], scale(4)).unwrap();
+        assert_eq!(d.desired, 4);
+        // Next period: limit trunc(4 * 0.5) = 2, but minReplicas is 3.
+        let d = hpa.sync(60.0, &[Some(0.0)], scale(4)).unwrap();
+        assert_eq!((d.desired, d.reason), (3, Reason::TooFewReplicas));
+    }
+
+    #[test]
+    fn bounds_outside_range_are_corrected_first() {
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 2, 10)).unwrap();
+        let d = hpa.sync(0.0, &[Some(0.0)], scale(12)).unwrap();
+        assert_eq!((d.desired, d.reason), (10, Reason::AboveMaxReplicas));
+        let d = hpa.sync(15.0, &[Some(0.0)], scale(1)).unwrap();
+        assert_eq!((d.desired, d.reason), (2, Reason::BelowMinReplicas));
+        let d = hpa.sync(30.0, &[Some(0.0)], scale(0)).unwrap();
+        assert_eq!((d.desired, d.reason, d.rescale), (0, Reason::ScalingDisabled, false));
+    }
+
+    #[test]
+    fn missing_metrics_never_scale_down() {
+        let mut hpa = Hpa::new(spec(vec![avg("a", 50.0), avg("b", 50.0)], 1, 50)).unwrap();
+        let d = hpa.sync(0.0, &[None, None], scale(8)).unwrap();
+        assert_eq!((d.desired, d.reason), (8, Reason::MetricsUnavailable));
+        let d = hpa.sync(15.0, &[Some(100.0), None], scale(8)).unwrap();
+        assert_eq!((d.desired, d.reason), (8, Reason::MetricsUnavailable));
+        // A partial reading that scales up is acted on.
+        let d = hpa.sync(30.0, &[Some(1000.0), None], scale(8)).unwrap();
+        assert_eq!(d.desired, 16);
+    }
+
+    #[test]
+    fn milli_precision_absorbs_float_noise() {
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 50)).unwrap();
+        // 1000.0000000001 would be 21 pods without the quantity's milli precision.
+        assert_eq!(hpa.sync(0.0, &[Some(1000.0 + 1e-10)], scale(16)).unwrap().desired, 20);
+    }
+
+    #[test]
+    fn bad_specs_are_refused_with_the_field() {
+        let e = Hpa::new(spec(vec![avg("m", 50.0)], 0, 5)).unwrap_err();
+        assert!(e.to_string().contains("min_replicas 0"));
+        let e = Hpa::new(spec(vec![avg("m", -1.0)], 1, 5)).unwrap_err();
+        assert!(e.to_string().contains("metric m"));
+        let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 5)).unwrap();
+        assert!(hpa.sync(0.0, &[], scale(1)).is_err());
+    }
+
+    #[test]
+    fn default_behavior_matches_spec() {
+        let b = Behavior::default();
+        assert_eq!(b.scale_up.stabilization_window_s, 0.0);
+        assert_eq!(b.scale_up.select, SelectPolicy::Max);
+        assert_eq!(b.scale_up.policies.len(), 2);
+        assert_eq!(b.scale_down.stabilization_window_s, 300.0);
+        assert_eq!(b.scale_down.policies[0], Policy { kind: PolicyKind::Percent, value: 100, period_s: 15.0 });
+        let s = b.time_scaled(10.0);
+        assert_eq!(s.scale_down.stabilization_window_s, 30.0);
+        assert_eq!(s.scale_up.policies[0].period_s, 1.5);
+    }
+}

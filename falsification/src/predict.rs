@@ -1,0 +1,247 @@
+//! Predictions for a case: the closed forms, the pooled and per-pod fluid models, and the request-level
+//! model over several seeds, each reduced to the same [`Outcome`] by the one outcome definition.
+
+use serde::Serialize;
+
+use crate::experiment::{Case, Experiment, LoadEvent, Scenario, Topology};
+use crate::hpa::HpaError;
+use crate::outcome::{self, Criteria, Outcome, Verdict};
+use crate::{des, fluid, laws};
+
+/// The request-level model over seeds: the median run's figures, the spread, and every run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestLevel {
+    pub topology: Topology,
+    pub seeds: Vec<u64>,
+    #[serde(flatten)]
+    pub median: Outcome,
+    pub spread: Spread,
+    pub runs: Vec<Outcome>,
+    pub events: u64,
+}
+
+/// Smallest and largest figure over the seeds (`recovery_s` infinite when a seed never recovers).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub recovery_s: Option<[f64; 2]>,
+    pub lost_fraction: Option<[f64; 2]>,
+    pub peak_pods: [u32; 2],
+    pub final_pods: [u32; 2],
+    pub trapped_runs: usize,
+}
+
+/// Relative differences of each model's recovery time from the published one.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Differences {
+    pub closed_form: Option<f64>,
+    pub fluid_pooled: Option<f64>,
+    pub fluid_per_pod: Option<f64>,
+    pub request_level: Option<f64>,
+}
+
+/// Everything `predict` says about one case.
+#[derive(Debug, Clone, Serialize)]
+pub struct CasePrediction {
+    pub name: String,
+    pub parameters: Scenario,
+    pub amplification: f64,
+    pub published: crate::experiment::Published,
+    pub closed_form: Outcome,
+    pub fluid_pooled: Outcome,
+    pub fluid_per_pod: Outcome,
+    pub request_level: Option<RequestLevel>,
+    pub recovery_relative_difference: Differences,
+    /// The refutation rule applied to the pooled fluid prediction.
+    pub verdict_fluid_pooled: Verdict,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentPrediction {
+    pub experiment: String,
+    pub title: String,
+    pub condition: String,
+    pub refuted_if: String,
+    pub time_scale: f64,
+    pub cases: Vec<CasePrediction>,
+}
+
+/// The outcome criteria of a scenario.
+pub fn criteria(s: &Scenario) -> Criteria {
+    Criteria { reference: s.recovery_reference(), from: 0.0, to: s.horizon_s, drained_wait_s: s.drained_wait_s }
+}
+
+/// The pooled or per-pod fluid prediction.
+pub fn fluid_outcome(s: &Scenario, topology: Topology) -> Result<Outcome, HpaError> {
+    Ok(outcome::evaluate(&fluid::simulate(s, topology)?, &criteria(s)))
+}
+
+/// What the laws alone say; `None` fields where no closed form exists (e.g. recovery under an HPA).
+pub fn closed_form(s: &Scenario) -> Outcome {
+    let a = s.amplification();
+    let lambda = s.base_rate();
+    let c = s.rate_per_pod;
+    let tau = s.timeout_s;
+    let (k, overload_s) = match s.event {
+        LoadEvent::None => (1.0, s.horizon_s),
+        LoadEvent::Spike { k, duration_s } => (k, duration_s),
+        LoadEvent::Step { k } => (k, s.hpa.as_ref().map_or(s.horizon_s, |h| h.dead_time_s)),
+    };
+    let rho = s.rho;
+    let triggered = laws::spike_triggers(k, rho, overload_s, tau);
+    let Some(h) = &s.hpa else {
+        let trapped = triggered && laws::trapped(a, rho * if matches!(s.event, LoadEvent::Step { .. }) { k } else { 1.0 });
+        let recovery_s = match s.event {
+            LoadEvent::Spike { duration_s, .. } if triggered => laws::recovery_time(a, k, rho, duration_s, tau),
+            _ => None,
+        };
+        // Lost: requests started while every attempt fails, from the trigger until the wait falls back.
+        let lost_fraction = match (s.event, recovery_s) {
+            (LoadEvent::Spike { duration_s, .. }, Some(rec)) => {
+                let t0 = laws::time_to_trigger(k, rho, tau).unwrap_or(0.0);
+                let failing_after = rec - tau / (1.0 - rho);
+                let lost = k * lambda * (duration_s - t0) + lambda * failing_after;
+                Some(lost / (lambda * (s.horizon_s + (k - 1.0) * duration_s)))
+            }
+            _ if !triggered => Some(0.0),
+            _ => None,
+        };
+        return Outcome {
+            recovery_s,
+            trapped,
+            triggered,
+            peak_pods: s.pods,
+            final_pods: s.pods,
+            lost_fraction,
+        };
+    };
+    let demand = k * lambda;
+    let first = laws::first_attempt_replicas(demand, h.target_utilization, c, h.min_replicas, h.max_replicas);
+    let ingress = laws::ingress_replicas(a, demand, h.target_utilization, c, h.min_replicas, h.max_replicas);
+    let settled_rho = demand / (f64::from(first) * c);
+    let (peak, trapped) = match h.signal {
+        crate::experiment::HpaSignal::First => (first, triggered && laws::trapped(a, settled_rho)),
+        _ => (ingress.max(first), triggered && !laws::ingress_escapes(a, demand, h.target_utilization, c, h.max_replicas)),
+    };
+    // Trapped for the whole horizon: only the requests before the trigger succeed.
+    let lost_fraction = if trapped {
+        laws::time_to_trigger(k, rho, tau).map(|t0| 1.0 - t0 / s.horizon_s)
+    } else if !triggered {
+        Some(0.0)
+    } else {
+        None
+    };
+    Outcome {
+        recovery_s: None,
+        trapped,
+        triggered,
+        peak_pods: if triggered { peak } else { first },
+        final_pods: first,
+        lost_fraction,
+    }
+}
+
+/// Median and spread over the seeds' outcomes.
+fn summarize(topology: Topology, seeds: Vec<u64>, runs: Vec<Outcome>, events: u64) -> RequestLevel {
+    let mut rec: Vec<f64> = runs.iter().map(|o| o.recovery_s.unwrap_or(f64::INFINITY)).collect();
+    rec.sort_by(f64::total_cmp);
+    let mut lost: Vec<f64> = runs.iter().filter_map(|o| o.lost_fraction).collect();
+    lost.sort_by(f64::total_cmp);
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let key = |o: &Outcome| o.recovery_s.unwrap_or(f64::INFINITY);
+        key(&runs[a]).total_cmp(&key(&runs[b]))
+    });
+    let median_run = runs[order[runs.len() / 2]];
+    let min_max = |v: &[f64]| (!v.is_empty()).then(|| [v[0], v[v.len() - 1]]);
+    let pods = |f: fn(&Outcome) -> u32| {
+        let v: Vec<u32> = runs.iter().map(f).collect();
+        [v.iter().copied().min().unwrap_or(0), v.iter().copied().max().unwrap_or(0)]
+    };
+    let trapped_runs = runs.iter().filter(|o| o.trapped).count();
+    let median = Outcome {
+        trapped: trapped_runs * 2 > runs.len(),
+        lost_fraction: lost.get(lost.len() / 2).copied(),
+        ..median_run
+    };
+    RequestLevel {
+        topology,
+        seeds,
+        median,
+        spread: Spread {
+            recovery_s: if rec.iter().any(|r| r.is_finite()) { min_max(&rec) } else { None },
+            lost_fraction: min_max(&lost),
+            peak_pods: pods(|o| o.peak_pods),
+            final_pods: pods(|o| o.final_pods),
+            trapped_runs,
+        },
+        runs,
+        events,
+    }
+}
+
+/// The request-level model over the scenario's seeds, run on up to two threads.
+pub fn request_level(s: &Scenario) -> Result<Option<RequestLevel>, HpaError> {
+    if s.seeds.is_empty() {
+        return Ok(None);
+    }
+    let c = criteria(s);
+    let results: Vec<Result<des::Run, HpaError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            s.seeds.iter().map(|&seed| scope.spawn(move || des::simulate(s, s.topology, seed))).collect();
+        handles.into_iter().map(|h| h.join().expect("request-level thread panicked")).collect()
+    });
+    let mut runs = Vec::new();
+    let mut events = 0;
+    for r in results {
+        let run = r?;
+        events += run.events;
+        runs.push(outcome::evaluate(&run.record, &c));
+    }
+    Ok(Some(summarize(s.topology, s.seeds.clone(), runs, events)))
+}
+
+fn relative(model: Option<f64>, published: Option<f64>) -> Option<f64> {
+    let (m, p) = (model?, published?);
+    (p != 0.0).then(|| (m - p) / p)
+}
+
+/// Every model for one case.
+pub fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
+    let s = &case.scenario;
+    let closed = closed_form(s);
+    let pooled = fluid_outcome(s, Topology::Pooled)?;
+    let per_pod = fluid_outcome(s, Topology::PerPod)?;
+    let request = request_level(s)?;
+    let p = case.published.recovery_s;
+    Ok(CasePrediction {
+        name: s.name.clone(),
+        parameters: s.clone(),
+        amplification: s.amplification(),
+        published: case.published.clone(),
+        recovery_relative_difference: Differences {
+            closed_form: relative(closed.recovery_s, p),
+            fluid_pooled: relative(pooled.recovery_s, p),
+            fluid_per_pod: relative(per_pod.recovery_s, p),
+            request_level: relative(request.as_ref().and_then(|r| r.median.recovery_s), p),
+        },
+        verdict_fluid_pooled: outcome::verdict(&case.expect, &pooled),
+        closed_form: closed,
+        fluid_pooled: pooled,
+        fluid_per_pod: per_pod,
+        request_level: request,
+    })
+}
+
+/// Every case of an experiment, after applying the time scale.
+pub fn predict(experiment: &Experiment, time_scale: f64) -> Result<ExperimentPrediction, HpaError> {
+    let e = experiment.time_scaled(time_scale);
+    let cases = e.cases.iter().map(predict_case).collect::<Result<_, _>>()?;
+    Ok(ExperimentPrediction {
+        experiment: e.id,
+        title: e.title,
+        condition: e.condition,
+        refuted_if: e.refuted_if,
+        time_scale,
+        cases,
+    })
+}

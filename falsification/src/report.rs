@@ -1,0 +1,111 @@
+//! Text and JSON renderings of predictions. The JSON shape is the contract documented in README.md.
+
+use std::fmt::Write;
+
+use crate::outcome::Outcome;
+use crate::predict::{CasePrediction, ExperimentPrediction};
+
+/// Pretty JSON of one or more experiments' predictions.
+pub fn json(predictions: &[ExperimentPrediction]) -> serde_json::Result<String> {
+    match predictions {
+        [one] => serde_json::to_string_pretty(one),
+        many => serde_json::to_string_pretty(many),
+    }
+}
+
+fn secs(v: Option<f64>) -> String {
+    match v {
+        Some(s) if s >= 100.0 => format!("{s:.0} s"),
+        Some(s) => format!("{s:.1} s"),
+        None => "never".to_string(),
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |f| format!("{:.2}%", f * 100.0))
+}
+
+fn diff(v: Option<f64>) -> String {
+    v.map_or(String::new(), |d| format!("{:+.1}%", d * 100.0))
+}
+
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn line(out: &mut String, model: &str, o: &Outcome, extra: &str) {
+    let recovery = if o.triggered { secs(o.recovery_s) } else { "not triggered".to_string() };
+    let _ = writeln!(
+        out,
+        "  {model:<15} {recovery:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}  {extra}",
+        yes(o.trapped),
+        yes(o.triggered),
+        o.peak_pods,
+        o.final_pods,
+        pct(o.lost_fraction),
+    );
+}
+
+fn case_text(out: &mut String, c: &CasePrediction) {
+    let s = &c.parameters;
+    let _ = writeln!(
+        out,
+        "\ncase {} (A = {:.2}, rho = {:.2}, A rho = {:.2}, {} pods, {:?})",
+        c.name,
+        c.amplification,
+        s.rho,
+        c.amplification * s.rho,
+        s.pods,
+        s.event
+    );
+    if !c.published.text.is_empty() {
+        let _ = writeln!(out, "  published: {}", c.published.text);
+    }
+    let _ = writeln!(
+        out,
+        "  {:<15} {:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}  vs published",
+        "model", "recovery", "trapped", "triggered", "peak", "final", "lost"
+    );
+    let p = &c.published;
+    let _ = writeln!(
+        out,
+        "  {:<15} {:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}",
+        "published",
+        p.recovery_s.map_or(if p.trapped == Some(true) { "never".into() } else { "-".into() }, |r| secs(Some(r))),
+        p.trapped.map_or("-", yes),
+        "",
+        p.peak_pods.map_or("-".into(), |v| v.to_string()),
+        p.final_pods.map_or("-".into(), |v| v.to_string()),
+        pct(p.lost_fraction),
+    );
+    let d = &c.recovery_relative_difference;
+    line(out, "closed form", &c.closed_form, &diff(d.closed_form));
+    line(out, "fluid pooled", &c.fluid_pooled, &diff(d.fluid_pooled));
+    line(out, "fluid per-pod", &c.fluid_per_pod, &diff(d.fluid_per_pod));
+    if let Some(r) = &c.request_level {
+        let spread = match r.spread.recovery_s {
+            Some([lo, hi]) => format!("{} seeds {:?}: {}..{}", r.seeds.len(), r.topology, secs(Some(lo)), secs(hi.is_finite().then_some(hi))),
+            None => format!("{} seeds {:?}", r.seeds.len(), r.topology),
+        };
+        line(out, "request level", &r.median, &format!("{} [{spread}]", diff(d.request_level)));
+    }
+    let v = &c.verdict_fluid_pooled;
+    let _ = writeln!(out, "  refutation rule on the pooled fluid: {}", if v.held { "holds".to_string() } else { format!("REFUTED: {}", v.reason) });
+}
+
+/// The human-readable report.
+pub fn text(predictions: &[ExperimentPrediction]) -> String {
+    let mut out = String::new();
+    for e in predictions {
+        let _ = writeln!(out, "{}: {} (time scale {})", e.experiment, e.title, e.time_scale);
+        let _ = writeln!(out, "  condition: {}\n  refuted if: {}", e.condition, e.refuted_if);
+        if e.time_scale != 1.0 {
+            let _ = writeln!(out, "  times below are run time: experiment time / {}", e.time_scale);
+        }
+        for c in &e.cases {
+            case_text(&mut out, c);
+        }
+        out.push('\n');
+    }
+    out
+}
