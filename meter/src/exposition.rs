@@ -37,7 +37,10 @@ pub struct ParseError {
 pub fn parse(body: &str) -> Result<Vec<Sample<'_>>, ParseError> {
     let mut samples = Vec::new();
     for (i, line) in body.split('\n').enumerate() {
-        let fail = |reason: String| ParseError { line: i + 1, reason };
+        let fail = |reason: String| ParseError {
+            line: i + 1,
+            reason,
+        };
         let line = line.strip_suffix('\r').unwrap_or(line);
         let trimmed = line.trim_matches([' ', '\t']);
         if trimmed.is_empty() {
@@ -86,7 +89,11 @@ fn check_metric_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let ok = chars.next().is_some_and(|c| is_name_start(c) || c == ':')
         && chars.all(|c| is_name_char(c) || c == ':');
-    if ok { Ok(()) } else { Err(format!("bad metric name {name:?}")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("bad metric name {name:?}"))
+    }
 }
 
 /// Splits off the leading run of characters accepted by `keep`.
@@ -111,12 +118,18 @@ fn parse_sample(line_no: usize, line: &str) -> Result<Sample<'_>, String> {
     let value = fields.next().ok_or("missing value")?;
     let value = parse_value(value)?;
     if let Some(ts) = fields.next() {
-        ts.parse::<i64>().map_err(|_| format!("bad timestamp {ts:?}"))?;
+        ts.parse::<i64>()
+            .map_err(|_| format!("bad timestamp {ts:?}"))?;
     }
     if let Some(extra) = fields.next() {
         return Err(format!("unexpected {extra:?} after the timestamp"));
     }
-    Ok(Sample { line: line_no, name, labels, value })
+    Ok(Sample {
+        line: line_no,
+        name,
+        labels,
+        value,
+    })
 }
 
 type Labels<'a> = Vec<(&'a str, Cow<'a, str>)>;
@@ -136,8 +149,12 @@ fn parse_labels(mut s: &str) -> Result<(Labels<'_>, &str), String> {
         if labels.iter().any(|(n, _)| *n == name) {
             return Err(format!("duplicate label {name:?}"));
         }
-        let rest = skip_blanks(rest).strip_prefix('=').ok_or(format!("expected '=' after label {name:?}"))?;
-        let rest = skip_blanks(rest).strip_prefix('"').ok_or(format!("expected '\"' to open the value of {name:?}"))?;
+        let rest = skip_blanks(rest)
+            .strip_prefix('=')
+            .ok_or(format!("expected '=' after label {name:?}"))?;
+        let rest = skip_blanks(rest)
+            .strip_prefix('"')
+            .ok_or(format!("expected '\"' to open the value of {name:?}"))?;
         let (value, rest) = parse_label_value(rest)?;
         labels.push((name, value));
         s = skip_blanks(rest);
@@ -164,10 +181,14 @@ fn parse_label_value(s: &str) -> Result<(Cow<'_, str>, &str), String> {
                     Some((_, '\\')) => '\\',
                     Some((_, '"')) => '"',
                     Some((_, 'n')) => '\n',
-                    Some((_, other)) => return Err(format!("bad escape \\{other} in a label value")),
+                    Some((_, other)) => {
+                        return Err(format!("bad escape \\{other} in a label value"));
+                    }
                     None => break,
                 };
-                owned.get_or_insert_with(|| s[..i].to_owned()).push(unescaped);
+                owned
+                    .get_or_insert_with(|| s[..i].to_owned())
+                    .push(unescaped);
             }
             c => {
                 if let Some(o) = owned.as_mut() {
@@ -188,7 +209,9 @@ fn parse_value(s: &str) -> Result<f64, String> {
         _ => {}
     }
     // Rust's parser also takes "inf"/"infinity"/"nan": allow digits and signs only.
-    let plain = s.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'));
+    let plain = s
+        .chars()
+        .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'));
     match s.parse::<f64>() {
         Ok(v) if plain => Ok(v),
         _ => Err(format!("bad value {:?}", truncate(s))),
@@ -206,7 +229,10 @@ pub fn arrival_counts(body: &str) -> Result<ArrivalCounts, ParseError> {
     let mut counts = ArrivalCounts::default();
     let mut seen: Vec<u32> = Vec::new();
     for sample in parse(body)?.into_iter().filter(|s| s.name == ARRIVALS) {
-        let fail = |reason: String| ParseError { line: sample.line, reason };
+        let fail = |reason: String| ParseError {
+            line: sample.line,
+            reason,
+        };
         let attempt = sample
             .labels
             .iter()
@@ -217,7 +243,9 @@ pub fn arrival_counts(body: &str) -> Result<ArrivalCounts, ParseError> {
             .parse()
             .map_err(|_| fail(format!("bad {ATTEMPT_LABEL} label {:?}", attempt.1)))?;
         if sample.labels.len() != 1 {
-            return Err(fail(format!("{ARRIVALS} has labels other than {ATTEMPT_LABEL:?}")));
+            return Err(fail(format!(
+                "{ARRIVALS} has labels other than {ATTEMPT_LABEL:?}"
+            )));
         }
         if seen.contains(&attempt) {
             return Err(fail(format!("duplicate {ARRIVALS} for attempt {attempt}")));
@@ -230,6 +258,9 @@ pub fn arrival_counts(body: &str) -> Result<ArrivalCounts, ParseError> {
             counts.first_attempt = sample.value;
         }
         counts.all_attempts += sample.value;
+        if !counts.all_attempts.is_finite() {
+            return Err(fail(format!("sum of {ARRIVALS} overflows")));
+        }
     }
     Ok(counts)
 }
@@ -251,13 +282,22 @@ mod tests {
     #[test]
     fn reads_the_service_contract() {
         let c = arrival_counts(SERVICE_LIKE).unwrap();
-        assert_eq!(c, ArrivalCounts { first_attempt: 1200.0, all_attempts: 1507.0 });
+        assert_eq!(
+            c,
+            ArrivalCounts {
+                first_attempt: 1200.0,
+                all_attempts: 1507.0
+            }
+        );
     }
 
     #[test]
     fn no_counter_yet_is_zero() {
         assert_eq!(arrival_counts("").unwrap(), ArrivalCounts::default());
-        assert_eq!(arrival_counts("# TYPE x gauge\nx 1\n").unwrap(), ArrivalCounts::default());
+        assert_eq!(
+            arrival_counts("# TYPE x gauge\nx 1\n").unwrap(),
+            ArrivalCounts::default()
+        );
     }
 
     #[test]
@@ -301,13 +341,35 @@ mod tests {
     fn rejects_bad_arrival_samples() {
         let cases = [
             ("retrydebt_arrivals_total 5", "without an \"attempt\" label"),
-            ("retrydebt_arrivals_total{attempt=\"x\"} 5", "bad attempt label"),
-            ("retrydebt_arrivals_total{attempt=\"-1\"} 5", "bad attempt label"),
-            ("retrydebt_arrivals_total{attempt=\"0\",pod=\"p\"} 5", "other than"),
+            (
+                "retrydebt_arrivals_total{attempt=\"x\"} 5",
+                "bad attempt label",
+            ),
+            (
+                "retrydebt_arrivals_total{attempt=\"-1\"} 5",
+                "bad attempt label",
+            ),
+            (
+                "retrydebt_arrivals_total{attempt=\"0\",pod=\"p\"} 5",
+                "other than",
+            ),
             ("retrydebt_arrivals_total{attempt=\"0\"} -5", "out of range"),
-            ("retrydebt_arrivals_total{attempt=\"0\"} NaN", "out of range"),
-            ("retrydebt_arrivals_total{attempt=\"0\"} +Inf", "out of range"),
-            ("retrydebt_arrivals_total{attempt=\"0\"} 1\nretrydebt_arrivals_total{attempt=\"0\"} 1", "duplicate"),
+            (
+                "retrydebt_arrivals_total{attempt=\"0\"} NaN",
+                "out of range",
+            ),
+            (
+                "retrydebt_arrivals_total{attempt=\"0\"} +Inf",
+                "out of range",
+            ),
+            (
+                "retrydebt_arrivals_total{attempt=\"0\"} 1e308\nretrydebt_arrivals_total{attempt=\"1\"} 1e308",
+                "overflows",
+            ),
+            (
+                "retrydebt_arrivals_total{attempt=\"0\"} 1\nretrydebt_arrivals_total{attempt=\"0\"} 1",
+                "duplicate",
+            ),
         ];
         for (body, reason) in cases {
             let err = arrival_counts(body).unwrap_err();
@@ -319,7 +381,8 @@ mod tests {
     /// and whatever parses re-parses to the same samples once printed back.
     #[test]
     fn random_inputs_never_panic() {
-        let alphabet: &[u8] = b"retrydebt_arrivals_total{attempt=\"0\"} 1e3#TYPE HELP\n\\,=+-.Inf NaN\t\r\xc3\xa9";
+        let alphabet: &[u8] =
+            b"retrydebt_arrivals_total{attempt=\"0\"} 1e3#TYPE HELP\n\\,=+-.Inf NaN\t\r\xc3\xa9";
         let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = || {
             state ^= state << 13;
@@ -329,7 +392,9 @@ mod tests {
         };
         for _ in 0..20_000 {
             let len = (next() % 80) as usize;
-            let bytes: Vec<u8> = (0..len).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect();
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
             let body = String::from_utf8_lossy(&bytes);
             let _ = arrival_counts(&body);
             if let Ok(samples) = parse(&body) {

@@ -151,14 +151,21 @@ pub fn status_error(code: StatusCode, message: String, details: Option<StatusDet
 fn json(code: StatusCode, body: &impl Serialize) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut response = (code, bytes).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
 /// A non-negative value as a canonical decimal `resource.Quantity` string, at
 /// milli precision: 1.5 -> "1500m", 1500 -> "1500", 2000 -> "2k", 0 -> "0".
 pub fn quantity(v: f64) -> String {
-    let milli = if v.is_finite() && v > 0.0 { (v * 1000.0).round() as u64 } else { 0 };
+    let milli = if v.is_finite() && v > 0.0 {
+        (v * 1000.0).round() as u64
+    } else {
+        0
+    };
     if milli % 1000 != 0 {
         return format!("{milli}m");
     }
@@ -212,12 +219,19 @@ fn answer(shared: &Shared, req: &Request<Body>) -> Response {
     }
     let path = req.uri().path();
     let Some(route) = route(path) else {
-        return status_error(StatusCode::NOT_FOUND, format!("the server could not find the requested resource {path:?}"), None);
+        return status_error(
+            StatusCode::NOT_FOUND,
+            format!("the server could not find the requested resource {path:?}"),
+            None,
+        );
     };
     if req.method() != Method::GET {
         return status_error(
             StatusCode::METHOD_NOT_ALLOWED,
-            format!("the server does not allow method {} on {path:?}: only GET", req.method()),
+            format!(
+                "the server does not allow method {} on {path:?}: only GET",
+                req.method()
+            ),
             None,
         );
     }
@@ -226,28 +240,52 @@ fn answer(shared: &Shared, req: &Request<Body>) -> Response {
         Route::Value { namespace, metric } => (namespace, metric),
     };
     if let Err(reason) = check_dns_label(namespace) {
-        return status_error(StatusCode::BAD_REQUEST, format!("invalid namespace {namespace:?}: {reason}"), None);
+        return status_error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid namespace {namespace:?}: {reason}"),
+            None,
+        );
     }
     if !METRICS.contains(&metric) {
-        let details = StatusDetails { name: metric.to_owned(), group: GROUP };
+        let details = StatusDetails {
+            name: metric.to_owned(),
+            group: GROUP,
+        };
         return status_error(
             StatusCode::NOT_FOUND,
-            format!("external metric {metric:?} not found: this meter serves {}", METRICS.join(", ")),
+            format!(
+                "external metric {metric:?} not found: this meter serves {}",
+                METRICS.join(", ")
+            ),
             Some(details),
         );
     }
     let query = match Query::<BTreeMap<String, String>>::try_from_uri(req.uri()) {
         Ok(Query(q)) => q,
-        Err(e) => return status_error(StatusCode::BAD_REQUEST, format!("invalid query string: {e}"), None),
+        Err(e) => {
+            return status_error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid query string: {e}"),
+                None,
+            );
+        }
     };
     let selector = query.get("labelSelector").map_or("", String::as_str);
     if let Err(reason) = check_label_selector(selector) {
-        return status_error(StatusCode::BAD_REQUEST, format!("invalid labelSelector {selector:?}: {reason}"), None);
+        return status_error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid labelSelector {selector:?}: {reason}"),
+            None,
+        );
     }
     let reading = match shared.current(Instant::now()) {
         Ok(r) => r,
         Err(e @ (Unavailable::Warming(_) | Unavailable::Stale(_))) => {
-            return status_error(StatusCode::SERVICE_UNAVAILABLE, format!("no value for {metric:?}: {e}"), None);
+            return status_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("no value for {metric:?}: {e}"),
+                None,
+            );
         }
     };
     let value = metric_value(metric, &reading).unwrap_or_default();
@@ -268,17 +306,24 @@ fn answer(shared: &Shared, req: &Request<Body>) -> Response {
 
 /// DNS-1123 label: 1-63 of `[a-z0-9-]`, alphanumeric at both ends.
 fn check_dns_label(s: &str) -> Result<(), String> {
-    let ok_chars = s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    let ok_chars = s
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if s.is_empty() || s.len() > 63 || !ok_chars || s.starts_with('-') || s.ends_with('-') {
-        return Err("must be a DNS-1123 label (1-63 of a-z, 0-9, '-', alphanumeric at both ends)".into());
+        return Err(
+            "must be a DNS-1123 label (1-63 of a-z, 0-9, '-', alphanumeric at both ends)".into(),
+        );
     }
     Ok(())
 }
 
 /// A label name or value: up to 63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends.
 fn check_label_part(s: &str, what: &str) -> Result<(), String> {
-    let ok_chars = s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    let ok_ends = s.starts_with(|c: char| c.is_ascii_alphanumeric()) && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let ok_chars = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ok_ends = s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
     if s.len() > 63 || !ok_chars || !ok_ends {
         return Err(format!("bad {what} {s:?}"));
     }
@@ -289,7 +334,8 @@ fn check_label_part(s: &str, what: &str) -> Result<(), String> {
 fn check_label_key(key: &str) -> Result<(), String> {
     let name = match key.split_once('/') {
         Some((prefix, name)) => {
-            let labels_ok = prefix.len() <= 253 && prefix.split('.').all(|l| check_dns_label(l).is_ok());
+            let labels_ok =
+                prefix.len() <= 253 && prefix.split('.').all(|l| check_dns_label(l).is_ok());
             if !labels_ok {
                 return Err(format!("bad key prefix {prefix:?}"));
             }
@@ -301,7 +347,11 @@ fn check_label_key(key: &str) -> Result<(), String> {
 }
 
 fn check_label_value(value: &str) -> Result<(), String> {
-    if value.is_empty() { Ok(()) } else { check_label_part(value, "value") }
+    if value.is_empty() {
+        Ok(())
+    } else {
+        check_label_part(value, "value")
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -322,7 +372,9 @@ fn lex(s: &str) -> Result<Vec<Token<'_>>, String> {
     let mut rest = s;
     loop {
         rest = rest.trim_start();
-        let Some(c) = rest.chars().next() else { return Ok(tokens) };
+        let Some(c) = rest.chars().next() else {
+            return Ok(tokens);
+        };
         let (token, len) = match c {
             '!' if rest.starts_with("!=") => (Token::NotEq, 2),
             '!' => (Token::Not, 1),
@@ -334,7 +386,9 @@ fn lex(s: &str) -> Result<Vec<Token<'_>>, String> {
             '(' => (Token::Open, 1),
             ')' => (Token::Close, 1),
             _ => {
-                let len = rest.find(|c: char| c.is_whitespace() || "!=<>,()".contains(c)).unwrap_or(rest.len());
+                let len = rest
+                    .find(|c: char| c.is_whitespace() || "!=<>,()".contains(c))
+                    .unwrap_or(rest.len());
                 (Token::Word(&rest[..len]), len)
             }
         };
@@ -370,11 +424,17 @@ pub fn check_label_selector(s: &str) -> Result<(), String> {
                         t.next();
                     }
                     None | Some(Token::Comma) => {}
-                    Some(other) => return Err(format!("expected a value after {key:?}, found {other:?}")),
+                    Some(other) => {
+                        return Err(format!("expected a value after {key:?}, found {other:?}"));
+                    }
                 },
                 Some(Token::Gt | Token::Lt) => match t.next() {
                     Some(Token::Word(v)) if v.parse::<i64>().is_ok() => {}
-                    other => return Err(format!("expected an integer after {key:?}, found {other:?}")),
+                    other => {
+                        return Err(format!(
+                            "expected an integer after {key:?}, found {other:?}"
+                        ));
+                    }
                 },
                 Some(Token::Word("in" | "notin")) => {
                     if t.next() != Some(&Token::Open) {
@@ -383,12 +443,20 @@ pub fn check_label_selector(s: &str) -> Result<(), String> {
                     loop {
                         match t.next() {
                             Some(Token::Word(v)) => check_label_value(v)?,
-                            other => return Err(format!("expected a value in the set of {key:?}, found {other:?}")),
+                            other => {
+                                return Err(format!(
+                                    "expected a value in the set of {key:?}, found {other:?}"
+                                ));
+                            }
                         }
                         match t.next() {
                             Some(Token::Comma) => {}
                             Some(Token::Close) => break,
-                            other => return Err(format!("expected ',' or ')' in the set of {key:?}, found {other:?}")),
+                            other => {
+                                return Err(format!(
+                                    "expected ',' or ')' in the set of {key:?}, found {other:?}"
+                                ));
+                            }
                         }
                     }
                 }
@@ -456,11 +524,20 @@ mod tests {
 
     #[test]
     fn routes() {
-        assert!(matches!(route("/apis/external.metrics.k8s.io/v1beta1"), Some(Route::Discovery)));
-        assert!(matches!(route("/apis/external.metrics.k8s.io/v1beta1/"), Some(Route::Discovery)));
+        assert!(matches!(
+            route("/apis/external.metrics.k8s.io/v1beta1"),
+            Some(Route::Discovery)
+        ));
+        assert!(matches!(
+            route("/apis/external.metrics.k8s.io/v1beta1/"),
+            Some(Route::Discovery)
+        ));
         assert!(matches!(
             route("/apis/external.metrics.k8s.io/v1beta1/namespaces/ns/m"),
-            Some(Route::Value { namespace: "ns", metric: "m" })
+            Some(Route::Value {
+                namespace: "ns",
+                metric: "m"
+            })
         ));
         for none in [
             "/",

@@ -49,13 +49,20 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     #[error("cannot listen on {what} {addr}: {source}")]
-    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("TLS: {0}")]
     Tls(String),
     #[error("HTTP client: {0}")]
     Client(#[from] reqwest::Error),
     #[error("server on {what}: {source}")]
-    Serve { what: &'static str, source: std::io::Error },
+    Serve {
+        what: &'static str,
+        source: std::io::Error,
+    },
 }
 
 /// The meter's settings (the CLI flags).
@@ -143,13 +150,26 @@ impl Meter {
         let tls = tls::server_config(config.tls.as_ref(), config.client_ca.as_deref())?;
         let scraper = Scraper::new(config.scrape_timeout, config.max_body)?;
         let bind = |what: &'static str, addr: SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| Error::Bind { what, addr, source })
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind { what, addr, source })
         };
         let listener = bind("--listen", config.listen).await?;
         let api_listener = bind("--api-listen", config.api_listen).await?;
-        let shared =
-            Arc::new(Shared::new(config.window, config.scrape_interval, config.history, config.client_ca.is_some()));
-        Ok(Self { config, listener, api_listener, tls, scraper, shared })
+        let shared = Arc::new(Shared::new(
+            config.window,
+            config.scrape_interval,
+            config.history,
+            config.client_ca.is_some(),
+        ));
+        Ok(Self {
+            config,
+            listener,
+            api_listener,
+            tls,
+            scraper,
+            shared,
+        })
     }
 
     /// The plain-HTTP address (`/metrics`, `/history`, ...).
@@ -159,10 +179,13 @@ impl Meter {
 
     /// The HTTPS external metrics API address.
     pub fn api_addr(&self) -> SocketAddr {
-        self.api_listener.local_addr().unwrap_or(self.config.api_listen)
+        self.api_listener
+            .local_addr()
+            .unwrap_or(self.config.api_listen)
     }
 
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+        tracing::info!(listen = %self.local_addr(), api_listen = %self.api_addr(), "meter running");
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let (shared, scraper, config) = (self.shared.clone(), self.scraper, self.config.clone());
@@ -183,11 +206,13 @@ impl Meter {
                     let _ = stop.wait_for(|s| *s).await;
                 })
                 .await
-                .map_err(|source| Error::Serve { what: "--listen", source })
+                .map_err(|source| Error::Serve {
+                    what: "--listen",
+                    source,
+                })
         });
         let api = k8s::router(self.shared.clone());
         tasks.spawn(tls::serve(self.api_listener, self.tls, api, stop_rx).map_ok());
-        tracing::info!(listen = %self.config.listen, api_listen = %self.config.api_listen, "meter running");
         // Stop on the shutdown signal or on the first task failing.
         let first = tokio::select! {
             _ = shutdown => None,
@@ -213,10 +238,15 @@ trait MapOk: Future<Output = ()> + Sized {
 }
 impl<F: Future<Output = ()>> MapOk for F {}
 
-fn first_error(done: Option<Result<Result<(), Error>, tokio::task::JoinError>>) -> Result<(), Error> {
+fn first_error(
+    done: Option<Result<Result<(), Error>, tokio::task::JoinError>>,
+) -> Result<(), Error> {
     match done {
         Some(Ok(result)) => result,
-        Some(Err(e)) => Err(Error::Serve { what: "meter task", source: std::io::Error::other(e.to_string()) }),
+        Some(Err(e)) => Err(Error::Serve {
+            what: "meter task",
+            source: std::io::Error::other(e.to_string()),
+        }),
         None => Ok(()),
     }
 }
@@ -236,9 +266,16 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
     loop {
         ticker.tick().await;
         let (pods, errors) = config.pods.discover().await;
-        shared.metrics.discovery_errors.increment(errors.len() as u64);
+        shared
+            .metrics
+            .discovery_errors
+            .increment(errors.len() as u64);
         // Log a discovery problem when it changes, not every round.
-        let summary = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        let summary = errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
         if summary != last_discovery_error {
             if !summary.is_empty() {
                 tracing::warn!("pod discovery: {summary}");
@@ -256,7 +293,9 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
         }
         let mut scraped = 0;
         while let Some(done) = scrapes.join_next().await {
-            let Ok((pod, at, result)) = done else { continue };
+            let Ok((pod, at, result)) = done else {
+                continue;
+            };
             shared.metrics.scrapes.increment(1);
             match result {
                 Ok(counts) => {
@@ -271,6 +310,12 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
         }
         let now = Instant::now();
         let rates = window.rates(now);
-        shared.publish(now, time::OffsetDateTime::now_utc(), rates, pods.len(), scraped);
+        shared.publish(
+            now,
+            time::OffsetDateTime::now_utc(),
+            rates,
+            pods.len(),
+            scraped,
+        );
     }
 }

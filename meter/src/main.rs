@@ -40,10 +40,20 @@ struct Cli {
     #[arg(long, env = "METER_API_LISTEN", default_value = "0.0.0.0:6443")]
     api_listen: SocketAddr,
     /// Serving certificate chain, PEM [default: self-signed, made at start].
-    #[arg(long, env = "METER_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        env = "METER_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
     tls_cert: Option<PathBuf>,
     /// Serving private key, PEM.
-    #[arg(long, env = "METER_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "METER_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
     tls_key: Option<PathBuf>,
     /// CA bundle, PEM: only API clients with a certificate it signed are served
     /// (the aggregator's requestheader-client-ca-file); others get 401.
@@ -66,11 +76,16 @@ impl Cli {
         };
         let mut config = Config::new(pods);
         config.scrape_interval = self.scrape_interval;
-        config.scrape_timeout = self.scrape_timeout.unwrap_or(self.scrape_interval.mul_f64(0.8));
+        config.scrape_timeout = self
+            .scrape_timeout
+            .unwrap_or(self.scrape_interval.mul_f64(0.8));
         config.window = self.window;
         config.listen = self.listen;
         config.api_listen = self.api_listen;
-        config.tls = self.tls_cert.zip(self.tls_key).map(|(cert, key)| TlsFiles { cert, key });
+        config.tls = self
+            .tls_cert
+            .zip(self.tls_key)
+            .map(|(cert, key)| TlsFiles { cert, key });
         config.client_ca = self.client_ca;
         config.max_body = self.max_body;
         config.history = self.history;
@@ -97,9 +112,11 @@ async fn shutdown_signal() {
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "meter=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "meter=info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let config = Cli::parse().into_config();
     match meter::run(config, shutdown_signal()).await {

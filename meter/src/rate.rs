@@ -100,11 +100,18 @@ impl RateWindow {
     /// `forget_after`: a pod whose newest sample is older than this (it could not be
     /// scraped, e.g. it crashed) contributes nothing any more.
     pub fn new(window: Duration, forget_after: Duration) -> Self {
-        Self { window, forget_after, pods: HashMap::new() }
+        Self {
+            window,
+            forget_after,
+            pods: HashMap::new(),
+        }
     }
 
     pub fn record(&mut self, pod: &str, at: Instant, counts: ArrivalCounts) {
-        self.pods.entry(pod.to_owned()).or_default().push(at, counts);
+        self.pods
+            .entry(pod.to_owned())
+            .or_default()
+            .push(at, counts);
     }
 
     /// Forgets every pod not in the current pod list: a pod that has gone
@@ -127,7 +134,10 @@ impl RateWindow {
                 (Some(_), None) => true,
             }
         });
-        let mut rates = Rates { pods: self.pods.len(), ..Rates::default() };
+        let mut rates = Rates {
+            pods: self.pods.len(),
+            ..Rates::default()
+        };
         for (first_attempt, all) in self.pods.values().filter_map(CounterHistory::rates) {
             rates.first_attempt += first_attempt;
             rates.ingress += all;
@@ -152,20 +162,29 @@ pub enum DataState {
 #[derive(Clone, Copy, Debug)]
 pub struct Coverage {
     window: Duration,
+    started: Instant,
     /// Start of the current unbroken run of successful rounds.
     since: Option<Instant>,
     last_success: Option<Instant>,
 }
 
 impl Coverage {
-    pub fn new(window: Duration) -> Self {
-        Self { window, since: None, last_success: None }
+    /// `started`: when scraping started; no success for a window after it is stale too.
+    pub fn new(window: Duration, started: Instant) -> Self {
+        Self {
+            window,
+            started,
+            since: None,
+            last_success: None,
+        }
     }
 
     /// Records a scrape round in which at least one pod answered.
     pub fn success(&mut self, at: Instant) {
         // After a gap longer than a window, the old data has aged out: start over.
-        let broken = self.last_success.is_none_or(|last| at.duration_since(last) > self.window);
+        let broken = self
+            .last_success
+            .is_none_or(|last| at.duration_since(last) > self.window);
         if broken {
             self.since = Some(at);
         }
@@ -187,6 +206,7 @@ impl Coverage {
                     DataState::Warming
                 }
             }
+            _ if now.saturating_duration_since(self.started) > self.window => DataState::Stale,
             _ => DataState::Warming,
         }
     }
@@ -199,7 +219,10 @@ mod tests {
     const W: Duration = Duration::from_secs(10);
 
     fn counts(first_attempt: f64, all_attempts: f64) -> ArrivalCounts {
-        ArrivalCounts { first_attempt, all_attempts }
+        ArrivalCounts {
+            first_attempt,
+            all_attempts,
+        }
     }
 
     fn secs(s: f64) -> Duration {
@@ -295,7 +318,11 @@ mod tests {
             w.record("a", t0 + secs(t), counts(10.0 * t, 10.0 * t));
             if i >= 8 {
                 // Started at t=7 with a counter already at 1000 (no effect on rate).
-                w.record("b", t0 + secs(t), counts(1000.0 + 4.0 * t, 1000.0 + 4.0 * t));
+                w.record(
+                    "b",
+                    t0 + secs(t),
+                    counts(1000.0 + 4.0 * t, 1000.0 + 4.0 * t),
+                );
             }
         }
         let r = w.rates(t0 + secs(10.0));
@@ -318,8 +345,13 @@ mod tests {
     #[test]
     fn coverage_warms_up_goes_stale_and_restarts() {
         let t0 = Instant::now();
-        let mut c = Coverage::new(W);
+        let mut c = Coverage::new(W, t0);
         assert_eq!(c.state(t0), DataState::Warming);
+        assert_eq!(
+            c.state(t0 + secs(10.5)),
+            DataState::Stale,
+            "nothing ever scraped"
+        );
         for i in 0..=10 {
             c.success(t0 + secs(i as f64));
         }

@@ -24,11 +24,22 @@ pub enum PodSource {
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
     #[error("pods file {path}: {source}")]
-    File { path: PathBuf, source: std::io::Error },
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("pods file {path} line {line}: {reason}")]
-    BadLine { path: PathBuf, line: usize, reason: String },
+    BadLine {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
     #[error("resolving {host}:{port}: {source}")]
-    Resolve { host: String, port: u16, source: std::io::Error },
+    Resolve {
+        host: String,
+        port: u16,
+        source: std::io::Error,
+    },
 }
 
 /// Parses a pod base URL (`http://host:port`, optional path prefix).
@@ -45,8 +56,12 @@ pub fn parse_pod_url(s: &str) -> Result<Url, String> {
 
 /// Parses `NAME:PORT` for `--pods-dns`.
 pub fn parse_dns_target(s: &str) -> Result<(String, u16), String> {
-    let (host, port) = s.rsplit_once(':').ok_or(format!("bad --pods-dns {s:?}: want NAME:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| format!("bad --pods-dns {s:?}: port {port:?} is not 0-65535"))?;
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or(format!("bad --pods-dns {s:?}: want NAME:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("bad --pods-dns {s:?}: port {port:?} is not 0-65535"))?;
     if host.is_empty() {
         return Err(format!("bad --pods-dns {s:?}: empty name"));
     }
@@ -60,22 +75,34 @@ impl PodSource {
             PodSource::Static(urls) => (urls.clone(), Vec::new()),
             PodSource::File(path) => match tokio::fs::read_to_string(path).await {
                 Ok(text) => parse_pods_file(path, &text),
-                Err(source) => (Vec::new(), vec![DiscoveryError::File { path: path.clone(), source }]),
-            },
-            PodSource::Dns { host, port } => match tokio::net::lookup_host((host.as_str(), *port)).await {
-                Ok(addrs) => {
-                    let mut urls: Vec<Url> = addrs
-                        .filter_map(|a| Url::parse(&format!("http://{a}")).ok())
-                        .collect();
-                    urls.sort();
-                    urls.dedup();
-                    (urls, Vec::new())
-                }
                 Err(source) => (
                     Vec::new(),
-                    vec![DiscoveryError::Resolve { host: host.clone(), port: *port, source }],
+                    vec![DiscoveryError::File {
+                        path: path.clone(),
+                        source,
+                    }],
                 ),
             },
+            PodSource::Dns { host, port } => {
+                match tokio::net::lookup_host((host.as_str(), *port)).await {
+                    Ok(addrs) => {
+                        let mut urls: Vec<Url> = addrs
+                            .filter_map(|a| Url::parse(&format!("http://{a}")).ok())
+                            .collect();
+                        urls.sort();
+                        urls.dedup();
+                        (urls, Vec::new())
+                    }
+                    Err(source) => (
+                        Vec::new(),
+                        vec![DiscoveryError::Resolve {
+                            host: host.clone(),
+                            port: *port,
+                            source,
+                        }],
+                    ),
+                }
+            }
         }
     }
 }
@@ -91,7 +118,11 @@ fn parse_pods_file(path: &std::path::Path, text: &str) -> (Vec<Url>, Vec<Discove
         match parse_pod_url(line) {
             Ok(url) if !urls.contains(&url) => urls.push(url),
             Ok(_) => {}
-            Err(reason) => errors.push(DiscoveryError::BadLine { path: path.to_owned(), line: i + 1, reason }),
+            Err(reason) => errors.push(DiscoveryError::BadLine {
+                path: path.to_owned(),
+                line: i + 1,
+                reason,
+            }),
         }
     }
     (urls, errors)
@@ -116,7 +147,8 @@ pub enum ScrapeError {
 
 impl ScrapeError {
     /// Every reason, to pre-register the error counters at zero.
-    pub const REASONS: [&'static str; 6] = ["connect", "timeout", "http", "status", "too_large", "parse"];
+    pub const REASONS: [&'static str; 6] =
+        ["connect", "timeout", "http", "status", "too_large", "parse"];
 
     pub fn reason(&self) -> &'static str {
         match self {
@@ -146,7 +178,11 @@ impl Scraper {
             .pool_max_idle_per_host(1)
             .pool_idle_timeout(Duration::from_secs(90))
             .build()?;
-        Ok(Self { client, timeout, max_body })
+        Ok(Self {
+            client,
+            timeout,
+            max_body,
+        })
     }
 
     /// `<base>/metrics` for a pod base URL.
@@ -177,7 +213,10 @@ impl Scraper {
         if !response.status().is_success() {
             return Err(ScrapeError::Status(response.status().as_u16()));
         }
-        if response.content_length().is_some_and(|n| n > self.max_body as u64) {
+        if response
+            .content_length()
+            .is_some_and(|n| n > self.max_body as u64)
+        {
             return Err(ScrapeError::TooLarge(self.max_body));
         }
         let mut body = Vec::new();
@@ -187,8 +226,10 @@ impl Scraper {
             }
             body.extend_from_slice(&chunk);
         }
-        let text = std::str::from_utf8(&body)
-            .map_err(|e| ParseError { line: 0, reason: format!("body is not UTF-8: {e}") })?;
+        let text = std::str::from_utf8(&body).map_err(|e| ParseError {
+            line: 0,
+            reason: format!("body is not UTF-8: {e}"),
+        })?;
         Ok(exposition::arrival_counts(text)?)
     }
 }
@@ -206,14 +247,20 @@ mod tests {
             assert!(err.contains(&format!("{bad:?}")), "{err}");
         }
         let base = parse_pod_url("http://127.0.0.1:8080").unwrap();
-        assert_eq!(Scraper::metrics_url(&base).as_str(), "http://127.0.0.1:8080/metrics");
+        assert_eq!(
+            Scraper::metrics_url(&base).as_str(),
+            "http://127.0.0.1:8080/metrics"
+        );
         let base = parse_pod_url("http://h/p/").unwrap();
         assert_eq!(Scraper::metrics_url(&base).as_str(), "http://h/p/metrics");
     }
 
     #[test]
     fn dns_targets() {
-        assert_eq!(parse_dns_target("svc.ns:8080").unwrap(), ("svc.ns".to_owned(), 8080));
+        assert_eq!(
+            parse_dns_target("svc.ns:8080").unwrap(),
+            ("svc.ns".to_owned(), 8080)
+        );
         for bad in ["svc", "svc:http", ":80", "svc:70000"] {
             assert!(parse_dns_target(bad).unwrap_err().contains(bad));
         }
@@ -221,7 +268,8 @@ mod tests {
 
     #[test]
     fn pods_file_lines() {
-        let text = "# pods\nhttp://127.0.0.1:1\n\n  http://127.0.0.1:2  \nnot a url\nhttp://127.0.0.1:1\n";
+        let text =
+            "# pods\nhttp://127.0.0.1:1\n\n  http://127.0.0.1:2  \nnot a url\nhttp://127.0.0.1:1\n";
         let (urls, errors) = parse_pods_file(std::path::Path::new("p"), text);
         assert_eq!(urls.len(), 2);
         assert_eq!(errors.len(), 1);
@@ -230,9 +278,15 @@ mod tests {
 
     #[tokio::test]
     async fn dns_source_resolves_localhost() {
-        let source = PodSource::Dns { host: "localhost".into(), port: 4321 };
+        let source = PodSource::Dns {
+            host: "localhost".into(),
+            port: 4321,
+        };
         let (urls, errors) = source.discover().await;
         assert!(errors.is_empty(), "{errors:?}");
-        assert!(urls.iter().any(|u| u.as_str() == "http://127.0.0.1:4321/"), "{urls:?}");
+        assert!(
+            urls.iter().any(|u| u.as_str() == "http://127.0.0.1:4321/"),
+            "{urls:?}"
+        );
     }
 }

@@ -61,15 +61,25 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(window: Duration, scrape_interval: Duration, history: Duration, require_client_cert: bool) -> Self {
+    pub fn new(
+        window: Duration,
+        scrape_interval: Duration,
+        history: Duration,
+        require_client_cert: bool,
+    ) -> Self {
         let rounds = history.as_secs_f64() / scrape_interval.as_secs_f64();
+        let started = Instant::now();
         Self {
             window,
             scrape_interval,
             require_client_cert,
             history_cap: (rounds.ceil() as usize).clamp(1, 1_000_000),
-            started: Instant::now(),
-            inner: Mutex::new(Inner { coverage: Coverage::new(window), latest: None, history: VecDeque::new() }),
+            started,
+            inner: Mutex::new(Inner {
+                coverage: Coverage::new(window, started),
+                latest: None,
+                history: VecDeque::new(),
+            }),
             metrics: MeterMetrics::new(),
         }
     }
@@ -80,7 +90,14 @@ impl Shared {
     }
 
     /// Records one scrape round that ended at `at`.
-    pub fn publish(&self, at: Instant, wall: OffsetDateTime, rates: Rates, listed: usize, scraped: usize) {
+    pub fn publish(
+        &self,
+        at: Instant,
+        wall: OffsetDateTime,
+        rates: Rates,
+        listed: usize,
+        scraped: usize,
+    ) {
         let mut inner = self.lock();
         if scraped > 0 {
             inner.coverage.success(at);
@@ -126,7 +143,12 @@ impl Shared {
     pub fn history(&self, now: Instant, seconds: Option<u64>) -> Vec<Reading> {
         let inner = self.lock();
         let oldest = seconds.and_then(|s| now.checked_sub(Duration::from_secs(s)));
-        inner.history.iter().filter(|r| oldest.is_none_or(|o| r.at >= o)).cloned().collect()
+        inner
+            .history
+            .iter()
+            .filter(|r| oldest.is_none_or(|o| r.at >= o))
+            .cloned()
+            .collect()
     }
 
     /// The Prometheus text of the meter's own metrics at `now`.
@@ -137,7 +159,9 @@ impl Shared {
         };
         let age = now.saturating_duration_since(last.unwrap_or(self.started));
         self.metrics.last_scrape_age.set(age.as_secs_f64());
-        self.metrics.published.set(if state == DataState::Ready { 1.0 } else { 0.0 });
+        self.metrics
+            .published
+            .set(if state == DataState::Ready { 1.0 } else { 0.0 });
         self.metrics.handle.render()
     }
 }
@@ -145,7 +169,11 @@ impl Shared {
 /// RFC 3339 in UTC with milliseconds, e.g. `2025-01-02T03:04:05.678Z`.
 pub fn rfc3339_millis(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
-    let whole = t.replace_nanosecond(0).unwrap_or(t).format(&Rfc3339).unwrap_or_default();
+    let whole = t
+        .replace_nanosecond(0)
+        .unwrap_or(t)
+        .format(&Rfc3339)
+        .unwrap_or_default();
     // `whole` ends in "Z"; put the milliseconds before it.
     format!("{}.{:03}Z", whole.trim_end_matches('Z'), t.millisecond())
 }
@@ -153,7 +181,10 @@ pub fn rfc3339_millis(t: OffsetDateTime) -> String {
 /// RFC 3339 in UTC, whole seconds, as Kubernetes `metav1.Time` marshals.
 pub fn rfc3339_seconds(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
-    t.replace_nanosecond(0).unwrap_or(t).format(&Rfc3339).unwrap_or_default()
+    t.replace_nanosecond(0)
+        .unwrap_or(t)
+        .format(&Rfc3339)
+        .unwrap_or_default()
 }
 
 /// The meter's own metrics, kept in a local (not global) recorder so several
@@ -181,11 +212,19 @@ impl MeterMetrics {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         let gauge = |name: &'static str, unit: Option<Unit>, help: &'static str| {
-            recorder.describe_gauge(KeyName::from_const_str(name), unit, SharedString::const_str(help));
+            recorder.describe_gauge(
+                KeyName::from_const_str(name),
+                unit,
+                SharedString::const_str(help),
+            );
             recorder.register_gauge(&Key::from_static_name(name), &META)
         };
         let counter = |name: &'static str, help: &'static str| {
-            recorder.describe_counter(KeyName::from_const_str(name), None, SharedString::const_str(help));
+            recorder.describe_counter(
+                KeyName::from_const_str(name),
+                None,
+                SharedString::const_str(help),
+            );
             recorder.register_counter(&Key::from_static_name(name), &META)
         };
         let first_attempt_rate = gauge(
@@ -193,20 +232,41 @@ impl MeterMetrics {
             None,
             "First attempts (attempt 0) per second, summed over pods, over the window.",
         );
-        let ingress_rate =
-            gauge("retrydebt_meter_ingress_rate", None, "All attempts per second, summed over pods, over the window.");
-        let retry_rate = gauge("retrydebt_meter_retry_rate", None, "Retries (attempt >= 1) per second: ingress minus first attempts.");
-        let pods_listed = gauge("retrydebt_meter_pods_listed", None, "Pods in the pod list at the last scrape round.");
-        let pods_scraped = gauge("retrydebt_meter_pods_scraped", None, "Pods that answered at the last scrape round.");
-        let pods_contributing =
-            gauge("retrydebt_meter_pods_contributing", None, "Pods whose counters make up the published rates.");
+        let ingress_rate = gauge(
+            "retrydebt_meter_ingress_rate",
+            None,
+            "All attempts per second, summed over pods, over the window.",
+        );
+        let retry_rate = gauge(
+            "retrydebt_meter_retry_rate",
+            None,
+            "Retries (attempt >= 1) per second: ingress minus first attempts.",
+        );
+        let pods_listed = gauge(
+            "retrydebt_meter_pods_listed",
+            None,
+            "Pods in the pod list at the last scrape round.",
+        );
+        let pods_scraped = gauge(
+            "retrydebt_meter_pods_scraped",
+            None,
+            "Pods that answered at the last scrape round.",
+        );
+        let pods_contributing = gauge(
+            "retrydebt_meter_pods_contributing",
+            None,
+            "Pods whose counters make up the published rates.",
+        );
         let last_scrape_age = gauge(
             "retrydebt_meter_last_scrape_age_seconds",
             Some(Unit::Seconds),
             "Seconds since some pod was last scraped successfully (since start if none was).",
         );
-        let published =
-            gauge("retrydebt_meter_published", None, "1 if the external metrics API serves values (full, fresh window), else 0.");
+        let published = gauge(
+            "retrydebt_meter_published",
+            None,
+            "1 if the external metrics API serves values (full, fresh window), else 0.",
+        );
         let scrapes = counter("retrydebt_meter_scrapes_total", "Pod scrapes attempted.");
         let discovery_errors = counter(
             "retrydebt_meter_discovery_errors_total",
@@ -220,7 +280,10 @@ impl MeterMetrics {
         let scrape_errors = ScrapeError::REASONS
             .iter()
             .map(|&reason| {
-                let key = Key::from_parts("retrydebt_meter_scrape_errors_total", vec![Label::new("reason", reason)]);
+                let key = Key::from_parts(
+                    "retrydebt_meter_scrape_errors_total",
+                    vec![Label::new("reason", reason)],
+                );
                 (reason, recorder.register_counter(&key, &META))
             })
             .collect();
@@ -253,7 +316,10 @@ impl MeterMetrics {
     }
 
     pub fn api_request(&self, code: u16) {
-        let key = Key::from_parts("retrydebt_meter_api_requests_total", vec![Label::new("code", code.to_string())]);
+        let key = Key::from_parts(
+            "retrydebt_meter_api_requests_total",
+            vec![Label::new("code", code.to_string())],
+        );
         self.recorder.register_counter(&key, &META).increment(1);
     }
 }

@@ -38,7 +38,9 @@ fn tls_error(what: impl std::fmt::Display) -> Error {
 }
 
 fn read_pem(path: &Path) -> Result<BufReader<std::fs::File>, Error> {
-    std::fs::File::open(path).map(BufReader::new).map_err(|e| tls_error(format!("{}: {e}", path.display())))
+    std::fs::File::open(path)
+        .map(BufReader::new)
+        .map_err(|e| tls_error(format!("{}: {e}", path.display())))
 }
 
 fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
@@ -46,7 +48,10 @@ fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| tls_error(format!("{}: {e}", path.display())))?;
     if certs.is_empty() {
-        return Err(tls_error(format!("{}: no PEM certificate in it", path.display())));
+        return Err(tls_error(format!(
+            "{}: no PEM certificate in it",
+            path.display()
+        )));
     }
     Ok(certs)
 }
@@ -69,7 +74,10 @@ fn self_signed() -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>
 /// With `client_ca`, a client that presents a certificate must present one signed
 /// by that CA (else the handshake fails); a client without one completes the
 /// handshake and is answered 401 by the API (see `k8s::ClientCert`).
-pub fn server_config(files: Option<&TlsFiles>, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
+pub fn server_config(
+    files: Option<&TlsFiles>,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -78,7 +86,9 @@ pub fn server_config(files: Option<&TlsFiles>, client_ca: Option<&Path>) -> Resu
         Some(path) => {
             let mut roots = RootCertStore::empty();
             for cert in load_certs(path)? {
-                roots.add(cert).map_err(|e| tls_error(format!("{}: {e}", path.display())))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| tls_error(format!("{}: {e}", path.display())))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .allow_unauthenticated()
@@ -102,7 +112,12 @@ pub fn server_config(files: Option<&TlsFiles>, client_ca: Option<&Path>) -> Resu
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` over TLS until `shutdown` flips to true; open connections are then dropped.
-pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: Router, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let acceptor = TlsAcceptor::from(config);
     let mut connections = JoinSet::new();
     loop {
@@ -128,14 +143,21 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: Rou
                 Ok(Err(e)) => return tracing::debug!("TLS handshake with {peer} failed: {e}"),
                 Err(_) => return tracing::debug!("TLS handshake with {peer} timed out"),
             };
-            let verified = tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+            let verified = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .is_some_and(|c| !c.is_empty());
             let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 if verified {
                     req.extensions_mut().insert(ClientCert);
                 }
                 router.clone().oneshot(req)
             });
-            if let Err(e) = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
+            if let Err(e) = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), service)
+                .await
+            {
                 tracing::debug!("API connection from {peer}: {e}");
             }
         });

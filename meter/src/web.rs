@@ -24,7 +24,14 @@ pub fn router(shared: Arc<Shared>) -> Router {
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let text = shared.render_metrics(Instant::now());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
@@ -42,13 +49,19 @@ pub struct History {
     pub readings: Vec<Reading>,
 }
 
-async fn history(State(shared): State<Arc<Shared>>, Query(query): Query<HashMap<String, String>>) -> Response {
+async fn history(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
     let seconds = match query.get("seconds").map(|s| s.parse::<u64>()) {
         None => None,
         Some(Ok(n)) if n > 0 => Some(n),
         Some(_) => {
             let got = query.get("seconds").map_or("", String::as_str);
-            return (StatusCode::BAD_REQUEST, format!("seconds must be a positive whole number, got {got:?}\n"))
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("seconds must be a positive whole number, got {got:?}\n"),
+            )
                 .into_response();
         }
     };

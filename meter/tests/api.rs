@@ -19,9 +19,19 @@ const BASE: &str = "/apis/external.metrics.k8s.io/v1beta1";
 
 /// A shared state that has a full, fresh window of readings.
 fn ready_shared(require_client_cert: bool) -> Arc<Shared> {
-    let shared = Arc::new(Shared::new(WINDOW, Duration::from_millis(500), Duration::from_secs(60), require_client_cert));
+    let shared = Arc::new(Shared::new(
+        WINDOW,
+        Duration::from_millis(500),
+        Duration::from_secs(60),
+        require_client_cert,
+    ));
     let now = Instant::now();
-    let rates = Rates { first_attempt: 1.5, ingress: 2000.25, retry: 1998.75, pods: 3 };
+    let rates = Rates {
+        first_attempt: 1.5,
+        ingress: 2000.25,
+        retry: 1998.75,
+        pods: 3,
+    };
     for back_ms in [2500, 2000, 1500, 1000, 500, 0] {
         let at = now - Duration::from_millis(back_ms);
         shared.publish(at, OffsetDateTime::now_utc(), rates, 3, 3);
@@ -30,13 +40,21 @@ fn ready_shared(require_client_cert: bool) -> Arc<Shared> {
 }
 
 async fn call(shared: &Arc<Shared>, method: Method, uri: &str, cert: bool) -> (StatusCode, Value) {
-    let mut req = Request::builder().method(method).uri(uri).body(Body::empty()).unwrap();
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .unwrap();
     if cert {
         req.extensions_mut().insert(ClientCert);
     }
     let response = k8s::router(shared.clone()).oneshot(req).await.unwrap();
     let status = response.status();
-    assert_eq!(response.headers()["content-type"], "application/json", "{uri}");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json",
+        "{uri}"
+    );
     let bytes = to_bytes(response.into_body(), 1 << 20).await.unwrap();
     (status, serde_json::from_slice(&bytes).unwrap())
 }
@@ -70,7 +88,11 @@ async fn discovery_is_an_api_resource_list() {
 #[tokio::test]
 async fn values_are_an_external_metric_value_list() {
     let shared = ready_shared(false);
-    let cases = [("first_attempt_rate", "1500m"), ("ingress_rate", "2000250m"), ("retry_rate", "1998750m")];
+    let cases = [
+        ("first_attempt_rate", "1500m"),
+        ("ingress_rate", "2000250m"),
+        ("retry_rate", "1998750m"),
+    ];
     for (metric, value) in cases {
         // Any namespace is answered; a valid label selector is accepted.
         let uri = format!("{BASE}/namespaces/retry-debt/{metric}?labelSelector=app%3Dservice");
@@ -83,21 +105,42 @@ async fn values_are_an_external_metric_value_list() {
         let items = body["items"].as_array().unwrap();
         assert_eq!(items.len(), 1);
         let item = &items[0];
-        assert_eq!(keys(item), ["metricLabels", "metricName", "timestamp", "value", "window"]);
+        assert_eq!(
+            keys(item),
+            ["metricLabels", "metricName", "timestamp", "value", "window"]
+        );
         assert_eq!(item["metricName"], metric);
         assert_eq!(item["metricLabels"], json!({}));
-        assert_eq!(item["window"], json!(2), "window is an integer number of seconds");
+        assert_eq!(
+            item["window"],
+            json!(2),
+            "window is an integer number of seconds"
+        );
         assert!(item["window"].is_i64());
         assert_eq!(item["value"], value);
         let ts = item["timestamp"].as_str().unwrap();
         let parsed = OffsetDateTime::parse(ts, &Rfc3339).unwrap();
-        assert!(ts.ends_with('Z') && !ts.contains('.'), "metav1.Time style: {ts}");
-        assert!((OffsetDateTime::now_utc() - parsed).whole_seconds().abs() < 5, "{ts}");
+        assert!(
+            ts.ends_with('Z') && !ts.contains('.'),
+            "metav1.Time style: {ts}"
+        );
+        assert!(
+            (OffsetDateTime::now_utc() - parsed).whole_seconds().abs() < 5,
+            "{ts}"
+        );
     }
 }
 
 fn assert_status(body: &Value, code: u16, reason: &str, message_part: &str) {
-    let mut expected_keys = vec!["apiVersion", "code", "kind", "message", "metadata", "reason", "status"];
+    let mut expected_keys = vec![
+        "apiVersion",
+        "code",
+        "kind",
+        "message",
+        "metadata",
+        "reason",
+        "status",
+    ];
     if body.get("details").is_some() {
         expected_keys.push("details");
         expected_keys.sort_unstable();
@@ -110,17 +153,44 @@ fn assert_status(body: &Value, code: u16, reason: &str, message_part: &str) {
     assert_eq!(body["reason"], reason);
     assert_eq!(body["code"], code);
     let message = body["message"].as_str().unwrap();
-    assert!(message.contains(message_part), "{message:?} lacks {message_part:?}");
+    assert!(
+        message.contains(message_part),
+        "{message:?} lacks {message_part:?}"
+    );
 }
 
 #[tokio::test]
 async fn errors_are_kubernetes_status_bodies() {
     let shared = ready_shared(false);
     let cases: [(Method, String, u16, &str, &str); 9] = [
-        (Method::GET, format!("{BASE}/namespaces/default/nope"), 404, "NotFound", "\"nope\""),
-        (Method::GET, format!("{BASE}/namespaces/default"), 404, "NotFound", "could not find"),
-        (Method::GET, "/apis/custom.metrics.k8s.io/v1beta1".into(), 404, "NotFound", "could not find"),
-        (Method::GET, format!("{BASE}/namespaces/Bad_NS/first_attempt_rate"), 400, "BadRequest", "Bad_NS"),
+        (
+            Method::GET,
+            format!("{BASE}/namespaces/default/nope"),
+            404,
+            "NotFound",
+            "\"nope\"",
+        ),
+        (
+            Method::GET,
+            format!("{BASE}/namespaces/default"),
+            404,
+            "NotFound",
+            "could not find",
+        ),
+        (
+            Method::GET,
+            "/apis/custom.metrics.k8s.io/v1beta1".into(),
+            404,
+            "NotFound",
+            "could not find",
+        ),
+        (
+            Method::GET,
+            format!("{BASE}/namespaces/Bad_NS/first_attempt_rate"),
+            400,
+            "BadRequest",
+            "Bad_NS",
+        ),
         (
             Method::GET,
             format!("{BASE}/namespaces/default/first_attempt_rate?labelSelector=app%20in%20(x"),
@@ -128,35 +198,87 @@ async fn errors_are_kubernetes_status_bodies() {
             "BadRequest",
             "labelSelector",
         ),
-        (Method::GET, format!("{BASE}/namespaces/default/first_attempt_rate?labelSelector=%3D%3D"), 400, "BadRequest", "labelSelector"),
-        (Method::POST, format!("{BASE}/namespaces/default/first_attempt_rate"), 405, "MethodNotAllowed", "POST"),
-        (Method::DELETE, BASE.into(), 405, "MethodNotAllowed", "DELETE"),
-        (Method::PUT, format!("{BASE}/namespaces/default/nope"), 405, "MethodNotAllowed", "PUT"),
+        (
+            Method::GET,
+            format!("{BASE}/namespaces/default/first_attempt_rate?labelSelector=%3D%3D"),
+            400,
+            "BadRequest",
+            "labelSelector",
+        ),
+        (
+            Method::POST,
+            format!("{BASE}/namespaces/default/first_attempt_rate"),
+            405,
+            "MethodNotAllowed",
+            "POST",
+        ),
+        (
+            Method::DELETE,
+            BASE.into(),
+            405,
+            "MethodNotAllowed",
+            "DELETE",
+        ),
+        (
+            Method::PUT,
+            format!("{BASE}/namespaces/default/nope"),
+            405,
+            "MethodNotAllowed",
+            "PUT",
+        ),
     ];
     for (method, uri, code, reason, part) in cases {
         let (status, body) = call(&shared, method.clone(), &uri, false).await;
         assert_eq!(status.as_u16(), code, "{method} {uri}: {body}");
         assert_status(&body, code, reason, part);
     }
-    let (_, body) = call(&shared, Method::GET, &format!("{BASE}/namespaces/default/nope"), false).await;
-    assert_eq!(body["details"], json!({"name": "nope", "group": "external.metrics.k8s.io"}));
+    let (_, body) = call(
+        &shared,
+        Method::GET,
+        &format!("{BASE}/namespaces/default/nope"),
+        false,
+    )
+    .await;
+    assert_eq!(
+        body["details"],
+        json!({"name": "nope", "group": "external.metrics.k8s.io"})
+    );
 }
 
 #[tokio::test]
 async fn no_value_before_a_full_window_or_when_stale() {
     let uri = format!("{BASE}/namespaces/default/ingress_rate");
-    let shared = Arc::new(Shared::new(WINDOW, Duration::from_millis(500), Duration::from_secs(60), false));
+    let shared = Arc::new(Shared::new(
+        WINDOW,
+        Duration::from_millis(500),
+        Duration::from_secs(60),
+        false,
+    ));
     let (status, body) = call(&shared, Method::GET, &uri, false).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_status(&body, 503, "ServiceUnavailable", "less than one window");
     // Discovery still answers 2xx: the aggregator's availability check needs it.
-    assert_eq!(call(&shared, Method::GET, BASE, false).await.0, StatusCode::OK);
+    assert_eq!(
+        call(&shared, Method::GET, BASE, false).await.0,
+        StatusCode::OK
+    );
 
     // Data that ended more than a window ago: stale, not zero.
-    let stale = Arc::new(Shared::new(WINDOW, Duration::from_millis(500), Duration::from_secs(60), false));
+    let stale = Arc::new(Shared::new(
+        WINDOW,
+        Duration::from_millis(500),
+        Duration::from_secs(60),
+        false,
+    ));
     let now = Instant::now();
     for back_ms in [6000, 5000, 4000, 3000] {
-        stale.publish(now - Duration::from_millis(back_ms), OffsetDateTime::now_utc(), Rates::default(), 1, 1);
+        stale.publish(
+            now - Duration::from_millis(back_ms),
+            OffsetDateTime::now_utc(),
+            Rates::default(),
+            1,
+            1,
+        );
     }
     let (status, body) = call(&stale, Method::GET, &uri, false).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

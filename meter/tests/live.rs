@@ -25,7 +25,10 @@ const BASE: &str = "/apis/external.metrics.k8s.io/v1beta1";
 enum Behavior {
     /// Arrivals at fixed rates per attempt (attempt, per second) since `origin`;
     /// `origin` moves to "now" on a restart (the counter starts again from zero).
-    Counting { rates: Vec<(u32, f64)>, origin: Arc<Mutex<Instant>> },
+    Counting {
+        rates: Vec<(u32, f64)>,
+        origin: Arc<Mutex<Instant>>,
+    },
     /// 200 with an HTML page.
     Garbage,
     /// 200 with a 64 KiB body and no Content-Length.
@@ -40,7 +43,10 @@ enum Behavior {
 
 impl Behavior {
     fn counting(rates: &[(u32, f64)]) -> Self {
-        Behavior::Counting { rates: rates.to_vec(), origin: Arc::new(Mutex::new(Instant::now())) }
+        Behavior::Counting {
+            rates: rates.to_vec(),
+            origin: Arc::new(Mutex::new(Instant::now())),
+        }
     }
 
     fn restart(&self) {
@@ -52,7 +58,10 @@ impl Behavior {
     /// The response bytes and whether to close afterwards; `None` to hang.
     fn respond(&self) -> Option<(Vec<u8>, bool)> {
         let ok = |body: &str| {
-            let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n", body.len());
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
             Some(((head + body).into_bytes(), false))
         };
         match self {
@@ -61,7 +70,9 @@ impl Behavior {
                 let mut body = String::from("# TYPE retrydebt_arrivals_total counter\n");
                 for (attempt, rate) in rates {
                     let n = (rate * elapsed).floor();
-                    body.push_str(&format!("retrydebt_arrivals_total{{attempt=\"{attempt}\"}} {n}\n"));
+                    body.push_str(&format!(
+                        "retrydebt_arrivals_total{{attempt=\"{attempt}\"}} {n}\n"
+                    ));
                 }
                 body.push_str("# TYPE retrydebt_queue_depth gauge\nretrydebt_queue_depth 3\n");
                 ok(&body)
@@ -73,7 +84,10 @@ impl Behavior {
                 Some((bytes, true))
             }
             Behavior::Hang => None,
-            Behavior::Error => Some((b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n".to_vec(), false)),
+            Behavior::Error => Some((
+                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n".to_vec(),
+                false,
+            )),
             Behavior::NotHttp => Some((b"SSH-2.0-OpenSSH\r\n\r\n".to_vec(), true)),
         }
     }
@@ -152,13 +166,20 @@ impl RunningMeter {
         let task = tokio::spawn(meter.run(async move {
             let _ = rx.await;
         }));
-        RunningMeter { http, api, stop: Some(tx), task: Some(task) }
+        RunningMeter {
+            http,
+            api,
+            stop: Some(tx),
+            task: Some(task),
+        }
     }
 
     async fn shutdown(mut self) {
         let _ = self.stop.take().unwrap().send(());
         let task = self.task.take().unwrap();
-        let result = tokio::time::timeout(Duration::from_secs(5), task).await.expect("meter stops within 5 s");
+        let result = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("meter stops within 5 s");
         result.unwrap().unwrap();
     }
 
@@ -171,14 +192,22 @@ impl RunningMeter {
     }
 
     async fn get_text(&self, path: &str) -> (u16, String) {
-        let response = plain_client().get(self.http_url(path)).send().await.unwrap();
+        let response = plain_client()
+            .get(self.http_url(path))
+            .send()
+            .await
+            .unwrap();
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
     async fn wait_ready(&self) {
         let deadline = Instant::now() + WINDOW * 5;
         while self.get_text("/readyz").await.0 != 200 {
-            assert!(Instant::now() < deadline, "meter not ready within {:?}", WINDOW * 5);
+            assert!(
+                Instant::now() < deadline,
+                "meter not ready within {:?}",
+                WINDOW * 5
+            );
             tokio::time::sleep(INTERVAL).await;
         }
     }
@@ -188,7 +217,12 @@ impl RunningMeter {
         let (code, text) = self.get_text("/history?seconds=1").await;
         assert_eq!(code, 200, "{text}");
         let history: Value = serde_json::from_str(&text).unwrap();
-        history["readings"].as_array().unwrap().last().cloned().expect("a reading in the last second")
+        history["readings"]
+            .as_array()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a reading in the last second")
     }
 
     async fn metric_value(&self, client: &reqwest::Client, metric: &str) -> (u16, Value) {
@@ -211,7 +245,10 @@ fn plain_client() -> reqwest::Client {
 }
 
 fn api_client(identity: Option<reqwest::Identity>) -> reqwest::Client {
-    let builder = reqwest::Client::builder().no_proxy().danger_accept_invalid_certs(true).use_rustls_tls();
+    let builder = reqwest::Client::builder()
+        .no_proxy()
+        .danger_accept_invalid_certs(true)
+        .use_rustls_tls();
     match identity {
         Some(id) => builder.identity(id),
         None => builder,
@@ -229,7 +266,10 @@ fn write_pods_file(path: &Path, pods: &[&FakePod]) {
 
 fn assert_near(what: &str, got: f64, want: f64) {
     let tolerance = 0.05 * want.abs() + 1.0;
-    assert!((got - want).abs() <= tolerance, "{what}: got {got}, want {want} +- {tolerance}");
+    assert!(
+        (got - want).abs() <= tolerance,
+        "{what}: got {got}, want {want} +- {tolerance}"
+    );
 }
 
 fn rate_of(value: &Value) -> f64 {
@@ -243,8 +283,15 @@ fn rate_of(value: &Value) -> f64 {
 
 /// Parses one sample value out of Prometheus text.
 fn sample(text: &str, series: &str) -> f64 {
-    let line = text.lines().find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '));
-    line.unwrap_or_else(|| panic!("no {series} in\n{text}")).rsplit(' ').next().unwrap().parse().unwrap()
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '));
+    line.unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,14 +308,22 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
 
     // Before a full window: an error, not zero.
     let (code, body) = meter.metric_value(&api, "first_attempt_rate").await;
-    assert_eq!((code, body["reason"].as_str()), (503, Some("ServiceUnavailable")), "{body}");
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (503, Some("ServiceUnavailable")),
+        "{body}"
+    );
 
     // Pod b restarts half-way through the first window.
     tokio::time::sleep(WINDOW / 2).await;
     b_behavior.restart();
     meter.wait_ready().await;
     tokio::time::sleep(INTERVAL * 3).await;
-    let expect = [("first_attempt_rate", 350.0), ("ingress_rate", 550.0), ("retry_rate", 200.0)];
+    let expect = [
+        ("first_attempt_rate", 350.0),
+        ("ingress_rate", 550.0),
+        ("retry_rate", 200.0),
+    ];
     for (metric, want) in expect {
         let (code, body) = meter.metric_value(&api, metric).await;
         assert_eq!(code, 200, "{body}");
@@ -283,17 +338,35 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
     tokio::time::sleep(INTERVAL * 3).await;
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 2, "{latest}");
-    assert_near("first attempts without c", latest["first_attempt_rate"].as_f64().unwrap(), 300.0);
-    assert_near("ingress without c", latest["ingress_rate"].as_f64().unwrap(), 450.0);
+    assert_near(
+        "first attempts without c",
+        latest["first_attempt_rate"].as_f64().unwrap(),
+        300.0,
+    );
+    assert_near(
+        "ingress without c",
+        latest["ingress_rate"].as_f64().unwrap(),
+        450.0,
+    );
 
     // a vanishes but stays listed: connect errors, then it is taken as gone.
     drop(a);
     tokio::time::sleep(INTERVAL * 6).await;
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 1, "{latest}");
-    assert_near("first attempts of b alone", latest["first_attempt_rate"].as_f64().unwrap(), 100.0);
+    assert_near(
+        "first attempts of b alone",
+        latest["first_attempt_rate"].as_f64().unwrap(),
+        100.0,
+    );
     let (_, metrics) = meter.get_text("/metrics").await;
-    assert!(sample(&metrics, "retrydebt_meter_scrape_errors_total{reason=\"connect\"}") >= 1.0, "{metrics}");
+    assert!(
+        sample(
+            &metrics,
+            "retrydebt_meter_scrape_errors_total{reason=\"connect\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 2.0);
 
     // Nobody answers for longer than a window: the API refuses rather than publish zero.
@@ -302,7 +375,13 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
     let (code, body) = meter.metric_value(&api, "ingress_rate").await;
     assert_eq!(code, 503, "{body}");
     assert_eq!(body["kind"], "Status");
-    assert!(body["message"].as_str().unwrap().contains("no pod could be scraped"), "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("no pod could be scraped"),
+        "{body}"
+    );
     assert_eq!(meter.get_text("/readyz").await.0, 503);
     meter.shutdown().await;
 }
@@ -329,50 +408,81 @@ async fn faulty_pods_are_skipped_and_counted_by_reason() {
     meter.wait_ready().await;
     let (_, metrics) = meter.get_text("/metrics").await;
     for reason in ["parse", "too_large", "timeout", "status", "http", "connect"] {
-        let n = sample(&metrics, &format!("retrydebt_meter_scrape_errors_total{{reason=\"{reason}\"}}"));
+        let n = sample(
+            &metrics,
+            &format!("retrydebt_meter_scrape_errors_total{{reason=\"{reason}\"}}"),
+        );
         assert!(n >= 1.0, "no {reason} error counted:\n{metrics}");
     }
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 7.0);
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_scraped"), 1.0);
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 1);
-    assert_near("the good pod alone", latest["first_attempt_rate"].as_f64().unwrap(), 100.0);
+    assert_near(
+        "the good pod alone",
+        latest["first_attempt_rate"].as_f64().unwrap(),
+        100.0,
+    );
     meter.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reads_the_external_metrics_api() {
     let pod = FakePod::start(Behavior::counting(&[(0, 120.0), (1, 30.0)])).await;
-    let meter = RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |_| {}).await;
+    let meter =
+        RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |_| {}).await;
     meter.wait_ready().await;
     let server = format!("https://{}", meter.api);
     let kubectl = |path: String| {
         let server = server.clone();
         tokio::task::spawn_blocking(move || {
             Command::new("/usr/bin/kubectl")
-                .args(["--server", &server, "--insecure-skip-tls-verify", "--token=test", "get", "--raw", &path])
+                .args([
+                    "--server",
+                    &server,
+                    "--insecure-skip-tls-verify",
+                    "--token=test",
+                    "get",
+                    "--raw",
+                    &path,
+                ])
                 .env("KUBECONFIG", "/dev/null")
                 .stdin(Stdio::null())
                 .output()
                 .expect("kubectl at /usr/bin/kubectl")
         })
     };
-    let out = kubectl(format!("{BASE}/namespaces/default/first_attempt_rate")).await.unwrap();
-    assert!(out.status.success(), "kubectl failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = kubectl(format!("{BASE}/namespaces/default/first_attempt_rate"))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let body: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["kind"], "ExternalMetricValueList");
     assert_near("first_attempt_rate via kubectl", rate_of(&body), 120.0);
 
     let out = kubectl(BASE.to_owned()).await.unwrap();
-    assert!(out.status.success(), "kubectl failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let body: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(body["kind"], "APIResourceList");
 
     // An unknown metric: kubectl reports the Status message and fails.
-    let out = kubectl(format!("{BASE}/namespaces/default/nope")).await.unwrap();
+    let out = kubectl(format!("{BASE}/namespaces/default/nope"))
+        .await
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("NotFound") || stderr.contains("not found"), "{stderr}");
+    assert!(
+        stderr.contains("NotFound") || stderr.contains("not found"),
+        "{stderr}"
+    );
     meter.shutdown().await;
 }
 
@@ -388,18 +498,31 @@ fn test_pki() -> TestPki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "test front-proxy CA");
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test front-proxy CA");
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let client = |signed: bool| {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(rcgen::DnType::CommonName, "front-proxy-client");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "front-proxy-client");
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        let cert = if signed { params.signed_by(&key, &issuer).unwrap() } else { params.self_signed(&key).unwrap() };
-        reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes()).unwrap()
+        let cert = if signed {
+            params.signed_by(&key, &issuer).unwrap()
+        } else {
+            params.self_signed(&key).unwrap()
+        };
+        reqwest::Identity::from_pem(format!("{}{}", cert.pem(), key.serialize_pem()).as_bytes())
+            .unwrap()
     };
-    TestPki { ca_pem: ca_cert.pem(), good: client(true), rogue: client(false) }
+    TestPki {
+        ca_pem: ca_cert.pem(),
+        good: client(true),
+        rogue: client(false),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,19 +532,30 @@ async fn client_ca_admits_only_certificates_it_signed() {
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &pki.ca_pem).unwrap();
     let pod = FakePod::start(Behavior::counting(&[(0, 10.0)])).await;
-    let meter =
-        RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |c| c.client_ca = Some(ca.clone()))
-            .await;
+    let meter = RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |c| {
+        c.client_ca = Some(ca.clone())
+    })
+    .await;
     let discovery = meter.api_url(BASE);
 
-    let response = api_client(Some(pki.good)).get(&discovery).send().await.unwrap();
+    let response = api_client(Some(pki.good))
+        .get(&discovery)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
-    assert_eq!(response.json::<Value>().await.unwrap()["kind"], "APIResourceList");
+    assert_eq!(
+        response.json::<Value>().await.unwrap()["kind"],
+        "APIResourceList"
+    );
 
     let response = api_client(None).get(&discovery).send().await.unwrap();
     assert_eq!(response.status(), 401);
     let body: Value = response.json().await.unwrap();
-    assert_eq!((body["kind"].as_str(), body["reason"].as_str()), (Some("Status"), Some("Unauthorized")));
+    assert_eq!(
+        (body["kind"].as_str(), body["reason"].as_str()),
+        (Some("Status"), Some("Unauthorized"))
+    );
 
     // A certificate from another CA fails the TLS handshake.
     let rogue = api_client(Some(pki.rogue)).get(&discovery).send().await;
@@ -438,7 +572,10 @@ async fn given_serving_certificate_is_used() {
     std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
     let pod = FakePod::start(Behavior::counting(&[(0, 10.0)])).await;
     let meter = RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |c| {
-        c.tls = Some(meter::TlsFiles { cert: cert.clone(), key: key.clone() })
+        c.tls = Some(meter::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        })
     })
     .await;
     // Trust exactly that certificate, reached under its name.
@@ -446,7 +583,9 @@ async fn given_serving_certificate_is_used() {
         .no_proxy()
         .use_rustls_tls()
         .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap())
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap(),
+        )
         .resolve("meter.test", meter.api)
         .build()
         .unwrap();
@@ -456,8 +595,15 @@ async fn given_serving_certificate_is_used() {
 
     // A missing key file is a clear start-up error naming the file.
     let mut config = Config::new(PodSource::Static(vec![pod.url.parse().unwrap()]));
-    config.tls = Some(meter::TlsFiles { cert, key: dir.path().join("missing.key") });
-    let err = Meter::bind(config).await.err().expect("bind fails").to_string();
+    config.tls = Some(meter::TlsFiles {
+        cert,
+        key: dir.path().join("missing.key"),
+    });
+    let err = Meter::bind(config)
+        .await
+        .err()
+        .expect("bind fails")
+        .to_string();
     assert!(err.contains("missing.key"), "{err}");
 }
 
@@ -465,18 +611,34 @@ async fn given_serving_certificate_is_used() {
 async fn pods_dns_name_is_resolved_every_scrape() {
     let pod = FakePod::start(Behavior::counting(&[(0, 80.0), (3, 20.0)])).await;
     let port: u16 = pod.url.rsplit(':').next().unwrap().parse().unwrap();
-    let meter = RunningMeter::start(PodSource::Dns { host: "localhost".into(), port }, |_| {}).await;
+    let meter = RunningMeter::start(
+        PodSource::Dns {
+            host: "localhost".into(),
+            port,
+        },
+        |_| {},
+    )
+    .await;
     meter.wait_ready().await;
     let latest = meter.latest().await;
-    assert_near("first attempts via DNS", latest["first_attempt_rate"].as_f64().unwrap(), 80.0);
-    assert_near("ingress via DNS", latest["ingress_rate"].as_f64().unwrap(), 100.0);
+    assert_near(
+        "first attempts via DNS",
+        latest["first_attempt_rate"].as_f64().unwrap(),
+        80.0,
+    );
+    assert_near(
+        "ingress via DNS",
+        latest["ingress_rate"].as_f64().unwrap(),
+        100.0,
+    );
     meter.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_and_metrics_endpoints() {
     let pod = FakePod::start(Behavior::counting(&[(0, 50.0)])).await;
-    let meter = RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |_| {}).await;
+    let meter =
+        RunningMeter::start(PodSource::Static(vec![pod.url.parse().unwrap()]), |_| {}).await;
     meter.wait_ready().await;
     let (_, _) = meter.metric_value(&api_client(None), "ingress_rate").await;
 
@@ -488,10 +650,22 @@ async fn history_and_metrics_endpoints() {
     assert_eq!(history["scrape_interval_seconds"], 0.1);
     let readings = history["readings"].as_array().unwrap();
     // One reading per scrape round: about ten in one second.
-    assert!((5..=11).contains(&readings.len()), "{} readings", readings.len());
+    assert!(
+        (5..=11).contains(&readings.len()),
+        "{} readings",
+        readings.len()
+    );
     let mut keys: Vec<&String> = readings[0].as_object().unwrap().keys().collect();
     keys.sort();
-    let want = ["first_attempt_rate", "ingress_rate", "pods", "published", "retry_rate", "timestamp", "unix_ms"];
+    let want = [
+        "first_attempt_rate",
+        "ingress_rate",
+        "pods",
+        "published",
+        "retry_rate",
+        "timestamp",
+        "unix_ms",
+    ];
     assert_eq!(keys, want);
     let all: Value = serde_json::from_str(&meter.get_text("/history").await.1).unwrap();
     assert!(all["readings"].as_array().unwrap().len() > readings.len());
@@ -503,14 +677,24 @@ async fn history_and_metrics_endpoints() {
 
     let (code, metrics) = meter.get_text("/metrics").await;
     assert_eq!(code, 200);
-    assert_near("gauge", sample(&metrics, "retrydebt_meter_first_attempt_rate"), 50.0);
+    assert_near(
+        "gauge",
+        sample(&metrics, "retrydebt_meter_first_attempt_rate"),
+        50.0,
+    );
     assert_eq!(sample(&metrics, "retrydebt_meter_published"), 1.0);
     assert!(sample(&metrics, "retrydebt_meter_last_scrape_age_seconds") < 1.0);
     assert!(sample(&metrics, "retrydebt_meter_scrapes_total") >= 10.0);
-    assert_eq!(sample(&metrics, "retrydebt_meter_api_requests_total{code=\"200\"}"), 1.0);
+    assert_eq!(
+        sample(&metrics, "retrydebt_meter_api_requests_total{code=\"200\"}"),
+        1.0
+    );
 
     let promtool = Path::new("/usr/bin/promtool");
-    assert!(promtool.exists(), "promtool is required at /usr/bin/promtool (apt-get install prometheus)");
+    assert!(
+        promtool.exists(),
+        "promtool is required at /usr/bin/promtool (apt-get install prometheus)"
+    );
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -532,9 +716,13 @@ async fn history_and_metrics_endpoints() {
 #[tokio::test]
 async fn bad_config_is_a_one_line_error() {
     let pods = PodSource::Static(vec!["http://127.0.0.1:1".parse().unwrap()]);
-    let cases: [(fn(&mut Config), &str); 4] = [
+    type Tweak = fn(&mut Config);
+    let cases: [(Tweak, &str); 4] = [
         (|c| c.window = Duration::from_secs(1), "--window 1s"),
-        (|c| c.scrape_timeout = Duration::from_secs(2), "--scrape-timeout 2s"),
+        (
+            |c| c.scrape_timeout = Duration::from_secs(2),
+            "--scrape-timeout 2s",
+        ),
         (|c| c.pods = PodSource::Static(Vec::new()), "--pod"),
         (|c| c.max_body = 0, "--max-body 0"),
     ];
@@ -543,7 +731,11 @@ async fn bad_config_is_a_one_line_error() {
         config.listen = "127.0.0.1:0".parse().unwrap();
         config.api_listen = "127.0.0.1:0".parse().unwrap();
         tweak(&mut config);
-        let err = Meter::bind(config).await.err().expect("bind fails").to_string();
+        let err = Meter::bind(config)
+            .await
+            .err()
+            .expect("bind fails")
+            .to_string();
         assert!(err.contains(want) && !err.contains('\n'), "{err}");
     }
 }
