@@ -17,14 +17,14 @@ use tower::ServiceExt;
 const WINDOW: Duration = Duration::from_secs(2);
 const BASE: &str = "/apis/external.metrics.k8s.io/v1beta1";
 
+fn new_shared(require_client_cert: bool) -> Arc<Shared> {
+    let (interval, history) = (Duration::from_millis(500), Duration::from_secs(60));
+    Arc::new(Shared::new(WINDOW, interval, history, require_client_cert))
+}
+
 /// A shared state that has a full, fresh window of readings.
 fn ready_shared(require_client_cert: bool) -> Arc<Shared> {
-    let shared = Arc::new(Shared::new(
-        WINDOW,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-        require_client_cert,
-    ));
+    let shared = new_shared(require_client_cert);
     let now = Instant::now();
     let rates = Rates {
         first_attempt: 1.5,
@@ -248,12 +248,7 @@ async fn errors_are_kubernetes_status_bodies() {
 #[tokio::test]
 async fn no_value_before_a_full_window_or_when_stale() {
     let uri = format!("{BASE}/namespaces/default/ingress_rate");
-    let shared = Arc::new(Shared::new(
-        WINDOW,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-        false,
-    ));
+    let shared = new_shared(false);
     let (status, body) = call(&shared, Method::GET, &uri, false).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_status(&body, 503, "ServiceUnavailable", "less than one window");
@@ -264,12 +259,7 @@ async fn no_value_before_a_full_window_or_when_stale() {
     );
 
     // Data that ended more than a window ago: stale, not zero.
-    let stale = Arc::new(Shared::new(
-        WINDOW,
-        Duration::from_millis(500),
-        Duration::from_secs(60),
-        false,
-    ));
+    let stale = new_shared(false);
     let now = Instant::now();
     for back_ms in [6000, 5000, 4000, 3000] {
         stale.publish(

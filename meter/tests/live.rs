@@ -272,6 +272,14 @@ fn assert_near(what: &str, got: f64, want: f64) {
     );
 }
 
+/// A `/history` reading's field against the pattern's rate.
+fn assert_reading(reading: &Value, field: &str, want: f64) {
+    let got = reading[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {field} in {reading}"));
+    assert_near(&format!("{field} in {reading}"), got, want);
+}
+
 fn rate_of(value: &Value) -> f64 {
     // Values are whole numbers or "NNNm" at these rates.
     let v = value["items"][0]["value"].as_str().unwrap();
@@ -338,27 +346,15 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
     tokio::time::sleep(INTERVAL * 3).await;
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 2, "{latest}");
-    assert_near(
-        "first attempts without c",
-        latest["first_attempt_rate"].as_f64().unwrap(),
-        300.0,
-    );
-    assert_near(
-        "ingress without c",
-        latest["ingress_rate"].as_f64().unwrap(),
-        450.0,
-    );
+    assert_reading(&latest, "first_attempt_rate", 300.0);
+    assert_reading(&latest, "ingress_rate", 450.0);
 
     // a vanishes but stays listed: connect errors, then it is taken as gone.
     drop(a);
     tokio::time::sleep(INTERVAL * 6).await;
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 1, "{latest}");
-    assert_near(
-        "first attempts of b alone",
-        latest["first_attempt_rate"].as_f64().unwrap(),
-        100.0,
-    );
+    assert_reading(&latest, "first_attempt_rate", 100.0);
     let (_, metrics) = meter.get_text("/metrics").await;
     assert!(
         sample(
@@ -418,11 +414,7 @@ async fn faulty_pods_are_skipped_and_counted_by_reason() {
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_scraped"), 1.0);
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 1);
-    assert_near(
-        "the good pod alone",
-        latest["first_attempt_rate"].as_f64().unwrap(),
-        100.0,
-    );
+    assert_reading(&latest, "first_attempt_rate", 100.0);
     meter.shutdown().await;
 }
 
@@ -621,16 +613,8 @@ async fn pods_dns_name_is_resolved_every_scrape() {
     .await;
     meter.wait_ready().await;
     let latest = meter.latest().await;
-    assert_near(
-        "first attempts via DNS",
-        latest["first_attempt_rate"].as_f64().unwrap(),
-        80.0,
-    );
-    assert_near(
-        "ingress via DNS",
-        latest["ingress_rate"].as_f64().unwrap(),
-        100.0,
-    );
+    assert_reading(&latest, "first_attempt_rate", 80.0);
+    assert_reading(&latest, "ingress_rate", 100.0);
     meter.shutdown().await;
 }
 
