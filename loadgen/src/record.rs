@@ -86,6 +86,8 @@ pub enum RequestOutcome {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Row {
     pub second: u64,
+    /// Arrivals the schedule made (admitted or shed).
+    pub arrivals: u64,
     pub first_attempts: u64,
     /// Attempts sent, by attempt number (0 = first attempt).
     pub attempts: Vec<u64>,
@@ -117,6 +119,7 @@ impl Row {
 
     fn add(&mut self, other: &Row) {
         let add_all = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        self.arrivals += other.arrivals;
         self.first_attempts += other.first_attempts;
         add_all(&mut self.attempts, &other.attempts);
         add_all(&mut self.successes, &other.successes);
@@ -215,6 +218,7 @@ impl Recorder {
     /// An arrival: admitted (now in flight) unless `max_in_flight` requests already are.
     pub fn admit(&self, max_in_flight: u64) -> bool {
         let mut st = self.now();
+        st.current.arrivals += 1;
         if st.in_flight >= max_in_flight {
             st.current.shed += 1;
             return false;
@@ -315,7 +319,7 @@ impl Recorder {
     pub fn csv(&self, final_row: bool) -> String {
         let mut st = self.now();
         let mut out = String::new();
-        out.push_str("second,unix_time,first_attempts,attempts");
+        out.push_str("second,unix_time,arrivals,first_attempts,attempts");
         for n in 0..self.attempt_numbers {
             let _ = write!(out, ",attempts_{n}");
         }
@@ -336,9 +340,10 @@ impl Recorder {
         for r in st.rows.iter().chain(partial) {
             let _ = write!(
                 out,
-                "{},{:.3},{},{}",
+                "{},{:.3},{},{},{}",
                 r.second,
                 self.start_unix + r.second as f64,
+                r.arrivals,
                 r.first_attempts,
                 r.attempts.iter().sum::<u64>()
             );
@@ -377,6 +382,7 @@ impl Recorder {
             meta,
             started_unix: self.start_unix,
             elapsed_seconds: self.start.elapsed().as_secs_f64(),
+            arrivals: total.arrivals,
             first_attempts: total.first_attempts,
             attempts: total.attempts.iter().sum(),
             attempts_by_number: total.attempts.clone(),
@@ -420,6 +426,12 @@ impl Recorder {
                 .map(|(n, c)| (format!("{{attempt=\"{n}\"}}"), *c as f64))
                 .collect()
         };
+        family(
+            "arrivals_total",
+            "counter",
+            "Arrivals the schedule made, admitted or shed.",
+            &plain(t.arrivals),
+        );
         family(
             "first_attempts_total",
             "counter",
@@ -561,7 +573,7 @@ impl Percentiles {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunMeta {
     pub schedule: String,
-    pub arrivals: crate::schedule::ArrivalKind,
+    pub arrival_process: crate::schedule::ArrivalKind,
     pub seed: u64,
     pub timeout_seconds: f64,
     pub retries: u32,
@@ -577,6 +589,7 @@ pub struct Summary {
     pub meta: RunMeta,
     pub started_unix: f64,
     pub elapsed_seconds: f64,
+    pub arrivals: u64,
     pub first_attempts: u64,
     pub attempts: u64,
     pub attempts_by_number: Vec<u64>,
@@ -649,22 +662,22 @@ mod tests {
         assert_eq!(lines.len(), 4, "header + seconds 0, 1, 2:\n{csv}");
         assert_eq!(
             lines[0],
-            "second,unix_time,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms"
+            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms"
         );
         let cells: Vec<&str> = lines[3].split(',').collect();
         assert_eq!(cells[0], "2");
         assert_eq!(
             &cells[2..],
             [
-                "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0", "0",
-                "1", "1", "1", "1", "0", "0", "0.700"
+                "3", "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0",
+                "0", "1", "1", "1", "1", "0", "0", "0.700"
             ]
         );
         assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000"));
 
         let s = rec.summary(RunMeta {
             schedule: "0s:1".into(),
-            arrivals: crate::schedule::ArrivalKind::Poisson,
+            arrival_process: crate::schedule::ArrivalKind::Poisson,
             seed: 1,
             timeout_seconds: 1.0,
             retries: 1,
@@ -674,6 +687,7 @@ mod tests {
         });
         assert_eq!(
             (
+                s.arrivals,
                 s.first_attempts,
                 s.attempts,
                 s.succeeded,
@@ -681,7 +695,7 @@ mod tests {
                 s.timeouts,
                 s.shed
             ),
-            (2, 3, 1, 1, 1, 1)
+            (3, 2, 3, 1, 1, 1, 1)
         );
         assert_eq!(s.attempts_by_number, [2, 1]);
         assert_eq!(s.errors["connect"], 1);

@@ -326,6 +326,7 @@ async fn arrivals_beyond_max_in_flight_are_shed_and_counted() {
     .await;
     assert_eq!(s.first_attempts, 5);
     assert_eq!(s.first_attempts + s.shed, scheduled(50.0, 1.0));
+    assert_eq!(s.arrivals, scheduled(50.0, 1.0));
     assert_eq!(s.unfinished, 5, "cut by --drain 0, counted, not lost");
     assert_eq!(s.peak_in_flight, 5);
 }
