@@ -18,7 +18,13 @@ pub struct BudgetState {
 
 impl BudgetState {
     pub fn new(budget: RetryBudget, now: f64) -> BudgetState {
-        BudgetState { budget, width: budget.ttl_s / BUCKETS as f64, buckets: [(0.0, 0.0); BUCKETS], current: 0, current_start: now }
+        BudgetState {
+            budget,
+            width: budget.ttl_s / BUCKETS as f64,
+            buckets: [(0.0, 0.0); BUCKETS],
+            current: 0,
+            current_start: now,
+        }
     }
 
     fn roll(&mut self, now: f64) {
@@ -45,8 +51,12 @@ impl BudgetState {
     /// Asks to send a retry; counts it when allowed.
     pub fn withdraw(&mut self, now: f64) -> bool {
         self.roll(now);
-        let (firsts, retries) = self.buckets.iter().fold((0.0, 0.0), |(f, r), b| (f + b.0, r + b.1));
-        let allowed = retries < self.budget.ratio * firsts + self.budget.min_per_s * self.budget.ttl_s;
+        let (firsts, retries) = self
+            .buckets
+            .iter()
+            .fold((0.0, 0.0), |(f, r), b| (f + b.0, r + b.1));
+        let allowed =
+            retries < self.budget.ratio * firsts + self.budget.min_per_s * self.budget.ttl_s;
         if allowed {
             self.buckets[self.current].1 += 1.0;
         }
@@ -60,7 +70,14 @@ mod tests {
 
     #[test]
     fn retries_capped_at_ratio_of_first_attempts() {
-        let mut b = BudgetState::new(RetryBudget { ratio: 0.2, min_per_s: 0.0, ttl_s: 10.0 }, 0.0);
+        let mut b = BudgetState::new(
+            RetryBudget {
+                ratio: 0.2,
+                min_per_s: 0.0,
+                ttl_s: 10.0,
+            },
+            0.0,
+        );
         for i in 0..100 {
             b.deposit(f64::from(i) * 0.01);
         }
@@ -72,7 +89,14 @@ mod tests {
 
     #[test]
     fn minimum_allows_retries_without_traffic() {
-        let mut b = BudgetState::new(RetryBudget { ratio: 0.2, min_per_s: 1.0, ttl_s: 10.0 }, 0.0);
+        let mut b = BudgetState::new(
+            RetryBudget {
+                ratio: 0.2,
+                min_per_s: 1.0,
+                ttl_s: 10.0,
+            },
+            0.0,
+        );
         let allowed = (0..100).filter(|_| b.withdraw(0.5)).count();
         assert_eq!(allowed, 10);
     }

@@ -4,11 +4,17 @@ use std::io::Write;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::experiment::{self, Abandoned, Experiment, HpaParams, HpaSignal, Params, ServiceTime, Topology};
+use crate::experiment::{
+    self, Abandoned, Experiment, HpaParams, HpaSignal, Params, ServiceTime, Topology,
+};
 use crate::{predict, report};
 
 #[derive(Debug, Parser)]
-#[command(name = "falsification", version, about = "Retry-debt laws, models and the F1-F4 falsification suite")]
+#[command(
+    name = "falsification",
+    version,
+    about = "Retry-debt laws, models and the F1-F4 falsification suite"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -92,6 +98,9 @@ pub struct ScenarioFlags {
     /// Accounting horizon after the load event [default: 3600s].
     #[arg(long, env = "FALSIFICATION_HORIZON")]
     pub horizon: Option<String>,
+    /// Time step of the fluid model [default: timeout / 1000].
+    #[arg(long, env = "FALSIFICATION_FLUID_DT")]
+    pub fluid_dt: Option<String>,
     /// Autoscale with the HPA on this signal (AverageValue target = target x c per pod).
     #[arg(long, value_enum, env = "FALSIFICATION_HPA")]
     pub hpa: Option<SignalArg>,
@@ -177,6 +186,7 @@ impl ScenarioFlags {
             }),
             warmup: self.warmup.clone(),
             horizon: self.horizon.clone(),
+            fluid_dt: self.fluid_dt.clone(),
             hpa: hpa_set.then(|| HpaParams {
                 signal: self.hpa.map(|s| match s {
                     SignalArg::First => HpaSignal::First,

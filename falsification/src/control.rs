@@ -55,14 +55,27 @@ pub struct Control {
 impl Control {
     /// `n` pods, all ready from the start.
     pub fn fixed(n: u32) -> Control {
-        Control { desired: n, ready: n, pending: VecDeque::new(), autoscaler: None, last_decision: None }
+        Control {
+            desired: n,
+            ready: n,
+            pending: VecDeque::new(),
+            autoscaler: None,
+            last_decision: None,
+        }
     }
 
     /// Starts with `initial` ready pods at time `start`, scaled by the HPA from then on.
-    pub fn autoscaled(config: &AutoscalerConfig, initial: u32, start: f64) -> Result<Control, HpaError> {
+    pub fn autoscaled(
+        config: &AutoscalerConfig,
+        initial: u32,
+        start: f64,
+    ) -> Result<Control, HpaError> {
         let hpa = Hpa::new(config.spec.clone())?;
         if config.signals.len() != config.spec.metrics.len() {
-            return Err(HpaError::Readings { got: config.signals.len(), want: config.spec.metrics.len() });
+            return Err(HpaError::Readings {
+                got: config.signals.len(),
+                want: config.spec.metrics.len(),
+            });
         }
         // The first sync at or after `start` on the grid through `sync_at`.
         let periods = ((start - config.sync_at) / config.sync_period_s).ceil();
@@ -94,7 +107,13 @@ impl Control {
 
     /// Processes everything due at or before `now`, given the cumulative arrival counters; pushes the
     /// pod changes to apply, in order.
-    pub fn advance(&mut self, now: f64, first_total: f64, all_total: f64, events: &mut Vec<PodEvent>) {
+    pub fn advance(
+        &mut self,
+        now: f64,
+        first_total: f64,
+        all_total: f64,
+        events: &mut Vec<PodEvent>,
+    ) {
         while self.next_event() <= now {
             // In time order; at equal times a pod turns ready, then the meter scrapes, then the HPA syncs.
             let ready_at = self.pending.front().copied().unwrap_or(f64::INFINITY);
@@ -117,7 +136,8 @@ impl Control {
             }
             let at = a.next_sync;
             a.next_sync += a.sync_period_s;
-            let readings: Vec<Option<f64>> = a.signals.iter().map(|&s| a.meter.reading(s)).collect();
+            let readings: Vec<Option<f64>> =
+                a.signals.iter().map(|&s| a.meter.reading(s)).collect();
             let scale = Scale {
                 spec_replicas: to_i32(self.desired),
                 status_replicas: to_i32(self.ready + self.pending.len() as u32),
@@ -177,7 +197,10 @@ mod tests {
             spec: HpaSpec {
                 min_replicas: 1,
                 max_replicas: 50,
-                metrics: vec![MetricSpec { name: "first_attempt_rate".into(), target: Target::AverageValue(50.0) }],
+                metrics: vec![MetricSpec {
+                    name: "first_attempt_rate".into(),
+                    target: Target::AverageValue(50.0),
+                }],
                 behavior: Behavior::default(),
                 tolerance: 0.1,
             },

@@ -99,7 +99,11 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         record: Record::span(start, end, 1.0 / s.time_scale),
         heap: BinaryHeap::new(),
         budget: s.retry_budget.map(|b| BudgetState::new(b, start)),
-        free_at: if pooled { Vec::new() } else { vec![start; s.pods as usize] },
+        free_at: if pooled {
+            Vec::new()
+        } else {
+            vec![start; s.pods as usize]
+        },
         queue: VecDeque::new(),
         timed_out_head: 0,
         idle: if pooled { s.pods } else { 0 },
@@ -113,7 +117,11 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
     let mut events = 0u64;
     loop {
         let heap_at = sim.heap.peek().map_or(f64::INFINITY, |e| e.at);
-        let scan_at = if pooled { sim.next_timeout() } else { f64::INFINITY };
+        let scan_at = if pooled {
+            sim.next_timeout()
+        } else {
+            f64::INFINITY
+        };
         let control_at = control.next_event();
         let now = next_first.min(heap_at).min(scan_at).min(control_at);
         if now >= end {
@@ -159,8 +167,17 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
             next_first = sim.next_arrival(now, &changes);
         }
     }
+    // Nothing is sent from `end` on, but pooled attempts sent before it still time out in the queue.
+    while pooled && sim.next_timeout() < end + s.timeout_s {
+        let at = sim.next_timeout();
+        sim.time_out_head(at);
+        events += 1;
+    }
     fill_pods(&mut sim.record, s.pods);
-    Ok(Run { record: sim.record, events })
+    Ok(Run {
+        record: sim.record,
+        events,
+    })
 }
 
 /// Rows without a control event carry the pod counts of the row before.
@@ -179,9 +196,17 @@ impl Sim<'_> {
     fn next_arrival(&mut self, mut now: f64, changes: &[f64]) -> f64 {
         loop {
             let rate = self.s.demand(now);
-            let next_change = changes.iter().copied().find(|&c| c > now).unwrap_or(f64::INFINITY);
+            let next_change = changes
+                .iter()
+                .copied()
+                .find(|&c| c > now)
+                .unwrap_or(f64::INFINITY);
             let gap: f64 = self.rng.sample(Exp1);
-            let candidate = if rate > 0.0 { now + gap / rate } else { f64::INFINITY };
+            let candidate = if rate > 0.0 {
+                now + gap / rate
+            } else {
+                f64::INFINITY
+            };
             if candidate <= next_change {
                 return candidate;
             }
@@ -221,7 +246,11 @@ impl Sim<'_> {
         }
         self.record.row_mut(now).attempts += 1.0;
         if pooled {
-            self.queue.push_back(Queued { arrived: now, start, attempt });
+            self.queue.push_back(Queued {
+                arrived: now,
+                start,
+                attempt,
+            });
             self.start_service(now);
             return;
         }
@@ -236,7 +265,11 @@ impl Sim<'_> {
         let row = self.record.row_mut(now);
         row.max_wait_s = row.max_wait_s.max(wait);
         let dropped = self.s.abandoned == Abandoned::Drop && wait >= self.s.timeout_s;
-        let done = if dropped { f64::INFINITY } else { begin + self.service_time() };
+        let done = if dropped {
+            f64::INFINITY
+        } else {
+            begin + self.service_time()
+        };
         if !dropped {
             self.free_at[pod] = done;
         }
@@ -251,7 +284,13 @@ impl Sim<'_> {
         if attempt < self.s.retries {
             let next = attempt + 1;
             let retry_at = at + self.s.retry_delay(next) - self.s.timeout_s;
-            self.heap.push(Event { at: retry_at, kind: Kind::Retry { start, attempt: next } });
+            self.heap.push(Event {
+                at: retry_at,
+                kind: Kind::Retry {
+                    start,
+                    attempt: next,
+                },
+            });
         } else {
             self.record.row_mut(start).lost += 1.0;
         }
@@ -259,7 +298,9 @@ impl Sim<'_> {
 
     /// Pooled: when the oldest queued attempt not yet timed out will time out.
     fn next_timeout(&self) -> f64 {
-        self.queue.get(self.timed_out_head).map_or(f64::INFINITY, |q| q.arrived + self.s.timeout_s)
+        self.queue
+            .get(self.timed_out_head)
+            .map_or(f64::INFINITY, |q| q.arrived + self.s.timeout_s)
     }
 
     fn time_out_head(&mut self, now: f64) {
@@ -271,7 +312,9 @@ impl Sim<'_> {
     /// Pooled: idle servers take from the head of the queue.
     fn start_service(&mut self, now: f64) {
         while self.idle > 0 {
-            let Some(q) = self.queue.pop_front() else { return };
+            let Some(q) = self.queue.pop_front() else {
+                return;
+            };
             let already_timed_out = self.timed_out_head > 0;
             if already_timed_out {
                 self.timed_out_head -= 1;
@@ -284,7 +327,10 @@ impl Sim<'_> {
             row.max_wait_s = row.max_wait_s.max(wait);
             let done = now + self.service_time();
             self.idle -= 1;
-            self.heap.push(Event { at: done, kind: Kind::Completion });
+            self.heap.push(Event {
+                at: done,
+                kind: Kind::Completion,
+            });
             if !already_timed_out && done - q.arrived > self.s.timeout_s {
                 self.timed_out(q.arrived + self.s.timeout_s, q.arrived, q.start, q.attempt);
             }

@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::control::AutoscalerConfig;
-use crate::hpa::{Behavior, HpaSpec, MetricSpec, Policy, PolicyKind, ScalingRules, SelectPolicy, Target};
+use crate::hpa::{
+    Behavior, HpaSpec, MetricSpec, Policy, PolicyKind, ScalingRules, SelectPolicy, Target,
+};
 use crate::metric::Signal;
 use crate::outcome::Expect;
 
@@ -23,14 +25,30 @@ pub enum ExperimentError {
     #[error("unknown experiment `{0}` (built in: F1, F2, F3, F4; or a path to a .toml file)")]
     Unknown(String),
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{name}: {source}")]
-    Parse { name: String, source: Box<toml::de::Error> },
+    Parse {
+        name: String,
+        source: Box<toml::de::Error>,
+    },
     #[error("{context}: field `{field}`: {message}, got `{value}`")]
-    Field { context: String, field: &'static str, value: String, message: String },
+    Field {
+        context: String,
+        field: &'static str,
+        value: String,
+        message: String,
+    },
 }
 
-fn field_err(context: &str, field: &'static str, value: impl ToString, message: &str) -> ExperimentError {
+fn field_err(
+    context: &str,
+    field: &'static str,
+    value: impl ToString,
+    message: &str,
+) -> ExperimentError {
     ExperimentError::Field {
         context: context.to_string(),
         field,
@@ -45,9 +63,14 @@ fn field_err(context: &str, field: &'static str, value: impl ToString, message: 
 pub enum LoadEvent {
     None,
     /// Demand `k` times the base for `duration_s`, then back.
-    Spike { k: f64, duration_s: f64 },
+    Spike {
+        k: f64,
+        duration_s: f64,
+    },
     /// Demand `k` times the base from 0 on.
-    Step { k: f64 },
+    Step {
+        k: f64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,9 +227,15 @@ impl Scenario {
     pub fn autoscaler(&self) -> Option<AutoscalerConfig> {
         let h = self.hpa.as_ref()?;
         let per_pod = h.target_utilization * self.rate_per_pod;
-        let metric = |name: &str| MetricSpec { name: name.into(), target: Target::AverageValue(per_pod) };
+        let metric = |name: &str| MetricSpec {
+            name: name.into(),
+            target: Target::AverageValue(per_pod),
+        };
         let (metrics, signals) = match h.signal {
-            HpaSignal::First => (vec![metric("first_attempt_rate")], vec![Signal::FirstAttempt]),
+            HpaSignal::First => (
+                vec![metric("first_attempt_rate")],
+                vec![Signal::FirstAttempt],
+            ),
             HpaSignal::Ingress => (vec![metric("ingress_rate")], vec![Signal::Ingress]),
             HpaSignal::Paired => (
                 vec![metric("first_attempt_rate"), metric("ingress_rate")],
@@ -234,12 +263,21 @@ impl Scenario {
     pub fn time_scaled(&self, s: f64) -> Scenario {
         let mut x = self.clone();
         x.event = match self.event {
-            LoadEvent::Spike { k, duration_s } => LoadEvent::Spike { k, duration_s: duration_s / s },
+            LoadEvent::Spike { k, duration_s } => LoadEvent::Spike {
+                k,
+                duration_s: duration_s / s,
+            },
             e => e,
         };
         x.timeout_s /= s;
-        x.backoff = Backoff { base_s: self.backoff.base_s / s, cap_s: self.backoff.cap_s / s };
-        x.retry_budget = self.retry_budget.map(|b| RetryBudget { ttl_s: b.ttl_s / s, ..b });
+        x.backoff = Backoff {
+            base_s: self.backoff.base_s / s,
+            cap_s: self.backoff.cap_s / s,
+        };
+        x.retry_budget = self.retry_budget.map(|b| RetryBudget {
+            ttl_s: b.ttl_s / s,
+            ..b
+        });
         x.hpa = self.hpa.as_ref().map(|h| HpaSetup {
             sync_period_s: h.sync_period_s / s,
             sync_phase_s: h.sync_phase_s / s,
@@ -273,7 +311,10 @@ pub struct Published {
 
 impl Published {
     pub fn time_scaled(&self, s: f64) -> Published {
-        Published { recovery_s: self.recovery_s.map(|r| r / s), ..self.clone() }
+        Published {
+            recovery_s: self.recovery_s.map(|r| r / s),
+            ..self.clone()
+        }
     }
 }
 
@@ -306,7 +347,10 @@ impl Experiment {
                 expect: c.expect.clone(),
             })
             .collect();
-        Experiment { cases, ..self.clone() }
+        Experiment {
+            cases,
+            ..self.clone()
+        }
     }
 }
 
@@ -321,8 +365,10 @@ pub fn load_with(name: &str, overrides: &Params) -> Result<Experiment, Experimen
         return parse_with(name, text, overrides);
     }
     if name.ends_with(".toml") {
-        let text = std::fs::read_to_string(name)
-            .map_err(|source| ExperimentError::Read { path: name.to_string(), source })?;
+        let text = std::fs::read_to_string(name).map_err(|source| ExperimentError::Read {
+            path: name.to_string(),
+            source,
+        })?;
         return parse_with(name, &text, overrides);
     }
     Err(ExperimentError::Unknown(name.to_string()))
@@ -336,7 +382,11 @@ pub fn ad_hoc(params: Params) -> Result<Experiment, ExperimentError> {
         title: "ad-hoc scenario from flags".into(),
         condition: String::new(),
         refuted_if: String::new(),
-        cases: vec![Case { scenario, published: Published::default(), expect: Expect::default() }],
+        cases: vec![Case {
+            scenario,
+            published: Published::default(),
+            expect: Expect::default(),
+        }],
     })
 }
 
@@ -346,15 +396,27 @@ pub fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
 }
 
 fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
-    let file: ExperimentFile =
-        toml::from_str(text).map_err(|e| ExperimentError::Parse { name: name.to_string(), source: Box::new(e) })?;
+    let file: ExperimentFile = toml::from_str(text).map_err(|e| ExperimentError::Parse {
+        name: name.to_string(),
+        source: Box::new(e),
+    })?;
     let mut cases = Vec::new();
     for c in file.cases {
         let context = format!("{} case {}", file.id, c.name);
         let params = overrides.clone().over(c.params.over(file.defaults.clone()));
-        cases.push(Case { scenario: params.resolve(&c.name, &context)?, published: c.published, expect: c.expect });
+        cases.push(Case {
+            scenario: params.resolve(&c.name, &context)?,
+            published: c.published,
+            expect: c.expect,
+        });
     }
-    Ok(Experiment { id: file.id, title: file.title, condition: file.condition, refuted_if: file.refuted_if, cases })
+    Ok(Experiment {
+        id: file.id,
+        title: file.title,
+        condition: file.condition,
+        refuted_if: file.refuted_if,
+        cases,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -504,26 +566,49 @@ impl Params {
     /// Checks and resolves into a scenario; missing fields take the kit's defaults.
     pub fn resolve(self, name: &str, context: &str) -> Result<Scenario, ExperimentError> {
         let p = self.over(Params::kit());
-        let need = |v: Option<f64>, field: &'static str| v.ok_or_else(|| field_err(context, field, "", "is required"));
+        let need = |v: Option<f64>, field: &'static str| {
+            v.ok_or_else(|| field_err(context, field, "", "is required"))
+        };
         let pods = p.pods.unwrap_or(4);
         if pods == 0 {
             return Err(field_err(context, "pods", pods, "must be at least 1"));
         }
-        let rate_per_pod = positive(context, "rate_per_pod", need(p.rate_per_pod, "rate_per_pod")?)?;
+        let rate_per_pod = positive(
+            context,
+            "rate_per_pod",
+            need(p.rate_per_pod, "rate_per_pod")?,
+        )?;
         let rho = positive(context, "rho", need(p.rho, "rho")?)?;
         let event = match (&p.spike, &p.step) {
-            (Some(_), Some(_)) => return Err(field_err(context, "step", "", "cannot be combined with `spike`")),
+            (Some(_), Some(_)) => {
+                return Err(field_err(
+                    context,
+                    "step",
+                    "",
+                    "cannot be combined with `spike`",
+                ));
+            }
             (Some(s), None) => parse_spike(context, s)?,
-            (None, Some(s)) => LoadEvent::Step { k: parse_multiple(context, "step", s)? },
+            (None, Some(s)) => LoadEvent::Step {
+                k: parse_multiple(context, "step", s)?,
+            },
             (None, None) => LoadEvent::None,
         };
-        let timeout_s = positive(context, "timeout", duration(context, "timeout", p.timeout.as_deref())?)?;
+        let timeout_s = positive(
+            context,
+            "timeout",
+            duration(context, "timeout", p.timeout.as_deref())?,
+        )?;
         let retry_budget = match p.retry_budget {
             None => None,
             Some(ratio) if ratio >= 0.0 && ratio.is_finite() => Some(RetryBudget {
                 ratio,
                 min_per_s: p.retry_budget_min_per_s.unwrap_or(0.0).max(0.0),
-                ttl_s: positive(context, "retry_budget_ttl", duration(context, "retry_budget_ttl", p.retry_budget_ttl.as_deref())?)?,
+                ttl_s: positive(
+                    context,
+                    "retry_budget_ttl",
+                    duration(context, "retry_budget_ttl", p.retry_budget_ttl.as_deref())?,
+                )?,
             }),
             Some(ratio) => return Err(field_err(context, "retry_budget", ratio, "must be >= 0")),
         };
@@ -532,7 +617,11 @@ impl Params {
             None => None,
         };
         let warmup_s = duration(context, "warmup", p.warmup.as_deref())?;
-        let horizon_s = positive(context, "horizon", duration(context, "horizon", p.horizon.as_deref())?)?;
+        let horizon_s = positive(
+            context,
+            "horizon",
+            duration(context, "horizon", p.horizon.as_deref())?,
+        )?;
         let fluid_dt_s = match p.fluid_dt.as_deref() {
             Some(d) => positive(context, "fluid_dt", duration(context, "fluid_dt", Some(d))?)?,
             // A thousandth of the timeout: fine enough for the retry delays and the wait threshold.
@@ -585,11 +674,23 @@ impl HpaParams {
         };
         let target_utilization = self.target.unwrap_or(0.5);
         if !(target_utilization > 0.0 && target_utilization.is_finite()) {
-            return Err(field_err(context, "hpa.target", target_utilization, "must be a positive utilization"));
+            return Err(field_err(
+                context,
+                "hpa.target",
+                target_utilization,
+                "must be a positive utilization",
+            ));
         }
-        let sync_period_s = positive(context, "hpa.sync_period", d("hpa.sync_period", self.sync_period, "15s")?)?;
+        let sync_period_s = positive(
+            context,
+            "hpa.sync_period",
+            d("hpa.sync_period", self.sync_period, "15s")?,
+        )?;
         let behavior = match self.behavior {
-            Some(b) => Behavior { scale_up: b.scale_up.resolve(context)?, scale_down: b.scale_down.resolve(context)? },
+            Some(b) => Behavior {
+                scale_up: b.scale_up.resolve(context)?,
+                scale_down: b.scale_down.resolve(context)?,
+            },
             None => Behavior::default(),
         };
         Ok(HpaSetup {
@@ -598,10 +699,22 @@ impl HpaParams {
             min_replicas: self.min.unwrap_or(pods),
             max_replicas: self.max.unwrap_or(50),
             tolerance: self.tolerance.unwrap_or(crate::hpa::DEFAULT_TOLERANCE),
-            sync_phase_s: d("hpa.sync_phase", self.sync_phase, &format!("{}ms", sync_period_s * 500.0))?,
+            sync_phase_s: d(
+                "hpa.sync_phase",
+                self.sync_phase,
+                &format!("{}ms", sync_period_s * 500.0),
+            )?,
             sync_period_s,
-            metric_window_s: positive(context, "hpa.metric_window", d("hpa.metric_window", self.metric_window, "30s")?)?,
-            scrape_interval_s: positive(context, "hpa.scrape_interval", d("hpa.scrape_interval", self.scrape_interval, "1s")?)?,
+            metric_window_s: positive(
+                context,
+                "hpa.metric_window",
+                d("hpa.metric_window", self.metric_window, "30s")?,
+            )?,
+            scrape_interval_s: positive(
+                context,
+                "hpa.scrape_interval",
+                d("hpa.scrape_interval", self.scrape_interval, "1s")?,
+            )?,
             dead_time_s: d("hpa.dead_time", self.dead_time, "90s")?,
             behavior,
         })
@@ -614,11 +727,19 @@ impl RulesParams {
             .policies
             .iter()
             .map(|p| {
-                Ok(Policy { kind: p.kind, value: p.value, period_s: duration(context, "hpa.behavior.period", Some(&p.period))? })
+                Ok(Policy {
+                    kind: p.kind,
+                    value: p.value,
+                    period_s: duration(context, "hpa.behavior.period", Some(&p.period))?,
+                })
             })
             .collect::<Result<_, ExperimentError>>()?;
         Ok(ScalingRules {
-            stabilization_window_s: duration(context, "hpa.behavior.stabilization_window", Some(&self.stabilization_window))?,
+            stabilization_window_s: duration(
+                context,
+                "hpa.behavior.stabilization_window",
+                Some(&self.stabilization_window),
+            )?,
             policies,
             select: self.select,
         })
@@ -626,28 +747,58 @@ impl RulesParams {
 }
 
 fn positive(context: &str, field: &'static str, v: f64) -> Result<f64, ExperimentError> {
-    if v > 0.0 && v.is_finite() { Ok(v) } else { Err(field_err(context, field, v, "must be positive")) }
+    if v > 0.0 && v.is_finite() {
+        Ok(v)
+    } else {
+        Err(field_err(context, field, v, "must be positive"))
+    }
 }
 
-fn duration(context: &str, field: &'static str, text: Option<&str>) -> Result<f64, ExperimentError> {
+fn duration(
+    context: &str,
+    field: &'static str,
+    text: Option<&str>,
+) -> Result<f64, ExperimentError> {
     let text = text.ok_or_else(|| field_err(context, field, "", "is required"))?;
     humantime::parse_duration(text.trim())
         .map(|d| d.as_secs_f64())
-        .map_err(|e| field_err(context, field, text, &format!("not a duration like 10s or 1500ms ({e})")))
+        .map_err(|e| {
+            field_err(
+                context,
+                field,
+                text,
+                &format!("not a duration like 10s or 1500ms ({e})"),
+            )
+        })
 }
 
 /// `5x` -> 5.
 fn parse_multiple(context: &str, field: &'static str, text: &str) -> Result<f64, ExperimentError> {
-    let k = text.trim().strip_suffix('x').and_then(|k| k.parse::<f64>().ok());
+    let k = text
+        .trim()
+        .strip_suffix('x')
+        .and_then(|k| k.parse::<f64>().ok());
     match k {
         Some(k) if k > 0.0 && k.is_finite() => Ok(k),
-        _ => Err(field_err(context, field, text, "expected a multiple like 5x")),
+        _ => Err(field_err(
+            context,
+            field,
+            text,
+            "expected a multiple like 5x",
+        )),
     }
 }
 
 /// `5x300s` -> spike of 5 for 300 s.
 fn parse_spike(context: &str, text: &str) -> Result<LoadEvent, ExperimentError> {
-    let bad = || field_err(context, "spike", text, "expected MULTIPLExDURATION like 5x300s");
+    let bad = || {
+        field_err(
+            context,
+            "spike",
+            text,
+            "expected MULTIPLExDURATION like 5x300s",
+        )
+    };
     let (k, d) = text.trim().split_once('x').ok_or_else(bad)?;
     let k = parse_multiple(context, "spike", &format!("{k}x")).map_err(|_| bad())?;
     let duration_s = duration(context, "spike", Some(d)).map_err(|_| bad())?;
@@ -660,10 +811,24 @@ fn parse_spike(context: &str, text: &str) -> Result<LoadEvent, ExperimentError> 
 /// `none` or `exp:BASE,CAP`.
 fn parse_backoff(context: &str, text: &str) -> Result<Backoff, ExperimentError> {
     if text.trim() == "none" {
-        return Ok(Backoff { base_s: 0.0, cap_s: 0.0 });
+        return Ok(Backoff {
+            base_s: 0.0,
+            cap_s: 0.0,
+        });
     }
-    let bad = || field_err(context, "backoff", text, "expected `none` or exp:BASE,CAP like exp:1s,8s");
-    let (base, cap) = text.trim().strip_prefix("exp:").and_then(|r| r.split_once(',')).ok_or_else(bad)?;
+    let bad = || {
+        field_err(
+            context,
+            "backoff",
+            text,
+            "expected `none` or exp:BASE,CAP like exp:1s,8s",
+        )
+    };
+    let (base, cap) = text
+        .trim()
+        .strip_prefix("exp:")
+        .and_then(|r| r.split_once(','))
+        .ok_or_else(bad)?;
     let base_s = duration(context, "backoff", Some(base)).map_err(|_| bad())?;
     let cap_s = duration(context, "backoff", Some(cap)).map_err(|_| bad())?;
     Ok(Backoff { base_s, cap_s })
@@ -682,7 +847,13 @@ mod tests {
         }
         let f2 = load("f2").unwrap();
         let s = &f2.cases[0].scenario;
-        assert_eq!(s.event, LoadEvent::Spike { k: 5.0, duration_s: 300.0 });
+        assert_eq!(
+            s.event,
+            LoadEvent::Spike {
+                k: 5.0,
+                duration_s: 300.0
+            }
+        );
         assert_eq!((s.pods, s.retries, s.timeout_s), (4, 2, 10.0));
         assert_eq!(s.recovery_reference(), 300.0);
         assert_eq!(s.demand(-1.0), 120.0);
@@ -696,7 +867,10 @@ mod tests {
         let s = &f3.cases[0].scenario;
         assert_eq!(s.timeout_s, 1.0);
         let h = s.hpa.as_ref().unwrap();
-        assert_eq!((h.sync_period_s, h.dead_time_s, h.metric_window_s), (1.5, 9.0, 3.0));
+        assert_eq!(
+            (h.sync_period_s, h.dead_time_s, h.metric_window_s),
+            (1.5, 9.0, 3.0)
+        );
         assert_eq!(h.behavior.scale_down.stabilization_window_s, 30.0);
         assert_eq!(s.rate_per_pod, 100.0);
         let f2 = load("F2").unwrap().time_scaled(10.0);

@@ -27,8 +27,9 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
 
     let r = s.retries as usize;
     // rings[n] holds the attempts n + 1 on their way: timed out as attempt n, due `retry_delay(n + 1)` later.
-    let mut rings: Vec<Vec<f64>> =
-        (1..=s.retries).map(|n| vec![0.0; (s.retry_delay(n) / dt).round().max(1.0) as usize]).collect();
+    let mut rings: Vec<Vec<f64>> = (1..=s.retries)
+        .map(|n| vec![0.0; (s.retry_delay(n) / dt).round().max(1.0) as usize])
+        .collect();
     let offsets: Vec<f64> = (0..=s.retries).map(|n| s.attempt_offset(n)).collect();
     let mut arrivals = vec![0.0; r + 1];
 
@@ -82,7 +83,11 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
         let (failing, max_wait) = match topology {
             Topology::Pooled => {
                 let cap = f64::from(ready) * c;
-                let wait = if cap > 0.0 { pooled_backlog / cap } else { f64::INFINITY };
+                let wait = if cap > 0.0 {
+                    pooled_backlog / cap
+                } else {
+                    f64::INFINITY
+                };
                 (if wait >= tau { 1.0 } else { 0.0 }, wait)
             }
             Topology::PerPod if pods.is_empty() => (1.0, f64::INFINITY),
@@ -116,7 +121,11 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
                 pooled_backlog = (pooled_backlog + queued - cap * dt).max(0.0);
             }
             Topology::PerPod => {
-                let share = if pods.is_empty() { 0.0 } else { total / pods.len() as f64 };
+                let share = if pods.is_empty() {
+                    0.0
+                } else {
+                    total / pods.len() as f64
+                };
                 for b in &mut pods {
                     let queued = if drop && *b / c >= tau { 0.0 } else { share };
                     *b = (*b + queued - c * dt).max(0.0);

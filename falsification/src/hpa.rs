@@ -78,14 +78,26 @@ impl Default for Behavior {
             scale_up: ScalingRules {
                 stabilization_window_s: 0.0,
                 policies: vec![
-                    Policy { kind: PolicyKind::Pods, value: 4, period_s: 15.0 },
-                    Policy { kind: PolicyKind::Percent, value: 100, period_s: 15.0 },
+                    Policy {
+                        kind: PolicyKind::Pods,
+                        value: 4,
+                        period_s: 15.0,
+                    },
+                    Policy {
+                        kind: PolicyKind::Percent,
+                        value: 100,
+                        period_s: 15.0,
+                    },
                 ],
                 select: SelectPolicy::Max,
             },
             scale_down: ScalingRules {
                 stabilization_window_s: 300.0,
-                policies: vec![Policy { kind: PolicyKind::Percent, value: 100, period_s: 15.0 }],
+                policies: vec![Policy {
+                    kind: PolicyKind::Percent,
+                    value: 100,
+                    period_s: 15.0,
+                }],
                 select: SelectPolicy::Max,
             },
         }
@@ -97,10 +109,20 @@ impl Behavior {
     pub fn time_scaled(&self, s: f64) -> Behavior {
         let scale = |r: &ScalingRules| ScalingRules {
             stabilization_window_s: r.stabilization_window_s / s,
-            policies: r.policies.iter().map(|p| Policy { period_s: p.period_s / s, ..*p }).collect(),
+            policies: r
+                .policies
+                .iter()
+                .map(|p| Policy {
+                    period_s: p.period_s / s,
+                    ..*p
+                })
+                .collect(),
             select: r.select,
         };
-        Behavior { scale_up: scale(&self.scale_up), scale_down: scale(&self.scale_down) }
+        Behavior {
+            scale_up: scale(&self.scale_up),
+            scale_down: scale(&self.scale_down),
+        }
     }
 }
 
@@ -168,8 +190,14 @@ pub enum HpaError {
     Target { name: String, value: f64 },
     #[error("hpa: tolerance must be within [0, 1), got {0}")]
     Tolerance(f64),
-    #[error("hpa: {direction} policy needs a positive value and period, got value {value} period {period_s}s")]
-    Policy { direction: &'static str, value: i32, period_s: f64 },
+    #[error(
+        "hpa: {direction} policy needs a positive value and period, got value {value} period {period_s}s"
+    )]
+    Policy {
+        direction: &'static str,
+        value: i32,
+        period_s: f64,
+    },
     #[error("hpa: {0} stabilization window must be >= 0")]
     Window(&'static str),
     #[error("hpa: sync called with {got} metric readings for {want} metrics")]
@@ -202,23 +230,38 @@ impl Hpa {
         for m in &spec.metrics {
             let (Target::AverageValue(v) | Target::Value(v)) = m.target;
             if !(v > 0.0 && v.is_finite()) {
-                return Err(HpaError::Target { name: m.name.clone(), value: v });
+                return Err(HpaError::Target {
+                    name: m.name.clone(),
+                    value: v,
+                });
             }
         }
         if !(0.0..1.0).contains(&spec.tolerance) {
             return Err(HpaError::Tolerance(spec.tolerance));
         }
-        for (direction, rules) in [("scaleUp", &spec.behavior.scale_up), ("scaleDown", &spec.behavior.scale_down)] {
-            if !(rules.stabilization_window_s >= 0.0) {
+        for (direction, rules) in [
+            ("scaleUp", &spec.behavior.scale_up),
+            ("scaleDown", &spec.behavior.scale_down),
+        ] {
+            if rules.stabilization_window_s.is_nan() || rules.stabilization_window_s < 0.0 {
                 return Err(HpaError::Window(direction));
             }
             for p in &rules.policies {
-                if p.value <= 0 || !(p.period_s > 0.0) {
-                    return Err(HpaError::Policy { direction, value: p.value, period_s: p.period_s });
+                if p.value <= 0 || p.period_s.is_nan() || p.period_s <= 0.0 {
+                    return Err(HpaError::Policy {
+                        direction,
+                        value: p.value,
+                        period_s: p.period_s,
+                    });
                 }
             }
         }
-        Ok(Hpa { spec, recommendations: Vec::new(), scale_up_events: Vec::new(), scale_down_events: Vec::new() })
+        Ok(Hpa {
+            spec,
+            recommendations: Vec::new(),
+            scale_up_events: Vec::new(),
+            scale_down_events: Vec::new(),
+        })
     }
 
     pub fn spec(&self) -> &HpaSpec {
@@ -226,13 +269,24 @@ impl Hpa {
     }
 
     /// One reconcile: `readings[i]` is the summed value of metric `i` (`None` when it could not be read).
-    pub fn sync(&mut self, now: f64, readings: &[Option<f64>], scale: Scale) -> Result<Decision, HpaError> {
+    pub fn sync(
+        &mut self,
+        now: f64,
+        readings: &[Option<f64>],
+        scale: Scale,
+    ) -> Result<Decision, HpaError> {
         if readings.len() != self.spec.metrics.len() {
-            return Err(HpaError::Readings { got: readings.len(), want: self.spec.metrics.len() });
+            return Err(HpaError::Readings {
+                got: readings.len(),
+                want: self.spec.metrics.len(),
+            });
         }
         let current = scale.spec_replicas;
         if self.recommendations.is_empty() {
-            self.recommendations.push(Timed { at: now, value: current });
+            self.recommendations.push(Timed {
+                at: now,
+                value: current,
+            });
         }
         let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
         let held = |reason, proposals| Decision {
@@ -251,7 +305,14 @@ impl Hpa {
             } else {
                 (min, Reason::BelowMinReplicas)
             };
-            Decision { desired, proposals: vec![], recommendation: None, stabilized: None, reason, rescale: true }
+            Decision {
+                desired,
+                proposals: vec![],
+                recommendation: None,
+                stabilized: None,
+                reason,
+                rescale: true,
+            }
         } else {
             let proposals: Vec<Option<i32>> = self
                 .spec
@@ -333,8 +394,12 @@ impl Hpa {
             }
         }
         // Entries older than both windows never matter again (time only moves forward).
-        self.recommendations.retain(|r| !(r.at < up_cutoff && r.at < down_cutoff));
-        self.recommendations.push(Timed { at: now, value: desired });
+        self.recommendations
+            .retain(|r| !(r.at < up_cutoff && r.at < down_cutoff));
+        self.recommendations.push(Timed {
+            at: now,
+            value: desired,
+        });
         current.max(up_rec).min(down_rec)
     }
 
@@ -342,16 +407,26 @@ impl Hpa {
     fn limit_rate(&self, now: f64, current: i32, desired: i32) -> (i32, Reason) {
         let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
         if desired > current {
-            let limit = self.scale_limit(now, current, &self.spec.behavior.scale_up, true).max(current);
-            let (allowed, reason) =
-                if max > limit { (limit, Reason::ScaleUpLimit) } else { (max, Reason::TooManyReplicas) };
+            let limit = self
+                .scale_limit(now, current, &self.spec.behavior.scale_up, true)
+                .max(current);
+            let (allowed, reason) = if max > limit {
+                (limit, Reason::ScaleUpLimit)
+            } else {
+                (max, Reason::TooManyReplicas)
+            };
             if desired > allowed {
                 return (allowed, reason);
             }
         } else if desired < current {
-            let limit = self.scale_limit(now, current, &self.spec.behavior.scale_down, false).min(current);
-            let (allowed, reason) =
-                if min < limit { (limit, Reason::ScaleDownLimit) } else { (min, Reason::TooFewReplicas) };
+            let limit = self
+                .scale_limit(now, current, &self.spec.behavior.scale_down, false)
+                .min(current);
+            let (allowed, reason) = if min < limit {
+                (limit, Reason::ScaleDownLimit)
+            } else {
+                (min, Reason::TooFewReplicas)
+            };
             if desired < allowed {
                 return (allowed, reason);
             }
@@ -374,7 +449,9 @@ impl Hpa {
             let start = f64::from(current - added + deleted);
             let proposed = match (p.kind, up) {
                 (PolicyKind::Pods, true) => start as i32 + p.value,
-                (PolicyKind::Percent, true) => (start * (1.0 + f64::from(p.value) / 100.0)).ceil() as i32,
+                (PolicyKind::Percent, true) => {
+                    (start * (1.0 + f64::from(p.value) / 100.0)).ceil() as i32
+                }
                 (PolicyKind::Pods, false) => start as i32 - p.value,
                 // Upstream truncates toward zero here.
                 (PolicyKind::Percent, false) => (start * (1.0 - f64::from(p.value) / 100.0)) as i32,
@@ -392,19 +469,38 @@ impl Hpa {
 
     fn store_scale_event(&mut self, now: f64, previous: i32, new: i32) {
         let (events, rules, change) = if new > previous {
-            (&mut self.scale_up_events, &self.spec.behavior.scale_up, new - previous)
+            (
+                &mut self.scale_up_events,
+                &self.spec.behavior.scale_up,
+                new - previous,
+            )
         } else {
-            (&mut self.scale_down_events, &self.spec.behavior.scale_down, previous - new)
+            (
+                &mut self.scale_down_events,
+                &self.spec.behavior.scale_down,
+                previous - new,
+            )
         };
-        let longest = rules.policies.iter().map(|p| p.period_s).fold(0.0, f64::max);
+        let longest = rules
+            .policies
+            .iter()
+            .map(|p| p.period_s)
+            .fold(0.0, f64::max);
         events.retain(|e| e.at >= now - longest);
-        events.push(Timed { at: now, value: change });
+        events.push(Timed {
+            at: now,
+            value: change,
+        });
     }
 }
 
 /// Sum of the changes recorded strictly after `now - period` (upstream's `After(cutoff)`).
 fn changes_within(events: &[Timed], now: f64, period: f64) -> i32 {
-    events.iter().filter(|e| e.at > now - period).map(|e| e.value).sum()
+    events
+        .iter()
+        .filter(|e| e.at > now - period)
+        .map(|e| e.value)
+        .sum()
 }
 
 /// A quantity's milli-value. Readings arrive with milli precision, so rounding recovers them exactly.
@@ -421,15 +517,33 @@ mod tests {
     use super::*;
 
     fn spec(metrics: Vec<MetricSpec>, min: i32, max: i32) -> HpaSpec {
-        HpaSpec { min_replicas: min, max_replicas: max, metrics, behavior: Behavior::default(), tolerance: 0.1 }
+        HpaSpec {
+            min_replicas: min,
+            max_replicas: max,
+            metrics,
+            behavior: Behavior::default(),
+            tolerance: 0.1,
+        }
     }
 
     fn avg(name: &str, v: f64) -> MetricSpec {
-        MetricSpec { name: name.into(), target: Target::AverageValue(v) }
+        MetricSpec {
+            name: name.into(),
+            target: Target::AverageValue(v),
+        }
+    }
+
+    /// `n` pods exist, `ready` of them ready.
+    fn starting(n: i32, ready: i32) -> Scale {
+        Scale {
+            spec_replicas: n,
+            status_replicas: n,
+            ready_pods: ready,
+        }
     }
 
     fn scale(n: i32) -> Scale {
-        Scale { spec_replicas: n, status_replicas: n, ready_pods: n }
+        starting(n, n)
     }
 
     #[test]
@@ -450,33 +564,39 @@ mod tests {
     fn average_value_uses_status_replicas_and_value_uses_ready_pods() {
         let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 100)).unwrap();
         // 8 pods exist (4 still starting): ratio 1000/(50*8) = 2.5 -> ceil(1000/50) = 20, limited to 16.
-        let d = hpa.sync(0.0, &[Some(1000.0)], Scale { spec_replicas: 8, status_replicas: 8, ready_pods: 4 })
-            .unwrap();
+        let d = hpa.sync(0.0, &[Some(1000.0)], starting(8, 4)).unwrap();
         assert_eq!(d.proposals, vec![Some(20)]);
         assert_eq!(d.desired, 16);
         assert_eq!(d.reason, Reason::ScaleUpLimit);
 
-        let value = MetricSpec { name: "m".into(), target: Target::Value(200.0) };
+        let value = MetricSpec {
+            name: "m".into(),
+            target: Target::Value(200.0),
+        };
         let mut hpa = Hpa::new(spec(vec![value], 1, 100)).unwrap();
         // ratio 1000/200 = 5, times 4 ready pods = 20 (not times the 8 that exist).
-        let d = hpa.sync(0.0, &[Some(1000.0)], Scale { spec_replicas: 8, status_replicas: 8, ready_pods: 4 })
-            .unwrap();
+        let d = hpa.sync(0.0, &[Some(1000.0)], starting(8, 4)).unwrap();
         assert_eq!(d.proposals, vec![Some(20)]);
         // ratio 1.05 is inside the tolerance: spec replicas kept.
-        let d = hpa.sync(15.0, &[Some(210.0)], Scale { spec_replicas: 16, status_replicas: 16, ready_pods: 8 })
-            .unwrap();
+        let d = hpa.sync(15.0, &[Some(210.0)], starting(16, 8)).unwrap();
         assert_eq!(d.proposals, vec![Some(16)]);
     }
 
     #[test]
     fn largest_metric_wins() {
-        let mut hpa = Hpa::new(spec(vec![avg("first", 50.0), avg("ingress", 50.0)], 1, 50)).unwrap();
-        let d = hpa.sync(0.0, &[Some(200.0), Some(400.0)], scale(4)).unwrap();
+        let mut hpa =
+            Hpa::new(spec(vec![avg("first", 50.0), avg("ingress", 50.0)], 1, 50)).unwrap();
+        let d = hpa
+            .sync(0.0, &[Some(200.0), Some(400.0)], scale(4))
+            .unwrap();
         assert_eq!(d.proposals, vec![Some(4), Some(8)]);
         assert_eq!(d.desired, 8);
         // Healthy: both agree, nothing changes.
-        let mut hpa = Hpa::new(spec(vec![avg("first", 50.0), avg("ingress", 50.0)], 1, 50)).unwrap();
-        let d = hpa.sync(0.0, &[Some(200.0), Some(200.0)], scale(4)).unwrap();
+        let mut hpa =
+            Hpa::new(spec(vec![avg("first", 50.0), avg("ingress", 50.0)], 1, 50)).unwrap();
+        let d = hpa
+            .sync(0.0, &[Some(200.0), Some(200.0)], scale(4))
+            .unwrap();
         assert_eq!((d.desired, d.rescale), (4, false));
     }
 
@@ -508,7 +628,10 @@ mod tests {
         s.behavior.scale_up.select = SelectPolicy::Min;
         let mut hpa = Hpa::new(s.clone()).unwrap();
         // min(4 + 4, 10 * 2) = 8 from 4... from 10: min(14, 20) = 14.
-        assert_eq!(hpa.sync(0.0, &[Some(3000.0)], scale(10)).unwrap().desired, 14);
+        assert_eq!(
+            hpa.sync(0.0, &[Some(3000.0)], scale(10)).unwrap().desired,
+            14
+        );
         s.behavior.scale_up.select = SelectPolicy::Disabled;
         let mut hpa = Hpa::new(s).unwrap();
         let d = hpa.sync(0.0, &[Some(3000.0)], scale(10)).unwrap();
@@ -536,7 +659,11 @@ mod tests {
         let mut s = spec(vec![avg("m", 50.0)], 3, 50);
         s.behavior.scale_down = ScalingRules {
             stabilization_window_s: 0.0,
-            policies: vec![Policy { kind: PolicyKind::Percent, value: 50, period_s: 60.0 }],
+            policies: vec![Policy {
+                kind: PolicyKind::Percent,
+                value: 50,
+                period_s: 60.0,
+            }],
             select: SelectPolicy::Max,
         };
         let mut hpa = Hpa::new(s).unwrap();
@@ -559,7 +686,10 @@ mod tests {
         let d = hpa.sync(15.0, &[Some(0.0)], scale(1)).unwrap();
         assert_eq!((d.desired, d.reason), (2, Reason::BelowMinReplicas));
         let d = hpa.sync(30.0, &[Some(0.0)], scale(0)).unwrap();
-        assert_eq!((d.desired, d.reason, d.rescale), (0, Reason::ScalingDisabled, false));
+        assert_eq!(
+            (d.desired, d.reason, d.rescale),
+            (0, Reason::ScalingDisabled, false)
+        );
     }
 
     #[test]
@@ -578,7 +708,12 @@ mod tests {
     fn milli_precision_absorbs_float_noise() {
         let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 50)).unwrap();
         // 1000.0000000001 would be 21 pods without the quantity's milli precision.
-        assert_eq!(hpa.sync(0.0, &[Some(1000.0 + 1e-10)], scale(16)).unwrap().desired, 20);
+        assert_eq!(
+            hpa.sync(0.0, &[Some(1000.0 + 1e-10)], scale(16))
+                .unwrap()
+                .desired,
+            20
+        );
     }
 
     #[test]
@@ -598,7 +733,14 @@ mod tests {
         assert_eq!(b.scale_up.select, SelectPolicy::Max);
         assert_eq!(b.scale_up.policies.len(), 2);
         assert_eq!(b.scale_down.stabilization_window_s, 300.0);
-        assert_eq!(b.scale_down.policies[0], Policy { kind: PolicyKind::Percent, value: 100, period_s: 15.0 });
+        assert_eq!(
+            b.scale_down.policies[0],
+            Policy {
+                kind: PolicyKind::Percent,
+                value: 100,
+                period_s: 15.0
+            }
+        );
         let s = b.time_scaled(10.0);
         assert_eq!(s.scale_down.stabilization_window_s, 30.0);
         assert_eq!(s.scale_up.policies[0].period_s, 1.5);

@@ -70,27 +70,20 @@ pub fn scaler_trapped(target_utilization: f64, a: f64) -> bool {
     trapped(a, target_utilization)
 }
 
-/// Replicas a scaler on the first-attempt signal settles at: `ceil(lambda / (u* c))`, within the bounds.
-pub fn first_attempt_replicas(lambda: f64, target_utilization: f64, c: f64, min: u32, max: u32) -> u32 {
-    replicas_for(lambda, target_utilization, c, min, max)
-}
-
-/// Replicas a scaler on ingress sizes while every attempt fails: `ceil(A lambda / (u* c))`, within bounds.
-pub fn ingress_replicas(a: f64, lambda: f64, target_utilization: f64, c: f64, min: u32, max: u32) -> u32 {
-    replicas_for(a * lambda, target_utilization, c, min, max)
+/// Replicas a scaler holding `rate` at utilization `u*` of pods serving `c` each sizes:
+/// `ceil(rate / (u* c))` within the bounds. On the first-attempt signal `rate = lambda`; on ingress while
+/// every attempt fails `rate = A lambda`.
+pub fn scaler_replicas(rate: f64, target_utilization: f64, c: f64, min: u32, max: u32) -> u32 {
+    let raw = (rate / (target_utilization * c)).ceil();
+    // Saturating float-to-int conversion; the clamp keeps the HPA's bounds.
+    (raw as u32).clamp(min, max.max(min))
 }
 
 /// Ingress escape: holding ingress at `u* < 1` gives `A rho = u* < 1` at the capacity the ceiling allows;
 /// escapes iff the capacity it reaches exceeds the failed-state work `A lambda`.
 pub fn ingress_escapes(a: f64, lambda: f64, target_utilization: f64, c: f64, max: u32) -> bool {
-    let replicas = ingress_replicas(a, lambda, target_utilization, c, 0, max);
+    let replicas = scaler_replicas(a * lambda, target_utilization, c, 0, max);
     target_utilization < 1.0 && a * lambda < f64::from(replicas) * c
-}
-
-fn replicas_for(rate: f64, target_utilization: f64, c: f64, min: u32, max: u32) -> u32 {
-    let raw = (rate / (target_utilization * c)).ceil();
-    // Saturating float-to-int conversion; the clamp keeps the HPA's bounds.
-    (raw as u32).clamp(min, max.max(min))
 }
 
 #[cfg(test)]
@@ -135,7 +128,11 @@ mod tests {
         assert_eq!(time_to_trigger(3.0, 0.3, 10.0), None);
         // F3 step: (5 * 0.5 - 1) * 90 = 135 > 10, triggers 6.67 s after the step.
         assert!(step_triggers(5.0, 0.5, 90.0, 10.0));
-        assert!(close(time_to_trigger(5.0, 0.5, 10.0).unwrap(), 10.0 / 1.5, 1e-12));
+        assert!(close(
+            time_to_trigger(5.0, 0.5, 10.0).unwrap(),
+            10.0 / 1.5,
+            1e-12
+        ));
     }
 
     #[test]
@@ -144,7 +141,11 @@ mod tests {
         let t = recovery_time(3.0, 5.0, 0.3, 300.0, 10.0).unwrap();
         assert!(close(t, 9800.0 + 10.0 / 0.7, 1e-6), "{t}");
         // Long-spike form: 300 * 3.5 / 0.1 = 10500.
-        assert!(close(recovery_time_long_spike(3.0, 5.0, 0.3, 300.0).unwrap(), 10500.0, 1e-6));
+        assert!(close(
+            recovery_time_long_spike(3.0, 5.0, 0.3, 300.0).unwrap(),
+            10500.0,
+            1e-6
+        ));
         // 40%: trapped, never.
         assert_eq!(recovery_time(3.0, 5.0, 0.4, 300.0, 10.0), None);
         assert_eq!(recovery_time_long_spike(3.0, 5.0, 0.4, 300.0), None);
@@ -162,9 +163,9 @@ mod tests {
         assert!(scaler_trapped(0.9, 1.2)); // budget 0.2: 1/1.2 = 0.833
         assert!(!scaler_trapped(0.8, 1.2));
         // F3: 1000/s at 50/s per pod = 20 pods; ingress 3000/s wants 60, ceiling 50.
-        assert_eq!(first_attempt_replicas(1000.0, 0.5, 100.0, 1, 50), 20);
-        assert_eq!(ingress_replicas(3.0, 1000.0, 0.5, 100.0, 1, 50), 50);
-        assert_eq!(ingress_replicas(3.0, 1000.0, 0.5, 100.0, 1, 100), 60);
+        assert_eq!(scaler_replicas(1000.0, 0.5, 100.0, 1, 50), 20);
+        assert_eq!(scaler_replicas(3.0 * 1000.0, 0.5, 100.0, 1, 50), 50);
+        assert_eq!(scaler_replicas(3.0 * 1000.0, 0.5, 100.0, 1, 100), 60);
         assert!(ingress_escapes(3.0, 1000.0, 0.5, 100.0, 50)); // 3000 < 5000
         assert!(!ingress_escapes(3.0, 1000.0, 0.5, 100.0, 25)); // 3000 >= 2500
     }

@@ -13,7 +13,10 @@ pub struct WindowRate {
 
 impl WindowRate {
     pub fn new(window_s: f64) -> WindowRate {
-        WindowRate { window_s, samples: VecDeque::new() }
+        WindowRate {
+            window_s,
+            samples: VecDeque::new(),
+        }
     }
 
     /// Records a scrape of the cumulative counter `total` at time `t`.
@@ -55,7 +58,12 @@ pub enum Signal {
 
 impl Meter {
     pub fn new(window_s: f64, scrape_s: f64, start: f64) -> Meter {
-        Meter { scrape_s, next_scrape: start, first: WindowRate::new(window_s), all: WindowRate::new(window_s) }
+        Meter {
+            scrape_s,
+            next_scrape: start,
+            first: WindowRate::new(window_s),
+            all: WindowRate::new(window_s),
+        }
     }
 
     /// When the next scrape is due.

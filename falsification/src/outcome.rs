@@ -43,7 +43,12 @@ impl Record {
     /// Empty rows of `step_s` covering `[start, end)`.
     pub fn span(start: f64, end: f64, step_s: f64) -> Record {
         let n = ((end - start) / step_s).ceil().max(1.0) as usize;
-        let rows = (0..n).map(|i| Row { t: start + i as f64 * step_s, ..Row::default() }).collect();
+        let rows = (0..n)
+            .map(|i| Row {
+                t: start + i as f64 * step_s,
+                ..Row::default()
+            })
+            .collect();
         Record { step_s, rows }
     }
 
@@ -93,12 +98,16 @@ pub fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
 
 fn in_window<'a>(record: &'a Record, c: &Criteria) -> impl Iterator<Item = &'a Row> {
     let (from, to) = (c.from, c.to);
-    record.rows.iter().filter(move |r| r.t >= from - 1e-9 && r.t < to - 1e-9)
+    record
+        .rows
+        .iter()
+        .filter(move |r| r.t >= from - 1e-9 && r.t < to - 1e-9)
 }
 
 /// Lost logical requests over started ones in the window; `None` when none started.
 pub fn lost_fraction(record: &Record, c: &Criteria) -> Option<f64> {
-    let (lost, started) = in_window(record, c).fold((0.0, 0.0), |(l, s), r| (l + r.lost, s + r.first_attempts));
+    let (lost, started) =
+        in_window(record, c).fold((0.0, 0.0), |(l, s), r| (l + r.lost, s + r.first_attempts));
     (started > 0.0).then(|| lost / started)
 }
 
@@ -113,7 +122,10 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
         recovery_s: if triggered { recovery } else { None },
         trapped: triggered && recovery.is_none(),
         triggered,
-        peak_pods: in_window(record, c).map(|r| r.pods_ready).max().unwrap_or(0),
+        peak_pods: in_window(record, c)
+            .map(|r| r.pods_ready)
+            .max()
+            .unwrap_or(0),
         final_pods: record.rows.last().map_or(0, |r| r.pods_ready),
         lost_fraction: lost_fraction(record, c),
     }
@@ -143,7 +155,14 @@ pub fn verdict(expect: &Expect, o: &Outcome) -> Verdict {
     if let Some(t) = expect.triggered
         && t != o.triggered
     {
-        broken.push(if o.triggered { "attempts timed out without a trigger" } else { "no attempt timed out" }.to_string());
+        broken.push(
+            if o.triggered {
+                "attempts timed out without a trigger"
+            } else {
+                "no attempt timed out"
+            }
+            .to_string(),
+        );
     }
     if let Some(r) = expect.recovers {
         let recovered = o.triggered && !o.trapped;
@@ -160,7 +179,14 @@ pub fn verdict(expect: &Expect, o: &Outcome) -> Verdict {
         broken.push(format!("holds {} pods, more than {m}", o.final_pods));
     }
     let held = broken.is_empty();
-    Verdict { held, reason: if held { "as predicted".to_string() } else { broken.join("; ") } }
+    Verdict {
+        held,
+        reason: if held {
+            "as predicted".to_string()
+        } else {
+            broken.join("; ")
+        },
+    }
 }
 
 #[cfg(test)]
@@ -168,11 +194,25 @@ mod tests {
     use super::*;
 
     fn row(t: f64, timed_out: f64, wait: f64) -> Row {
-        Row { t, first_attempts: 100.0, attempts: 100.0, timed_out, max_wait_s: wait, pods_ready: 4, pods_desired: 4, lost: 0.0 }
+        Row {
+            t,
+            first_attempts: 100.0,
+            attempts: 100.0,
+            timed_out,
+            max_wait_s: wait,
+            pods_ready: 4,
+            pods_desired: 4,
+            lost: 0.0,
+        }
     }
 
     fn criteria() -> Criteria {
-        Criteria { reference: 2.0, from: 0.0, to: 10.0, drained_wait_s: 0.5 }
+        Criteria {
+            reference: 2.0,
+            from: 0.0,
+            to: 10.0,
+            drained_wait_s: 0.5,
+        }
     }
 
     #[test]
@@ -190,7 +230,10 @@ mod tests {
 
     #[test]
     fn still_bad_at_the_end_is_trapped() {
-        let r = Record { step_s: 1.0, rows: (0..10).map(|t| row(f64::from(t), 1.0, 20.0)).collect() };
+        let r = Record {
+            step_s: 1.0,
+            rows: (0..10).map(|t| row(f64::from(t), 1.0, 20.0)).collect(),
+        };
         let o = evaluate(&r, &criteria());
         assert!(o.trapped);
         assert_eq!(o.recovery_s, None);
@@ -198,7 +241,10 @@ mod tests {
 
     #[test]
     fn untriggered_run_has_no_recovery() {
-        let r = Record { step_s: 1.0, rows: (0..10).map(|t| row(f64::from(t), 0.0, 0.01)).collect() };
+        let r = Record {
+            step_s: 1.0,
+            rows: (0..10).map(|t| row(f64::from(t), 0.0, 0.01)).collect(),
+        };
         let o = evaluate(&r, &criteria());
         assert!(!o.triggered && !o.trapped);
         assert_eq!(o.recovery_s, None);
@@ -218,13 +264,53 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        let trapped = Outcome { recovery_s: None, trapped: true, triggered: true, peak_pods: 20, final_pods: 20, lost_fraction: Some(0.99) };
-        assert!(verdict(&Expect { recovers: Some(false), ..Default::default() }, &trapped).held);
-        let v = verdict(&Expect { recovers: Some(true), ..Default::default() }, &trapped);
-        assert_eq!(v, Verdict { held: false, reason: "stayed failed".into() });
-        let v = verdict(&Expect { max_final_pods: Some(4), ..Default::default() }, &trapped);
+        let trapped = Outcome {
+            recovery_s: None,
+            trapped: true,
+            triggered: true,
+            peak_pods: 20,
+            final_pods: 20,
+            lost_fraction: Some(0.99),
+        };
+        assert!(
+            verdict(
+                &Expect {
+                    recovers: Some(false),
+                    ..Default::default()
+                },
+                &trapped
+            )
+            .held
+        );
+        let v = verdict(
+            &Expect {
+                recovers: Some(true),
+                ..Default::default()
+            },
+            &trapped,
+        );
+        assert_eq!(
+            v,
+            Verdict {
+                held: false,
+                reason: "stayed failed".into()
+            }
+        );
+        let v = verdict(
+            &Expect {
+                max_final_pods: Some(4),
+                ..Default::default()
+            },
+            &trapped,
+        );
         assert!(!v.held && v.reason.contains("20 pods"));
-        let v = verdict(&Expect { triggered: Some(false), ..Default::default() }, &trapped);
+        let v = verdict(
+            &Expect {
+                triggered: Some(false),
+                ..Default::default()
+            },
+            &trapped,
+        );
         assert!(!v.held);
     }
 }

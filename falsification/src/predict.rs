@@ -67,12 +67,20 @@ pub struct ExperimentPrediction {
 
 /// The outcome criteria of a scenario.
 pub fn criteria(s: &Scenario) -> Criteria {
-    Criteria { reference: s.recovery_reference(), from: 0.0, to: s.horizon_s, drained_wait_s: s.drained_wait_s }
+    Criteria {
+        reference: s.recovery_reference(),
+        from: 0.0,
+        to: s.horizon_s,
+        drained_wait_s: s.drained_wait_s,
+    }
 }
 
 /// The pooled or per-pod fluid prediction.
 pub fn fluid_outcome(s: &Scenario, topology: Topology) -> Result<Outcome, HpaError> {
-    Ok(outcome::evaluate(&fluid::simulate(s, topology)?, &criteria(s)))
+    Ok(outcome::evaluate(
+        &fluid::simulate(s, topology)?,
+        &criteria(s),
+    ))
 }
 
 /// What the laws alone say; `None` fields where no closed form exists (e.g. recovery under an HPA).
@@ -89,17 +97,31 @@ pub fn closed_form(s: &Scenario) -> Outcome {
     let rho = s.rho;
     let triggered = laws::spike_triggers(k, rho, overload_s, tau);
     let Some(h) = &s.hpa else {
-        let trapped = triggered && laws::trapped(a, rho * if matches!(s.event, LoadEvent::Step { .. }) { k } else { 1.0 });
+        let trapped = triggered
+            && laws::trapped(
+                a,
+                rho * if matches!(s.event, LoadEvent::Step { .. }) {
+                    k
+                } else {
+                    1.0
+                },
+            );
         let recovery_s = match s.event {
-            LoadEvent::Spike { duration_s, .. } if triggered => laws::recovery_time(a, k, rho, duration_s, tau),
+            LoadEvent::Spike { duration_s, .. } if triggered => {
+                laws::recovery_time(a, k, rho, duration_s, tau)
+            }
             _ => None,
         };
         // Lost: requests started while every attempt fails, from the trigger until the wait falls back.
         let lost_fraction = match (s.event, recovery_s) {
             (LoadEvent::Spike { duration_s, .. }, Some(rec)) => {
                 let t0 = laws::time_to_trigger(k, rho, tau).unwrap_or(0.0);
-                let failing_after = rec - tau / (1.0 - rho);
-                let lost = k * lambda * (duration_s - t0) + lambda * failing_after;
+                // Only what falls inside the accounting horizon counts.
+                let failing_after = (rec - tau / (1.0 - rho))
+                    .min(s.horizon_s - duration_s)
+                    .max(0.0);
+                let lost = k * lambda * (duration_s.min(s.horizon_s) - t0).max(0.0)
+                    + lambda * failing_after;
                 Some(lost / (lambda * (s.horizon_s + (k - 1.0) * duration_s)))
             }
             _ if !triggered => Some(0.0),
@@ -115,12 +137,27 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         };
     };
     let demand = k * lambda;
-    let first = laws::first_attempt_replicas(demand, h.target_utilization, c, h.min_replicas, h.max_replicas);
-    let ingress = laws::ingress_replicas(a, demand, h.target_utilization, c, h.min_replicas, h.max_replicas);
+    let first = laws::scaler_replicas(
+        demand,
+        h.target_utilization,
+        c,
+        h.min_replicas,
+        h.max_replicas,
+    );
+    let ingress = laws::scaler_replicas(
+        a * demand,
+        h.target_utilization,
+        c,
+        h.min_replicas,
+        h.max_replicas,
+    );
     let settled_rho = demand / (f64::from(first) * c);
     let (peak, trapped) = match h.signal {
         crate::experiment::HpaSignal::First => (first, triggered && laws::trapped(a, settled_rho)),
-        _ => (ingress.max(first), triggered && !laws::ingress_escapes(a, demand, h.target_utilization, c, h.max_replicas)),
+        _ => (
+            ingress.max(first),
+            triggered && !laws::ingress_escapes(a, demand, h.target_utilization, c, h.max_replicas),
+        ),
     };
     // Trapped for the whole horizon: only the requests before the trigger succeed.
     let lost_fraction = if trapped {
@@ -142,7 +179,10 @@ pub fn closed_form(s: &Scenario) -> Outcome {
 
 /// Median and spread over the seeds' outcomes.
 fn summarize(topology: Topology, seeds: Vec<u64>, runs: Vec<Outcome>, events: u64) -> RequestLevel {
-    let mut rec: Vec<f64> = runs.iter().map(|o| o.recovery_s.unwrap_or(f64::INFINITY)).collect();
+    let mut rec: Vec<f64> = runs
+        .iter()
+        .map(|o| o.recovery_s.unwrap_or(f64::INFINITY))
+        .collect();
     rec.sort_by(f64::total_cmp);
     let mut lost: Vec<f64> = runs.iter().filter_map(|o| o.lost_fraction).collect();
     lost.sort_by(f64::total_cmp);
@@ -155,7 +195,10 @@ fn summarize(topology: Topology, seeds: Vec<u64>, runs: Vec<Outcome>, events: u6
     let min_max = |v: &[f64]| (!v.is_empty()).then(|| [v[0], v[v.len() - 1]]);
     let pods = |f: fn(&Outcome) -> u32| {
         let v: Vec<u32> = runs.iter().map(f).collect();
-        [v.iter().copied().min().unwrap_or(0), v.iter().copied().max().unwrap_or(0)]
+        [
+            v.iter().copied().min().unwrap_or(0),
+            v.iter().copied().max().unwrap_or(0),
+        ]
     };
     let trapped_runs = runs.iter().filter(|o| o.trapped).count();
     let median = Outcome {
@@ -168,7 +211,11 @@ fn summarize(topology: Topology, seeds: Vec<u64>, runs: Vec<Outcome>, events: u6
         seeds,
         median,
         spread: Spread {
-            recovery_s: if rec.iter().any(|r| r.is_finite()) { min_max(&rec) } else { None },
+            recovery_s: if rec.iter().any(|r| r.is_finite()) {
+                min_max(&rec)
+            } else {
+                None
+            },
             lost_fraction: min_max(&lost),
             peak_pods: pods(|o| o.peak_pods),
             final_pods: pods(|o| o.final_pods),
@@ -186,9 +233,15 @@ pub fn request_level(s: &Scenario) -> Result<Option<RequestLevel>, HpaError> {
     }
     let c = criteria(s);
     let results: Vec<Result<des::Run, HpaError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> =
-            s.seeds.iter().map(|&seed| scope.spawn(move || des::simulate(s, s.topology, seed))).collect();
-        handles.into_iter().map(|h| h.join().expect("request-level thread panicked")).collect()
+        let handles: Vec<_> = s
+            .seeds
+            .iter()
+            .map(|&seed| scope.spawn(move || des::simulate(s, s.topology, seed)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("request-level thread panicked"))
+            .collect()
     });
     let mut runs = Vec::new();
     let mut events = 0;

@@ -34,7 +34,11 @@ fn yes(b: bool) -> &'static str {
 }
 
 fn line(out: &mut String, model: &str, o: &Outcome, extra: &str) {
-    let recovery = if o.triggered { secs(o.recovery_s) } else { "not triggered".to_string() };
+    let recovery = if o.triggered {
+        secs(o.recovery_s)
+    } else {
+        "not triggered".to_string()
+    };
     let _ = writeln!(
         out,
         "  {model:<15} {recovery:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}  {extra}",
@@ -71,7 +75,14 @@ fn case_text(out: &mut String, c: &CasePrediction) {
         out,
         "  {:<15} {:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}",
         "published",
-        p.recovery_s.map_or(if p.trapped == Some(true) { "never".into() } else { "-".into() }, |r| secs(Some(r))),
+        p.recovery_s.map_or(
+            if p.trapped == Some(true) {
+                "never".into()
+            } else {
+                "-".into()
+            },
+            |r| secs(Some(r))
+        ),
         p.trapped.map_or("-", yes),
         "",
         p.peak_pods.map_or("-".into(), |v| v.to_string()),
@@ -81,26 +92,62 @@ fn case_text(out: &mut String, c: &CasePrediction) {
     let d = &c.recovery_relative_difference;
     line(out, "closed form", &c.closed_form, &diff(d.closed_form));
     line(out, "fluid pooled", &c.fluid_pooled, &diff(d.fluid_pooled));
-    line(out, "fluid per-pod", &c.fluid_per_pod, &diff(d.fluid_per_pod));
+    line(
+        out,
+        "fluid per-pod",
+        &c.fluid_per_pod,
+        &diff(d.fluid_per_pod),
+    );
     if let Some(r) = &c.request_level {
         let spread = match r.spread.recovery_s {
-            Some([lo, hi]) => format!("{} seeds {:?}: {}..{}", r.seeds.len(), r.topology, secs(Some(lo)), secs(hi.is_finite().then_some(hi))),
+            Some([lo, hi]) => format!(
+                "{} seeds {:?}: {}..{}",
+                r.seeds.len(),
+                r.topology,
+                secs(Some(lo)),
+                secs(hi.is_finite().then_some(hi))
+            ),
             None => format!("{} seeds {:?}", r.seeds.len(), r.topology),
         };
-        line(out, "request level", &r.median, &format!("{} [{spread}]", diff(d.request_level)));
+        line(
+            out,
+            "request level",
+            &r.median,
+            &format!("{} [{spread}]", diff(d.request_level)),
+        );
     }
     let v = &c.verdict_fluid_pooled;
-    let _ = writeln!(out, "  refutation rule on the pooled fluid: {}", if v.held { "holds".to_string() } else { format!("REFUTED: {}", v.reason) });
+    let _ = writeln!(
+        out,
+        "  refutation rule on the pooled fluid: {}",
+        if v.held {
+            "holds".to_string()
+        } else {
+            format!("REFUTED: {}", v.reason)
+        }
+    );
 }
 
 /// The human-readable report.
 pub fn text(predictions: &[ExperimentPrediction]) -> String {
     let mut out = String::new();
     for e in predictions {
-        let _ = writeln!(out, "{}: {} (time scale {})", e.experiment, e.title, e.time_scale);
-        let _ = writeln!(out, "  condition: {}\n  refuted if: {}", e.condition, e.refuted_if);
+        let _ = writeln!(
+            out,
+            "{}: {} (time scale {})",
+            e.experiment, e.title, e.time_scale
+        );
+        let _ = writeln!(
+            out,
+            "  condition: {}\n  refuted if: {}",
+            e.condition, e.refuted_if
+        );
         if e.time_scale != 1.0 {
-            let _ = writeln!(out, "  times below are run time: experiment time / {}", e.time_scale);
+            let _ = writeln!(
+                out,
+                "  times below are run time: experiment time / {}",
+                e.time_scale
+            );
         }
         for c in &e.cases {
             case_text(&mut out, c);

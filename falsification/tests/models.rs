@@ -1,0 +1,192 @@
+//! The models against the published figures and against each other. Horizons and steps are chosen so
+//! the whole file runs in seconds in debug builds; the full-length checks are in scripts/bench-model.sh.
+
+use falsification::experiment::{self, Abandoned, Case, Scenario, Topology};
+use falsification::outcome::{self, Outcome};
+use falsification::predict::{self, criteria};
+use falsification::{des, fluid};
+
+fn case(id: &str, name: &str) -> Case {
+    let mut c = experiment::load(id)
+        .unwrap()
+        .cases
+        .into_iter()
+        .find(|c| c.scenario.name == name)
+        .unwrap();
+    // The fluid figures are converged at this step (see README: identical from 2 ms to 100 ms).
+    c.scenario.fluid_dt_s = 0.1;
+    c
+}
+
+fn fluid(s: &Scenario, topology: Topology) -> Outcome {
+    predict::fluid_outcome(s, topology).unwrap()
+}
+
+fn within(value: f64, target: f64, band: f64) -> bool {
+    (value - target).abs() <= band * target
+}
+
+#[test]
+fn f2_pooled_fluid_matches_published_within_2_percent() {
+    let c = case("F2", "rho-30");
+    let o = fluid(&c.scenario, Topology::Pooled);
+    let r = o.recovery_s.expect("30% recovers");
+    assert!(within(r, 9756.0, 0.02), "recovery {r}");
+    assert!(o.triggered && !o.trapped);
+    assert!(outcome::verdict(&c.expect, &o).held);
+
+    let c = case("F2", "rho-40");
+    let o = fluid(&c.scenario, Topology::Pooled);
+    assert!(o.trapped && o.recovery_s.is_none(), "{o:?}");
+    assert!(outcome::verdict(&c.expect, &o).held);
+}
+
+#[test]
+fn f2_per_pod_equals_pooled_when_pods_are_alike() {
+    let c = case("F2", "rho-30");
+    let pooled = fluid(&c.scenario, Topology::Pooled);
+    let per_pod = fluid(&c.scenario, Topology::PerPod);
+    assert_eq!(pooled.recovery_s, per_pod.recovery_s);
+}
+
+#[test]
+fn f3_first_attempt_trapped_at_20_losing_99_3_percent() {
+    let c = case("F3", "first-attempt");
+    let o = fluid(&c.scenario, Topology::Pooled);
+    assert!(o.trapped, "{o:?}");
+    assert_eq!((o.peak_pods, o.final_pods), (20, 20));
+    let lost = o.lost_fraction.unwrap();
+    assert!((lost - 0.993).abs() <= 0.01, "lost {lost}");
+    assert!(outcome::verdict(&c.expect, &o).held);
+}
+
+#[test]
+fn f3_ingress_climbs_to_50_recovers_near_270s_and_settles_at_20() {
+    let c = case("F3", "ingress");
+    let o = fluid(&c.scenario, Topology::Pooled);
+    assert_eq!(o.peak_pods, 50);
+    assert_eq!(o.final_pods, 20);
+    let r = o.recovery_s.expect("ingress recovers");
+    assert!(within(r, 270.0, 0.10), "recovery {r}");
+}
+
+#[test]
+fn f4_paired_recovers_like_ingress_and_holds_4_pods_without_a_step() {
+    let ingress = fluid(&case("F3", "ingress").scenario, Topology::Pooled);
+    let paired = fluid(&case("F4", "paired-step").scenario, Topology::Pooled);
+    assert_eq!(paired, ingress);
+    let c = case("F4", "paired-no-step");
+    let o = fluid(&c.scenario, Topology::Pooled);
+    assert!(!o.triggered);
+    assert_eq!((o.peak_pods, o.final_pods), (4, 4));
+    assert!(outcome::verdict(&c.expect, &o).held);
+}
+
+#[test]
+fn reversal_budget_and_backoff() {
+    let trapped = case("F2", "rho-40").scenario;
+    // Servers that drop abandoned work: no debt, recovery right after the spike.
+    let dropped = Scenario {
+        abandoned: Abandoned::Drop,
+        ..trapped.clone()
+    };
+    let o = fluid(&dropped, Topology::Pooled);
+    assert!(o.triggered && !o.trapped);
+    assert!(o.recovery_s.unwrap() < 60.0, "{o:?}");
+    // A 20% budget: A = 1.2, A rho = 0.48 < 1.
+    let budget = Scenario {
+        retry_budget: Some(experiment::RetryBudget {
+            ratio: 0.2,
+            min_per_s: 0.0,
+            ttl_s: 10.0,
+        }),
+        ..trapped.clone()
+    };
+    assert!(!fluid(&budget, Topology::Pooled).trapped);
+    // Backoff delays retries without removing any: still trapped.
+    let backoff = Scenario {
+        backoff: experiment::Backoff {
+            base_s: 1.0,
+            cap_s: 4.0,
+        },
+        ..trapped
+    };
+    assert!(fluid(&backoff, Topology::Pooled).trapped);
+}
+
+#[test]
+fn time_scale_scales_the_fluid_figures() {
+    let c = case("F3", "ingress");
+    let full = fluid(&c.scenario, Topology::Pooled).recovery_s.unwrap();
+    let fast = fluid(&c.scenario.time_scaled(10.0), Topology::Pooled)
+        .recovery_s
+        .unwrap();
+    assert!((fast * 10.0 - full).abs() <= 2.0, "{full} vs {fast} x 10");
+}
+
+#[test]
+fn request_level_f1_has_no_timeouts_up_to_a_rho_2_85() {
+    for topology in [Topology::Pooled, Topology::PerPod] {
+        for rho in [0.5, 0.95] {
+            let mut s = case("F1", "rho-50").scenario;
+            s.rho = rho;
+            s.horizon_s = 1500.0;
+            let run = des::simulate(&s, topology, 7).unwrap();
+            let o = outcome::evaluate(&run.record, &criteria(&s));
+            assert!(!o.triggered, "{topology:?} rho {rho}: {o:?}");
+            assert_eq!(o.lost_fraction, Some(0.0));
+            let started: f64 = run.record.rows.iter().map(|r| r.first_attempts).sum();
+            let expected = rho * 400.0 * 1500.0;
+            assert!(
+                within(started, expected, 0.03),
+                "{started} first attempts, expected {expected}"
+            );
+        }
+    }
+}
+
+#[test]
+fn request_level_agrees_with_fluid_on_f2_30_percent() {
+    // Ten times faster (timeout 1 s) keeps the debug run short; the band is loose for the noise.
+    let s = case("F2", "rho-30").scenario.time_scaled(10.0);
+    let fluid_r = fluid(&s, Topology::Pooled).recovery_s.unwrap();
+    let run = des::simulate(&s, Topology::Pooled, 1).unwrap();
+    let o = outcome::evaluate(&run.record, &criteria(&s));
+    let r = o.recovery_s.expect("request level recovers");
+    assert!(
+        within(r, fluid_r, 0.15),
+        "request level {r} vs fluid {fluid_r}"
+    );
+    // And 40% stays trapped.
+    let s = case("F2", "rho-40").scenario.time_scaled(10.0);
+    let run = des::simulate(&s, Topology::PerPod, 1).unwrap();
+    assert!(outcome::evaluate(&run.record, &criteria(&s)).trapped);
+}
+
+#[test]
+fn request_level_is_deterministic_per_seed() {
+    let mut s = case("F3", "ingress").scenario.time_scaled(10.0);
+    s.seeds = vec![3];
+    let a = des::simulate(&s, Topology::PerPod, 3).unwrap();
+    let b = des::simulate(&s, Topology::PerPod, 3).unwrap();
+    assert_eq!(a.record, b.record);
+    let c = des::simulate(&s, Topology::PerPod, 4).unwrap();
+    assert_ne!(a.record, c.record);
+}
+
+#[test]
+fn fluid_record_conserves_requests() {
+    let s = case("F2", "rho-30").scenario;
+    let record = fluid::simulate(&s, Topology::Pooled).unwrap();
+    let started: f64 = record
+        .rows
+        .iter()
+        .filter(|r| r.t >= 0.0 && r.t < s.horizon_s)
+        .map(|r| r.first_attempts)
+        .sum();
+    // 120/s for 20,000 s plus 480/s more for 300 s.
+    assert!(
+        (started - (120.0 * 20_000.0 + 480.0 * 300.0)).abs() < 1.0,
+        "{started}"
+    );
+}
