@@ -39,7 +39,7 @@ trap stop_pod EXIT
 
 # start_pod RATE: a pod on $addr, ready at once, that exits at once on SIGTERM.
 start_pod() {
-  RUST_LOG=warn "$bin" --listen "$addr" --rate "$1" --ready-after 0s --shutdown-grace 0s &
+  RUST_LOG=error "$bin" --listen "$addr" --rate "$1" --ready-after 0s --shutdown-grace 0s &
   pod_pid=$!
   for _ in $(seq 100); do
     curl -fs "http://$addr/healthz" >/dev/null && return 0
@@ -54,9 +54,15 @@ metric() {
   curl -fs "http://$addr/metrics" | awk -v s="$1" '$1 == s { print $2 }'
 }
 
-served() {
-  awk -v a="$(metric 'retrydebt_completions_total{outcome="answered"}')" \
-      -v b="$(metric 'retrydebt_completions_total{outcome="abandoned"}')" 'BEGIN { print a + b }'
+# sample: "SECONDS SERVED" from one scrape, timed at the middle of the request.
+sample() {
+  local before after text
+  before=$(date +%s.%N)
+  text=$(curl -fs "http://$addr/metrics")
+  after=$(date +%s.%N)
+  awk -v b="$before" -v a="$after" '
+    /^retrydebt_completions_total\{outcome="(answered|abandoned)"\}/ { n += $2 }
+    END { printf "%.6f %d\n", (a + b) / 2, n }' <<<"$text"
 }
 
 rss_kib() {
@@ -77,9 +83,10 @@ for rate in 100 1000; do
   start_pod "$rate"
   fill=$((rate * (window + 15)))
   "$bench" flood --addr "$addr" --count "$fill"
-  t0=$(date +%s.%N); c0=$(served)
+  sleep 2 # let the worker settle after competing with the flood for CPU
+  read -r t0 c0 < <(sample)
   sleep "$window"
-  t1=$(date +%s.%N); c1=$(served)
+  read -r t1 c1 < <(sample)
   depth=$(metric retrydebt_queue_depth)
   awk -v r="$rate" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v d="$depth" 'BEGIN {
     m = (c1 - c0) / (t1 - t0)

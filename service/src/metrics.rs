@@ -20,17 +20,8 @@ pub enum Rejection {
     QueueFull,
 }
 
-impl Rejection {
-    const ALL: [Rejection; 3] = [Self::BadAttempt, Self::BadDeadline, Self::QueueFull];
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::BadAttempt => "bad_attempt",
-            Self::BadDeadline => "bad_deadline",
-            Self::QueueFull => "queue_full",
-        }
-    }
-}
+/// `reason` labels, indexed by [`Rejection`].
+const REJECTION_LABELS: [&str; 3] = ["bad_attempt", "bad_deadline", "queue_full"];
 
 /// How a queued request left the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,17 +34,8 @@ pub enum Outcome {
     Dropped,
 }
 
-impl Outcome {
-    const ALL: [Outcome; 3] = [Self::Answered, Self::Abandoned, Self::Dropped];
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::Answered => "answered",
-            Self::Abandoned => "abandoned",
-            Self::Dropped => "dropped",
-        }
-    }
-}
+/// `outcome` labels, indexed by [`Outcome`].
+const OUTCOME_LABELS: [&str; 3] = ["answered", "abandoned", "dropped"];
 
 /// Counters shared by the handlers and the worker.
 #[derive(Debug)]
@@ -135,28 +117,26 @@ impl Metrics {
             "counter",
             "Requests that left the queue: answered, abandoned (served for a client that had gone) or dropped (skipped unserved).",
         );
-        for o in Outcome::ALL {
-            let n = self.completions(o);
-            let _ = writeln!(
-                out,
-                "retrydebt_completions_total{{outcome=\"{}\"}} {n}",
-                o.label()
-            );
-        }
+        labelled(
+            &mut out,
+            "retrydebt_completions_total",
+            "outcome",
+            &OUTCOME_LABELS,
+            &self.completions,
+        );
         header(
             &mut out,
             "retrydebt_rejections_total",
             "counter",
             "Requests turned away before queueing, by reason.",
         );
-        for r in Rejection::ALL {
-            let n = self.rejections[r as usize].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "retrydebt_rejections_total{{reason=\"{}\"}} {n}",
-                r.label()
-            );
-        }
+        labelled(
+            &mut out,
+            "retrydebt_rejections_total",
+            "reason",
+            &REJECTION_LABELS,
+            &self.rejections,
+        );
         let busy = Duration::from_nanos(self.busy_nanos.load(Relaxed)).as_secs_f64();
         let series = [
             (
@@ -189,6 +169,13 @@ impl Metrics {
             let _ = writeln!(out, "{name} {value}");
         }
         out
+    }
+}
+
+/// One series per label value, zeros included.
+fn labelled(out: &mut String, name: &str, key: &str, labels: &[&str; 3], counts: &[AtomicU64; 3]) {
+    for (label, n) in labels.iter().zip(counts) {
+        let _ = writeln!(out, "{name}{{{key}=\"{label}\"}} {}", n.load(Relaxed));
     }
 }
 

@@ -38,6 +38,12 @@ async fn metric(pod: &Pod, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
+async fn expect(pod: &Pod, expected: &[(&str, f64)]) {
+    for &(series, value) in expected {
+        assert_eq!(metric(pod, series).await, value, "{series}");
+    }
+}
+
 #[tokio::test]
 async fn work_answers_json_with_pod_attempt_and_wait() {
     let pod = Pod::new(&config());
@@ -52,14 +58,14 @@ async fn work_answers_json_with_pod_attempt_and_wait() {
     assert_eq!(json["pod"], "pod-a");
     assert_eq!(json["attempt"], 2);
     assert!(json["wait_ms"].as_u64().unwrap() < 1000, "{body}");
-    assert_eq!(
-        metric(&pod, "retrydebt_arrivals_total{attempt=\"2\"}").await,
-        1.0
-    );
-    assert_eq!(
-        metric(&pod, "retrydebt_completions_total{outcome=\"answered\"}").await,
-        1.0
-    );
+    expect(
+        &pod,
+        &[
+            ("retrydebt_arrivals_total{attempt=\"2\"}", 1.0),
+            ("retrydebt_completions_total{outcome=\"answered\"}", 1.0),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -71,14 +77,14 @@ async fn missing_attempt_counts_as_first_and_high_attempts_are_capped() {
         call(&pod, get("/work", &[("x-attempt", "1234")])).await.0,
         StatusCode::OK
     );
-    assert_eq!(
-        metric(&pod, "retrydebt_arrivals_total{attempt=\"0\"}").await,
-        1.0
-    );
-    assert_eq!(
-        metric(&pod, "retrydebt_arrivals_total{attempt=\"99\"}").await,
-        1.0
-    );
+    expect(
+        &pod,
+        &[
+            ("retrydebt_arrivals_total{attempt=\"0\"}", 1.0),
+            ("retrydebt_arrivals_total{attempt=\"99\"}", 1.0),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -96,19 +102,16 @@ async fn malformed_headers_get_400_with_a_reason_and_are_counted() {
         body,
         "x-deadline-ms: expected unix time in milliseconds, got \"tomorrow\"\n"
     );
-    assert_eq!(
-        metric(&pod, "retrydebt_rejections_total{reason=\"bad_attempt\"}").await,
-        1.0
-    );
-    assert_eq!(
-        metric(&pod, "retrydebt_rejections_total{reason=\"bad_deadline\"}").await,
-        1.0
-    );
-    // Malformed requests are not arrivals: they never reach the queue.
-    assert_eq!(
-        metric(&pod, "retrydebt_arrivals_total{attempt=\"0\"}").await,
-        0.0
-    );
+    // Malformed requests are not arrivals (attempt="0" stays 0): they never reach the queue.
+    expect(
+        &pod,
+        &[
+            ("retrydebt_rejections_total{reason=\"bad_attempt\"}", 1.0),
+            ("retrydebt_rejections_total{reason=\"bad_deadline\"}", 1.0),
+            ("retrydebt_arrivals_total{attempt=\"0\"}", 0.0),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -148,15 +151,15 @@ async fn full_queue_gets_503_with_retry_after_and_arrival_still_counted() {
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     // One queued request of 2 s service time is ahead.
     assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
-    assert_eq!(
-        metric(&pod, "retrydebt_rejections_total{reason=\"queue_full\"}").await,
-        1.0
-    );
-    assert_eq!(
-        metric(&pod, "retrydebt_arrivals_total{attempt=\"1\"}").await,
-        1.0
-    );
-    assert_eq!(metric(&pod, "retrydebt_wait_seconds").await, 2.0);
+    expect(
+        &pod,
+        &[
+            ("retrydebt_rejections_total{reason=\"queue_full\"}", 1.0),
+            ("retrydebt_arrivals_total{attempt=\"1\"}", 1.0),
+            ("retrydebt_wait_seconds", 2.0),
+        ],
+    )
+    .await;
     first.abort();
 }
 
@@ -171,10 +174,10 @@ async fn readiness_follows_the_dead_time_and_shutdown() {
         StatusCode::SERVICE_UNAVAILABLE
     );
     assert_eq!(call(&pod, get("/healthz", &[])).await.0, StatusCode::OK);
-    assert_eq!(metric(&pod, "retrydebt_ready").await, 0.0);
+    expect(&pod, &[("retrydebt_ready", 0.0)]).await;
     tokio::time::sleep(Duration::from_millis(350)).await;
     assert_eq!(call(&pod, get("/readyz", &[])).await.0, StatusCode::OK);
-    assert_eq!(metric(&pod, "retrydebt_ready").await, 1.0);
+    expect(&pod, &[("retrydebt_ready", 1.0)]).await;
     pod.start_draining();
     assert_eq!(
         call(&pod, get("/readyz", &[])).await.0,
@@ -197,9 +200,12 @@ async fn expired_request_is_dropped_with_503_in_drop_expired_mode() {
         - 1000;
     let (status, body) = call(&pod, get("/work", &[("x-deadline-ms", &past.to_string())])).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    assert_eq!(
-        metric(&pod, "retrydebt_completions_total{outcome=\"dropped\"}").await,
-        1.0
-    );
-    assert_eq!(metric(&pod, "retrydebt_busy_seconds_total").await, 0.0);
+    expect(
+        &pod,
+        &[
+            ("retrydebt_completions_total{outcome=\"dropped\"}", 1.0),
+            ("retrydebt_busy_seconds_total", 0.0),
+        ],
+    )
+    .await;
 }

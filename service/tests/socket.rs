@@ -48,6 +48,15 @@ fn config(rate: f64) -> Config {
     }
 }
 
+/// A pod at 5 requests/s (200 ms each), slow enough to act between services.
+async fn start_slow(abandoned: Abandoned) -> Running {
+    start(Config {
+        abandoned,
+        ..config(5.0)
+    })
+    .await
+}
+
 /// Opens a connection and sends `GET path`; the caller reads or drops it.
 async fn send(addr: SocketAddr, path: &str, headers: &[(&str, String)]) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
@@ -105,6 +114,15 @@ async fn arrive(addr: SocketAddr, nth: u64, headers: &[(&str, String)]) -> TcpSt
     s
 }
 
+/// Requests `a`, `b` (with `b_headers`), `c`, arriving in that order.
+async fn three_in_a_row(addr: SocketAddr, b_headers: &[(&str, String)]) -> [TcpStream; 3] {
+    [
+        arrive(addr, 1, &[]).await,
+        arrive(addr, 2, b_headers).await,
+        arrive(addr, 3, &[]).await,
+    ]
+}
+
 fn wait_ms(body: &str) -> u64 {
     let json: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{body}"));
     json["wait_ms"].as_u64().unwrap()
@@ -134,7 +152,7 @@ async fn completion_order_is_arrival_order() {
 
 #[tokio::test]
 async fn work_of_a_client_that_timed_out_is_still_served_as_abandoned() {
-    let pod = start(config(5.0)).await; // 200 ms per request
+    let pod = start_slow(Abandoned::Finish).await;
     let t0 = Instant::now();
     let gone = arrive(pod.addr, 1, &[]).await;
     let waiting = arrive(pod.addr, 2, &[]).await;
@@ -154,14 +172,8 @@ async fn work_of_a_client_that_timed_out_is_still_served_as_abandoned() {
 
 #[tokio::test]
 async fn drop_disconnected_skips_work_whose_client_left() {
-    let pod = start(Config {
-        abandoned: Abandoned::DropDisconnected,
-        ..config(5.0)
-    })
-    .await;
-    let a = arrive(pod.addr, 1, &[]).await;
-    let b = arrive(pod.addr, 2, &[]).await;
-    let c = arrive(pod.addr, 3, &[]).await;
+    let pod = start_slow(Abandoned::DropDisconnected).await;
+    let [a, b, c] = three_in_a_row(pod.addr, &[]).await;
     drop(b); // leaves while `a` is in service
     let (status, _) = response(a).await;
     assert_eq!(status, 200);
@@ -180,20 +192,13 @@ async fn drop_disconnected_skips_work_whose_client_left() {
 
 #[tokio::test]
 async fn drop_expired_skips_work_past_its_deadline() {
-    let pod = start(Config {
-        abandoned: Abandoned::DropExpired,
-        ..config(5.0)
-    })
-    .await;
+    let pod = start_slow(Abandoned::DropExpired).await;
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis();
     let soon = (now_ms + 100).to_string();
-    let later = (now_ms + 60_000).to_string();
-    let a = arrive(pod.addr, 1, &[]).await;
-    let b = arrive(pod.addr, 2, &[("x-deadline-ms", soon)]).await;
-    let c = arrive(pod.addr, 3, &[("x-deadline-ms", later)]).await;
+    let [a, b, c] = three_in_a_row(pod.addr, &[("x-deadline-ms", soon)]).await;
     assert_eq!(response(a).await.0, 200);
     let (status, body) = response(b).await; // still connected, but too late
     assert_eq!(status, 503, "{body}");
