@@ -174,16 +174,16 @@ impl RetryOn {
 
     fn covers(self, outcome: AttemptOutcome) -> bool {
         use ErrorKind::*;
-        match (self, outcome) {
-            (RetryOn::Timeout, AttemptOutcome::Timeout) => true,
-            (
-                RetryOn::Connect,
-                AttemptOutcome::Error(Connect | AddrNotAvailable | OpenFiles | NoTarget),
-            ) => true,
-            (RetryOn::Io, AttemptOutcome::Error(Io)) => true,
-            (RetryOn::Status5xx, AttemptOutcome::Error(Status5xx)) => true,
-            _ => false,
-        }
+        matches!(
+            (self, outcome),
+            (RetryOn::Timeout, AttemptOutcome::Timeout)
+                | (
+                    RetryOn::Connect,
+                    AttemptOutcome::Error(Connect | AddrNotAvailable | OpenFiles | NoTarget)
+                )
+                | (RetryOn::Io, AttemptOutcome::Error(Io))
+                | (RetryOn::Status5xx, AttemptOutcome::Error(Status5xx))
+        )
     }
 }
 

@@ -12,10 +12,10 @@ pub fn raise_open_files_limit(wanted: u64) -> std::io::Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    if lim.rlim_cur as u64 >= wanted {
-        return Ok(lim.rlim_cur as u64);
+    if lim.rlim_cur >= wanted {
+        return Ok(lim.rlim_cur);
     }
-    if (lim.rlim_max as u64) < wanted {
+    if lim.rlim_max < wanted {
         // Only root (CAP_SYS_RESOURCE) may raise the hard limit; try, then fall back.
         let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
             .ok()
@@ -27,7 +27,7 @@ pub fn raise_open_files_limit(wanted: u64) -> std::io::Result<u64> {
         };
         // SAFETY: setrlimit only reads the struct.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            return Ok(raised.rlim_cur as u64);
+            return Ok(raised.rlim_cur);
         }
     }
     let soft = libc::rlimit {
@@ -38,7 +38,7 @@ pub fn raise_open_files_limit(wanted: u64) -> std::io::Result<u64> {
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(soft.rlim_cur as u64)
+    Ok(soft.rlim_cur)
 }
 
 /// Peak resident memory of this process (`VmHWM`), where /proc tells.

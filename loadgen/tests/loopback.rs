@@ -119,6 +119,15 @@ async fn connection(
     }
 }
 
+/// Attempt 0 is never answered; any retry is answered at once.
+fn first_attempt_unanswered(attempt: u32) -> Reply {
+    if attempt == 0 {
+        Reply::Never
+    } else {
+        Reply::After(Duration::ZERO, 200)
+    }
+}
+
 fn config(args: &str) -> Config {
     Config::try_parse_from(std::iter::once("loadgen").chain(args.split_whitespace())).unwrap()
 }
@@ -208,15 +217,7 @@ async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_closed
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_stops_the_retries() {
-    // Attempt 0 is never answered; attempt 1 is answered at once.
-    let srv = server(|a| {
-        if a == 0 {
-            Reply::Never
-        } else {
-            Reply::After(Duration::ZERO, 200)
-        }
-    })
-    .await;
+    let srv = server(first_attempt_unanswered).await;
     let s = run(&format!(
         "--target {} --rate 20 --arrivals constant --duration 1s --timeout 150ms --retries 3",
         srv.url()
@@ -403,14 +404,7 @@ async fn h2c_attempts_succeed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_endpoint_passes_promtool() {
-    let srv = server(|a| {
-        if a == 0 {
-            Reply::Never
-        } else {
-            Reply::After(Duration::ZERO, 200)
-        }
-    })
-    .await;
+    let srv = server(first_attempt_unanswered).await;
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
