@@ -98,7 +98,7 @@ pub struct ScenarioFlags {
     /// Accounting horizon after the load event [default: 3600s].
     #[arg(long, env = "FALSIFICATION_HORIZON")]
     pub horizon: Option<String>,
-    /// Time step of the fluid model [default: timeout / 1000].
+    /// Time step of the fluid model [default: timeout / 200].
     #[arg(long, env = "FALSIFICATION_FLUID_DT")]
     pub fluid_dt: Option<String>,
     /// Autoscale with the HPA on this signal (AverageValue target = target x c per pod).

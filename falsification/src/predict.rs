@@ -18,6 +18,8 @@ pub struct RequestLevel {
     pub spread: Spread,
     pub runs: Vec<Outcome>,
     pub events: u64,
+    /// Events per second of one thread (diagnostic; varies with the machine).
+    pub events_per_s: f64,
 }
 
 /// Smallest and largest figure over the seeds (`recovery_s` infinite when a seed never recovers).
@@ -223,34 +225,48 @@ fn summarize(topology: Topology, seeds: Vec<u64>, runs: Vec<Outcome>, events: u6
         },
         runs,
         events,
+        events_per_s: 0.0,
     }
 }
 
-/// The request-level model over the scenario's seeds, run on up to two threads.
+/// The request-level model over the scenario's seeds, one thread per seed.
 pub fn request_level(s: &Scenario) -> Result<Option<RequestLevel>, HpaError> {
     if s.seeds.is_empty() {
         return Ok(None);
     }
     let c = criteria(s);
-    let results: Vec<Result<des::Run, HpaError>> = std::thread::scope(|scope| {
+    let results: Vec<(Result<des::Run, HpaError>, f64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = s
             .seeds
             .iter()
-            .map(|&seed| scope.spawn(move || des::simulate(s, s.topology, seed)))
+            .map(|&seed| {
+                scope.spawn(move || {
+                    let started = std::time::Instant::now();
+                    let run = des::simulate(s, s.topology, seed);
+                    (run, started.elapsed().as_secs_f64())
+                })
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("request-level thread panicked"))
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     });
     let mut runs = Vec::new();
-    let mut events = 0;
-    for r in results {
+    let (mut events, mut busy_s) = (0, 0.0);
+    for (r, elapsed) in results {
         let run = r?;
         events += run.events;
+        busy_s += elapsed;
         runs.push(outcome::evaluate(&run.record, &c));
     }
-    Ok(Some(summarize(s.topology, s.seeds.clone(), runs, events)))
+    let mut summary = summarize(s.topology, s.seeds.clone(), runs, events);
+    summary.events_per_s = if busy_s > 0.0 {
+        events as f64 / busy_s
+    } else {
+        0.0
+    };
+    Ok(Some(summary))
 }
 
 fn relative(model: Option<f64>, published: Option<f64>) -> Option<f64> {
