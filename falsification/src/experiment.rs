@@ -24,12 +24,12 @@ pub const BUILTIN: [(&str, &str); 4] = [
 pub enum ExperimentError {
     #[error("unknown experiment `{0}` (built in: F1, F2, F3, F4; or a path to a .toml file)")]
     Unknown(String),
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: String,
         source: std::io::Error,
     },
-    #[error("{name}: {source}")]
+    #[error("{name} is not a valid experiment file")]
     Parse {
         name: String,
         source: Box<toml::de::Error>,
@@ -71,6 +71,16 @@ pub enum LoadEvent {
     Step {
         k: f64,
     },
+}
+
+impl std::fmt::Display for LoadEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadEvent::None => write!(f, "steady load"),
+            LoadEvent::Spike { k, duration_s } => write!(f, "{k}x spike for {duration_s} s"),
+            LoadEvent::Step { k } => write!(f, "sustained {k}x step"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -54,7 +54,7 @@ fn case_text(out: &mut String, c: &CasePrediction) {
     let s = &c.parameters;
     let _ = writeln!(
         out,
-        "\ncase {} (A = {:.2}, rho = {:.2}, A rho = {:.2}, {} pods, {:?})",
+        "\ncase {} (A = {:.2}, rho = {:.2}, A rho = {:.2}, {} pods, {})",
         c.name,
         c.amplification,
         s.rho,
