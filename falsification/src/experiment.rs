@@ -24,15 +24,16 @@ pub const BUILTIN: [(&str, &str); 4] = [
 pub enum ExperimentError {
     #[error("unknown experiment `{0}` (built in: F1, F2, F3, F4; or a path to a .toml file)")]
     Unknown(String),
-    #[error("cannot read {path}")]
+    // The causes are part of the message (not `source`), so a chain printer does not repeat them.
+    #[error("cannot read {path}: {detail}")]
     Read {
         path: String,
-        source: std::io::Error,
+        detail: std::io::Error,
     },
-    #[error("{name} is not a valid experiment file")]
+    #[error("{name} is not a valid experiment file: {detail}")]
     Parse {
         name: String,
-        source: Box<toml::de::Error>,
+        detail: Box<toml::de::Error>,
     },
     #[error("{context}: field `{field}`: {message}, got `{value}`")]
     Field {
@@ -375,9 +376,9 @@ pub fn load_with(name: &str, overrides: &Params) -> Result<Experiment, Experimen
         return parse_with(name, text, overrides);
     }
     if name.ends_with(".toml") {
-        let text = std::fs::read_to_string(name).map_err(|source| ExperimentError::Read {
+        let text = std::fs::read_to_string(name).map_err(|detail| ExperimentError::Read {
             path: name.to_string(),
-            source,
+            detail,
         })?;
         return parse_with(name, &text, overrides);
     }
@@ -408,7 +409,7 @@ pub fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
 fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
     let file: ExperimentFile = toml::from_str(text).map_err(|e| ExperimentError::Parse {
         name: name.to_string(),
-        source: Box::new(e),
+        detail: Box::new(e),
     })?;
     let mut cases = Vec::new();
     for c in file.cases {
