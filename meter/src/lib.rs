@@ -212,7 +212,10 @@ impl Meter {
                 })
         });
         let api = k8s::router(self.shared.clone());
-        tasks.spawn(tls::serve(self.api_listener, self.tls, api, stop_rx).map_ok());
+        tasks.spawn(async move {
+            tls::serve(self.api_listener, self.tls, api, stop_rx).await;
+            Ok(())
+        });
         // Stop on the shutdown signal or on the first task failing.
         let first = tokio::select! {
             _ = shutdown => None,
@@ -226,17 +229,6 @@ impl Meter {
         result
     }
 }
-
-/// Lets a `()` future sit in the same JoinSet as the fallible ones.
-trait MapOk: Future<Output = ()> + Sized {
-    fn map_ok(self) -> impl Future<Output = Result<(), Error>> {
-        async move {
-            self.await;
-            Ok(())
-        }
-    }
-}
-impl<F: Future<Output = ()>> MapOk for F {}
 
 fn first_error(
     done: Option<Result<Result<(), Error>, tokio::task::JoinError>>,
