@@ -627,7 +627,7 @@ mod tests {
         let mut s = spec(vec![avg("m", 50.0)], 1, 50);
         s.behavior.scale_up.select = SelectPolicy::Min;
         let mut hpa = Hpa::new(s.clone()).unwrap();
-        // min(4 + 4, 10 * 2) = 8 from 4... from 10: min(14, 20) = 14.
+        // From 10 pods: min(10 + 4, 10 * 2) = 14.
         assert_eq!(
             hpa.sync(0.0, &[Some(3000.0)], scale(10)).unwrap().desired,
             14
@@ -724,6 +724,46 @@ mod tests {
         assert!(e.to_string().contains("metric m"));
         let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 5)).unwrap();
         assert!(hpa.sync(0.0, &[], scale(1)).is_err());
+    }
+
+    #[test]
+    fn scale_up_stabilization_takes_the_lowest_recent_recommendation() {
+        let mut s = spec(vec![avg("m", 50.0)], 1, 50);
+        s.behavior.scale_up.stabilization_window_s = 60.0;
+        let mut hpa = Hpa::new(s).unwrap();
+        // The initial recommendation (4, at t = 0) is within the window: no scale-up yet.
+        let d = hpa.sync(0.0, &[Some(1000.0)], scale(4)).unwrap();
+        assert_eq!((d.stabilized, d.desired), (Some(4), 4));
+        // 15 s later the lowest recent recommendation is still 4.
+        assert_eq!(
+            hpa.sync(15.0, &[Some(1000.0)], scale(4)).unwrap().desired,
+            4
+        );
+        // At 60 s the t = 0 entries have left the window: 20 recommended, limited to 8.
+        let d = hpa.sync(60.0, &[Some(1000.0)], scale(4)).unwrap();
+        assert_eq!((d.stabilized, d.desired), (Some(20), 8));
+    }
+
+    #[test]
+    fn a_scale_down_within_the_period_raises_the_scale_up_base() {
+        let mut s = spec(vec![avg("m", 50.0)], 1, 50);
+        s.behavior.scale_down.stabilization_window_s = 0.0;
+        s.behavior.scale_up.policies = vec![Policy {
+            kind: PolicyKind::Pods,
+            value: 2,
+            period_s: 60.0,
+        }];
+        let mut hpa = Hpa::new(s).unwrap();
+        // 10 -> 6 (100% down allowed, 300/50 = 6).
+        assert_eq!(hpa.sync(0.0, &[Some(300.0)], scale(10)).unwrap().desired, 6);
+        // Within 60 s the period started at 10 (6 + 4 deleted): up to 10 + 2 = 12 allowed.
+        assert_eq!(
+            hpa.sync(15.0, &[Some(1000.0)], scale(6)).unwrap().desired,
+            12
+        );
+        // And the 6 added count against the next scale-up in the same period: 12 - 6 + 4 + 2 = 12.
+        let d = hpa.sync(30.0, &[Some(1000.0)], scale(12)).unwrap();
+        assert_eq!((d.desired, d.rescale), (12, false));
     }
 
     #[test]
