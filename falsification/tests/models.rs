@@ -190,3 +190,30 @@ fn fluid_record_conserves_requests() {
         "{started}"
     );
 }
+
+#[test]
+fn request_level_reversal_and_budget_escape_the_trap() {
+    let trapped = case("F2", "rho-40").scenario.time_scaled(10.0);
+    let dropped = Scenario {
+        abandoned: Abandoned::Drop,
+        ..trapped.clone()
+    };
+    let budget = Scenario {
+        retry_budget: Some(experiment::RetryBudget {
+            ratio: 0.2,
+            min_per_s: 0.0,
+            ttl_s: 1.0,
+        }),
+        ..trapped
+    };
+    for s in [dropped, budget] {
+        let run = des::simulate(&s, Topology::PerPod, 2).unwrap();
+        let o = outcome::evaluate(&run.record, &criteria(&s));
+        assert!(
+            o.triggered && !o.trapped,
+            "{:?} {:?}: {o:?}",
+            s.abandoned,
+            s.retry_budget
+        );
+    }
+}
