@@ -9,7 +9,7 @@
 #
 # Targets: rate within 0.5% of --rate; at most 256 bytes per queued request.
 # Environment: WINDOW (seconds, 30), COUNT (1000000), SOCKET_COUNT (COUNT),
-# BENCH_PORT (18470), CARGO_TARGET_DIR.
+# BENCH_PORT (18470), SECTIONS ("rate sockets memory": which parts to run), CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,7 @@ addr="127.0.0.1:$port"
 target_dir=${CARGO_TARGET_DIR:-target}
 bin="$target_dir/release/service"
 bench="$target_dir/release/examples/bench"
+sections=" ${SECTIONS:-rate sockets memory} "
 
 command -v curl >/dev/null || { echo "bench-service: curl is required" >&2; exit 1; }
 
@@ -54,7 +55,8 @@ metric() {
   curl -fs "http://$addr/metrics" | awk -v s="$1" '$1 == s { print $2 }'
 }
 
-# sample: "SECONDS SERVED" from one scrape, timed at the middle of the request.
+# sample: "SECONDS SERVED SPREAD" from one scrape, timed at the middle of the
+# request; SPREAD is how long the scrape took (the timing uncertainty).
 sample() {
   local before after text
   before=$(date +%s.%N)
@@ -62,50 +64,56 @@ sample() {
   after=$(date +%s.%N)
   awk -v b="$before" -v a="$after" '
     /^retrydebt_completions_total\{outcome="(answered|abandoned)"\}/ { n += $2 }
-    END { printf "%.6f %d\n", (a + b) / 2, n }' <<<"$text"
+    END { printf "%.6f %d %.6f\n", (a + b) / 2, n, a - b }' <<<"$text"
 }
 
 rss_kib() {
   awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
 }
 
-echo
-echo "== served rate, in-process, saturated queue, ${window}s window"
-for rate in 100 1000 10000; do
-  "$bench" rate --rate "$rate" --window "${window}s"
-done
+if [[ $sections == *" rate "* ]]; then
+  echo
+  echo "== served rate, in-process, saturated queue, ${window}s window"
+  for rate in 100 1000 10000; do
+    "$bench" rate --rate "$rate" --window "${window}s"
+  done
+fi
 
-echo
-echo "== served rate through loopback sockets, saturated queue, ${window}s window"
-# The flood client abandons each request; it must fill the queue faster than
-# the pod serves it, which bounds the rates this (shared, 2-core) machine can test.
-for rate in 100 1000; do
-  start_pod "$rate"
-  fill=$((rate * (window + 15)))
-  "$bench" flood --addr "$addr" --count "$fill"
-  sleep 2 # let the worker settle after competing with the flood for CPU
-  read -r t0 c0 < <(sample)
-  sleep "$window"
-  read -r t1 c1 < <(sample)
+if [[ $sections == *" sockets "* ]]; then
+  echo
+  echo "== served rate through loopback sockets, saturated queue, ${window}s window"
+  # The flood client abandons each request; it must fill the queue faster than
+  # the pod serves it, which bounds the rates this (shared, 2-core) machine can test.
+  for rate in 100 1000; do
+    start_pod "$rate"
+    fill=$((rate * (window + 25)))
+    "$bench" flood --addr "$addr" --count "$fill"
+    sleep 2 # let the worker settle after competing with the flood for CPU
+    read -r t0 c0 e0 < <(sample)
+    sleep "$window"
+    read -r t1 c1 e1 < <(sample)
+    depth=$(metric retrydebt_queue_depth)
+    awk -v r="$rate" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v e="$e0 $e1" -v d="$depth" 'BEGIN {
+      split(e, s, " "); m = (c1 - c0) / (t1 - t0)
+      printf "sockets: rate %d/s: served %.2f/s over %.1fs = %+.3f%% (+/- %.3f%% scrape timing) of --rate (queue left: %d)\n",
+        r, m, t1 - t0, (m / r - 1) * 100, (s[1] + s[2]) / 2 / (t1 - t0) * 100, d }'
+    stop_pod
+  done
+fi
+
+if [[ $sections == *" memory "* ]]; then
+  echo
+  echo "== resident memory per queued abandoned request"
+  "$bench" memory --count "$count"
+  start_pod 0.001 # nothing is served: every request stays queued
+  sleep 0.5
+  before=$(rss_kib "$pod_pid")
+  "$bench" flood --addr "$addr" --count "$socket_count"
+  sleep 1
+  after=$(rss_kib "$pod_pid")
   depth=$(metric retrydebt_queue_depth)
-  awk -v r="$rate" -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v d="$depth" 'BEGIN {
-    m = (c1 - c0) / (t1 - t0)
-    printf "sockets: rate %d/s: served %.2f/s over %.1fs = %+.3f%% of --rate (queue left: %d)\n",
-      r, m, t1 - t0, (m / r - 1) * 100, d }'
+  awk -v b="$before" -v a="$after" -v d="$depth" 'BEGIN {
+    printf "sockets: %d queued abandoned requests: pod VmRSS %d -> %d KiB = %.1f bytes each\n",
+      d, b, a, (a - b) * 1024 / d }'
   stop_pod
-done
-
-echo
-echo "== resident memory per queued abandoned request"
-"$bench" memory --count "$count"
-start_pod 0.001 # nothing is served: every request stays queued
-sleep 0.5
-before=$(rss_kib "$pod_pid")
-"$bench" flood --addr "$addr" --count "$socket_count"
-sleep 1
-after=$(rss_kib "$pod_pid")
-depth=$(metric retrydebt_queue_depth)
-awk -v b="$before" -v a="$after" -v d="$depth" 'BEGIN {
-  printf "sockets: %d queued abandoned requests: pod VmRSS %d -> %d KiB = %.1f bytes each\n",
-    d, b, a, (a - b) * 1024 / d }'
-stop_pod
+fi
