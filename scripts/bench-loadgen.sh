@@ -84,7 +84,7 @@ echo "wrk -t2 -c64: ${wrk_rps} req/s (closed loop), latency p99 ${wrk_p99}"
 held=0
 fails=0
 printf '%-8s %-10s %-10s %-12s %-12s %s\n' fraction rate achieved lag_p99_ms lat_p99_ms ok
-for frac in 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0; do
+for frac in 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0; do
   rate=$(calc "int($wrk_rps * $frac / 100) * 100")
   name=ladder_$rate
   lg "$name" --target "$url" --rate "$rate" --arrivals constant --duration "${secs}s" \
@@ -142,7 +142,7 @@ lg inflight --target "http://$addr/work" --rate 10000 --arrivals constant \
   --bind 127.0.0.1-127.0.0.8 --max-in-flight 200000
 peak=$(js inflight .peak_in_flight)
 rss=$(js inflight .max_rss_bytes)
-echo "in flight: peak ${peak} attempts, timeouts $(js inflight .timeouts)/$(js inflight .first_attempts), errors $(js inflight -c .errors), shed $(js inflight .shed)"
+echo "in flight: peak ${peak} attempts, timeouts $(js inflight .timeouts)/$(js inflight .first_attempts), errors $(jq -c .errors "$work/inflight/summary.json"), shed $(js inflight .shed)"
 echo "in flight: max RSS $(calc "$rss / 1048576") MiB = $(calc "$rss / $peak") bytes per attempt in flight; at 100,000: ~$(calc "$rss / $peak * 100000 / 1048576") MiB (target < 1536)"
 echo "in flight: timeout lateness p50 $(js inflight '.timeout_lateness_seconds.p50 * 1000') ms, p99 $(js inflight '.timeout_lateness_seconds.p99 * 1000') ms, p99.9 $(js inflight '.timeout_lateness_seconds.p99_9 * 1000') ms, max $(js inflight '.timeout_lateness_seconds.max * 1000') ms (target: within 5 ms)"
 echo "in flight: send-lag p99 $(js inflight '.send_lag_seconds.p99 * 1000') ms"
