@@ -25,6 +25,11 @@ pub enum Command {
     /// Predict an experiment (F1-F4, `all`, or a TOML file) or an ad-hoc scenario from flags, with the
     /// closed forms, the pooled and per-pod fluid models and the request-level model.
     Predict(PredictArgs),
+    /// Run an experiment's cases on an embedded local cluster (service, meter and loadgen
+    /// processes; the HPA module drives replicas) and write a record with verdicts and plots.
+    Run(crate::runner::command::RunArgs),
+    /// Run F1-F4 (or --only some) on the embedded cluster, with an index of verdicts.
+    Suite(crate::runner::command::SuiteArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -248,5 +253,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(out.as_bytes())?;
             Ok(())
         }
+        Command::Run(args) => crate::runner::command::run(&args),
+        Command::Suite(args) => crate::runner::command::suite(&args),
     }
 }

@@ -31,6 +31,8 @@ pub struct PodTemplate {
     pub ready_after: Duration,
     /// `--shutdown-grace`, already divided by the time scale.
     pub shutdown_grace: Duration,
+    /// Every pod's stderr is appended here.
+    pub log: PathBuf,
 }
 
 /// Something that happened to a pod, for the run record.
@@ -62,6 +64,12 @@ pub enum ClusterError {
     },
     #[error("no free loopback port: {0}")]
     Port(std::io::Error),
+    #[error("only {ready} of {pods} initial pods became ready within {within:?}")]
+    NotReady {
+        ready: usize,
+        pods: usize,
+        within: Duration,
+    },
     #[error("writing {path}: {source}")]
     Write {
         path: PathBuf,
@@ -140,16 +148,51 @@ impl EmbeddedCluster {
         self.pods.iter().map(|p| format!("http://{}", p.addr)).collect()
     }
 
+    /// When the cluster was created: the origin of the events' times.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Base URLs of the ready pods (those that receive traffic), oldest first.
+    pub fn ready_urls(&self) -> Vec<String> {
+        self.pods
+            .iter()
+            .filter(|p| p.ready)
+            .map(|p| format!("http://{}", p.addr))
+            .collect()
+    }
+
     /// Everything that happened so far, oldest first.
     pub fn events(&self) -> &[PodEvent] {
         &self.events
+    }
+
+    /// Starts `n` pods that are ready at once (deployed before the experiment) and waits, at
+    /// most `within`, until every one answers `/readyz`.
+    pub async fn start_ready(&mut self, n: usize, within: Duration) -> Result<(), ClusterError> {
+        for _ in 0..n {
+            self.start_pod(Duration::ZERO)?;
+        }
+        let deadline = Instant::now() + within;
+        while self.ready() < self.pods.len() {
+            if Instant::now() >= deadline {
+                return Err(ClusterError::NotReady {
+                    ready: self.ready(),
+                    pods: self.pods.len(),
+                    within,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.tick().await?;
+        }
+        Ok(())
     }
 
     /// Brings the replica count to `n`: new pods are started (not ready until their dead
     /// time has passed); surplus pods are removed not-ready first, then newest first.
     pub fn scale_to(&mut self, n: usize) -> Result<(), ClusterError> {
         while self.pods.len() < n {
-            self.start_pod()?;
+            self.start_pod(self.template.ready_after)?;
         }
         while self.pods.len() > n {
             let victim = self
@@ -204,23 +247,33 @@ impl EmbeddedCluster {
         Ok(())
     }
 
-    fn start_pod(&mut self) -> Result<(), ClusterError> {
+    fn start_pod(&mut self, ready_after: Duration) -> Result<(), ClusterError> {
         self.serial += 1;
         let name = format!("pod-{}", self.serial);
         let addr = free_loopback_port()?;
         let t = &self.template;
-        let child = Command::new(&t.binary)
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&t.log)
+            .map_err(|source| ClusterError::Write {
+                path: t.log.clone(),
+                source,
+            })?;
+        let mut command = Command::new(&t.binary);
+        die_with_parent(&mut command);
+        let child = command
             .arg(format!("--listen={addr}"))
             .arg(format!("--rate={}", t.rate))
             .arg(format!("--service-time={}", t.service_time))
             .arg(format!("--abandoned={}", t.abandoned))
-            .arg(format!("--ready-after={}ms", t.ready_after.as_millis()))
-            .arg(format!("--shutdown-grace={}ms", t.shutdown_grace.as_millis()))
+            .arg(format!("--ready-after={}us", ready_after.as_micros()))
+            .arg(format!("--shutdown-grace={}us", t.shutdown_grace.as_micros()))
             .arg(format!("--pod-name={name}"))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
             .map_err(|source| ClusterError::Spawn {
@@ -307,9 +360,21 @@ impl EmbeddedCluster {
     }
 }
 
+/// Makes the kernel kill the child if the runner dies without reaping it (SIGKILL, abort):
+/// `kill_on_drop` covers errors and panics, this covers the rest.
+pub fn die_with_parent(command: &mut Command) {
+    // SAFETY: prctl is async-signal-safe and touches only the child being set up.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
 /// A port that was free a moment ago on 127.0.0.1. The pod binds it right after; the
 /// window for a clash is tiny, and a pod that cannot bind is recorded as crashed.
-fn free_loopback_port() -> Result<SocketAddr, ClusterError> {
+pub fn free_loopback_port() -> Result<SocketAddr, ClusterError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ClusterError::Port)?;
     listener.local_addr().map_err(ClusterError::Port)
 }

@@ -14,10 +14,13 @@
 //! - [`outcome`]: the one definition of "recovered" and "lost", applied to any per-second record.
 //! - [`experiment`]: F1-F4 as data (TOML) and ad-hoc scenarios.
 //! - [`predict`]: every model for a case; [`report`]: text and JSON.
-//! - [`cli`]: the `falsification` command line (`predict`).
+//! - [`cluster`]: the embedded cluster (`service` processes as pods, routing files, reaping).
+//! - [`runner`]: `run` / `suite` on the embedded cluster: records, verdicts, plots.
+//! - [`cli`]: the `falsification` command line (`predict`, `run`, `suite`).
 
 pub mod budget;
 pub mod cli;
+pub mod cluster;
 pub mod control;
 pub mod des;
 pub mod experiment;
@@ -28,3 +31,4 @@ pub mod metric;
 pub mod outcome;
 pub mod predict;
 pub mod report;
+pub mod runner;

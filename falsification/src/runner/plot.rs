@@ -1,0 +1,131 @@
+//! SVG plots of a run against the fluid predictions (plotters): pods over time, goodput, wait.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::record::Sample;
+use crate::outcome::Record;
+
+type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
+fn chart(path: &Path, title: &str, y_label: &str, series: &[Series]) -> anyhow::Result<()> {
+    let points = || series.iter().flat_map(|s| s.2.iter());
+    let (x0, x1) = points().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+        (a.min(p.0), b.max(p.0))
+    });
+    let y1 = points().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.08;
+    let (x0, x1) = if x0 < x1 { (x0, x1) } else { (0.0, 1.0) };
+    // Written to a temporary file and renamed, like every record file.
+    let tmp = path.with_extension("svg.tmp");
+    {
+        let root = SVGBackend::new(&tmp, (960, 420)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut c = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x0..x1, 0.0..y1)?;
+        c.configure_mesh()
+            .x_desc("experiment time from the load event, s")
+            .y_desc(y_label)
+            .draw()?;
+        for (name, color, pts) in series {
+            let color = *color;
+            c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+                .label(*name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        }
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn curve(r: &Record, s: f64, f: impl Fn(&crate::outcome::Row) -> f64) -> Vec<(f64, f64)> {
+    r.rows.iter().map(|row| (row.t * s, f(row))).collect()
+}
+
+/// `pods.svg`, `goodput.svg` and `wait.svg` in `dir`.
+pub fn draw(
+    dir: &Path,
+    samples: &[Sample],
+    measured: &Record,
+    pooled: &Record,
+    per_pod: &Record,
+    s: f64,
+    timeout_s: f64,
+) -> anyhow::Result<()> {
+    let m = |f: &dyn Fn(&Sample) -> f64| -> Vec<(f64, f64)> {
+        samples.iter().map(|x| (x.t * s, f(x))).collect()
+    };
+    chart(
+        &dir.join("pods.svg"),
+        "Pods: measured vs predicted",
+        "pods",
+        &[
+            ("measured desired", RED, m(&|x| f64::from(x.pods_desired))),
+            ("measured ready", BLUE, m(&|x| f64::from(x.pods_ready))),
+            (
+                "fluid per pod: ready",
+                GREEN,
+                curve(per_pod, s, |r| f64::from(r.pods_ready)),
+            ),
+            (
+                "fluid pooled: ready",
+                MAGENTA,
+                curve(pooled, s, |r| f64::from(r.pods_ready)),
+            ),
+        ],
+    )?;
+    let goodput = |r: &Record| curve(r, s, |row| (row.attempts - row.timed_out) / r.step_s);
+    chart(
+        &dir.join("goodput.svg"),
+        "Goodput (attempts answered in time) and demand, per second of run time",
+        "requests/s",
+        &[
+            (
+                "measured successes",
+                BLUE,
+                samples
+                    .iter()
+                    .map(|x| (x.t * s, x.load.successes / measured.step_s))
+                    .collect(),
+            ),
+            (
+                "measured first attempts",
+                BLACK,
+                samples
+                    .iter()
+                    .map(|x| (x.t * s, x.load.first_attempts / measured.step_s))
+                    .collect(),
+            ),
+            ("fluid per pod goodput", GREEN, goodput(per_pod)),
+            ("fluid pooled goodput", MAGENTA, goodput(pooled)),
+        ],
+    )?;
+    // Waits in experiment seconds, clipped at three timeouts (an empty pool's wait is infinite).
+    let cap = 3.0 * timeout_s * s;
+    let clip = |w: f64| w.min(cap);
+    let timeout_cap = |r: &Record| curve(r, s, |row| clip(row.max_wait_s * s));
+    chart(
+        &dir.join("wait.svg"),
+        "Largest wait an arrival faces (experiment seconds)",
+        "wait, s",
+        &[
+            (
+                "measured (sustained over 3 samples)",
+                BLUE,
+                m(&|x| clip(x.wait_sustained_s * s)),
+            ),
+            ("fluid per pod", GREEN, timeout_cap(per_pod)),
+            ("fluid pooled", MAGENTA, timeout_cap(pooled)),
+        ],
+    )?;
+    Ok(())
+}

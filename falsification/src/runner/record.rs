@@ -1,0 +1,176 @@
+//! The run record: per-row samples as measured, the measured [`Record`] the outcome definition is
+//! applied to, and the files (`timeseries.csv`, `summary.json`, `report.md`), written atomically.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::probe::{LoadCounters, MeterGauges};
+use crate::cluster::{ClusterError, write_atomically};
+use crate::outcome::{Outcome, Record, Row};
+
+/// One row of the run, `step` run seconds long, as sampled at its end.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    /// Start of the row, run seconds from the load event (negative in the warm-up).
+    pub t: f64,
+    /// Loadgen counts in the row, when they happened (timeouts when they fired).
+    pub load: LoadCounters,
+    pub pods_desired: u32,
+    pub pods_ready: u32,
+    pub pods_existing: u32,
+    pub queue_total: f64,
+    pub queue_max: f64,
+    /// Largest wait an arrival faced at a ready pod at the sample.
+    pub wait_max_s: f64,
+    /// Largest wait held over the last [`SUSTAIN`] samples (the backlog; see [`sustained`]).
+    pub wait_sustained_s: f64,
+    pub meter: Option<MeterGauges>,
+    pub hpa_recommendation: Option<i32>,
+    pub hpa_desired: Option<i32>,
+}
+
+/// Samples a wait must persist to count as backlog rather than a queue's random excursion.
+pub const SUSTAIN: usize = 3;
+
+/// Per pod, the smallest wait over its last `SUSTAIN` samples; the largest of those over pods.
+/// A real backlog (a pod holding debt) persists from sample to sample; a stable queue's
+/// excursion of a few service times does not, and would otherwise read as "not drained".
+/// `history` holds each sample's waits by pod; a pod counts over the samples it appears in.
+pub fn sustained(history: &[HashMap<String, f64>]) -> f64 {
+    let recent = &history[history.len().saturating_sub(SUSTAIN)..];
+    let Some(latest) = recent.last() else {
+        return 0.0;
+    };
+    latest
+        .keys()
+        .map(|pod| {
+            recent
+                .iter()
+                .filter_map(|waits| waits.get(pod).copied())
+                .fold(f64::INFINITY, f64::min)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The measured record in run seconds, counts moved to the row their attempt was sent
+/// (timeouts: `timeout_s` earlier) or their request started (lost: `lost_after_s` earlier).
+pub fn measured_record(samples: &[Sample], step: f64, timeout_s: f64, lost_after_s: f64) -> Record {
+    let mut rows: Vec<Row> = samples
+        .iter()
+        .map(|s| Row {
+            t: s.t,
+            first_attempts: s.load.first_attempts,
+            attempts: s.load.attempts,
+            timed_out: 0.0,
+            lost: 0.0,
+            max_wait_s: s.wait_sustained_s,
+            pods_ready: s.pods_ready,
+            pods_desired: s.pods_desired,
+        })
+        .collect();
+    let shift = |i: usize, by: f64| i.saturating_sub((by / step).round() as usize);
+    for (i, s) in samples.iter().enumerate() {
+        rows[shift(i, timeout_s)].timed_out += s.load.timeouts;
+        rows[shift(i, lost_after_s)].lost += s.load.failed;
+    }
+    Record { step_s: step, rows }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+/// `timeseries.csv`: one row per sample.
+pub fn csv(samples: &[Sample], record: &Record, time_scale: f64) -> String {
+    let mut out = String::from(
+        "t_run_s,t_exp_s,first_attempts,attempts,successes,timeouts_fired,timeouts_sent,\
+         failed_fired,lost_started,pods_desired,pods_ready,pods_existing,queue_total,queue_max,\
+         wait_max_s,wait_sustained_s,meter_first_attempt_rate,meter_ingress_rate,\
+         hpa_recommendation,hpa_desired\n",
+    );
+    for (s, r) in samples.iter().zip(&record.rows) {
+        let _ = writeln!(
+            out,
+            "{:.3},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{}",
+            s.t,
+            s.t * time_scale,
+            s.load.first_attempts,
+            s.load.attempts,
+            s.load.successes,
+            s.load.timeouts,
+            r.timed_out,
+            s.load.failed,
+            r.lost,
+            s.pods_desired,
+            s.pods_ready,
+            s.pods_existing,
+            s.queue_total,
+            s.queue_max,
+            s.wait_max_s,
+            s.wait_sustained_s,
+            opt(s.meter.map(|m| m.first_attempt_rate)),
+            opt(s.meter.map(|m| m.ingress_rate)),
+            opt(s.hpa_recommendation),
+            opt(s.hpa_desired),
+        );
+    }
+    out
+}
+
+/// An outcome's times in experiment seconds (run seconds x the time scale).
+pub fn in_experiment_time(o: &Outcome, time_scale: f64) -> Outcome {
+    Outcome {
+        recovery_s: o.recovery_s.map(|r| r * time_scale),
+        ..*o
+    }
+}
+
+/// Writes `name` in `dir` atomically.
+pub fn write(dir: &Path, name: &str, contents: &str) -> Result<(), ClusterError> {
+    write_atomically(&dir.join(name), contents)
+}
+
+/// Pretty JSON of anything serialisable.
+pub fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")) + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sustained_ignores_one_sample_excursions() {
+        let at = |a: f64, b: f64| HashMap::from([("a".to_string(), a), ("b".to_string(), b)]);
+        let h = vec![at(0.0, 5.0), at(0.3, 5.0), at(0.0, 4.0)];
+        // Pod 0 spiked once; pod 1 held at least 4 s over the three samples.
+        assert_eq!(sustained(&h), 4.0);
+        assert_eq!(sustained(&[]), 0.0);
+    }
+
+    #[test]
+    fn counts_move_to_the_row_they_were_sent() {
+        let samples: Vec<Sample> = (0..8)
+            .map(|i| Sample {
+                t: f64::from(i) * 0.5,
+                load: LoadCounters {
+                    first_attempts: 10.0,
+                    attempts: 10.0,
+                    timeouts: if i == 5 { 3.0 } else { 0.0 },
+                    failed: if i == 7 { 1.0 } else { 0.0 },
+                    ..LoadCounters::default()
+                },
+                ..Sample::default()
+            })
+            .collect();
+        let r = measured_record(&samples, 0.5, 1.0, 3.0);
+        assert_eq!(r.rows[3].timed_out, 3.0);
+        assert_eq!(r.rows[1].lost, 1.0);
+        let text = csv(&samples, &r, 10.0);
+        assert_eq!(text.lines().count(), 9);
+        assert!(text.lines().nth(4).unwrap().starts_with("1.500,15.0,10,10,0,0,3,"));
+    }
+}

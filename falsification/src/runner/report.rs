@@ -1,0 +1,690 @@
+//! The run's written outputs: `experiment.toml`, `summary.json`, `report.md`, `decisions.csv`,
+//! `events.csv`, the session index, and the live status line.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::record::{self, Sample};
+use super::{Binaries, CaseResult, Measured, RunOptions, row_step};
+use crate::cluster::PodEventKind;
+use crate::experiment::{Case, Experiment, Scenario};
+use crate::outcome::{self, Criteria, Outcome, Verdict};
+use crate::predict::{self, ExperimentPrediction};
+use crate::{fluid, experiment::Topology};
+
+/// Relative band within which a measured recovery time or pod count "agrees" with a prediction.
+pub const BAND: f64 = 0.10;
+/// Absolute band for the lost fraction.
+pub const LOST_BAND: f64 = 0.05;
+
+#[derive(Serialize)]
+struct Config<'a> {
+    experiment: &'a str,
+    case: &'a str,
+    title: &'a str,
+    condition: &'a str,
+    refuted_if: &'a str,
+    time_scale: f64,
+    rate_scale: f64,
+    seed: u64,
+    row_step_run_s: f64,
+    initial_pods_ready: bool,
+    versions: Versions,
+    host: Host,
+    scenario_experiment_time: &'a Scenario,
+    scenario_run_time: &'a Scenario,
+}
+
+#[derive(Serialize)]
+struct Versions {
+    falsification: String,
+    service: String,
+    meter: String,
+    loadgen: String,
+}
+
+#[derive(Serialize)]
+struct Host {
+    hostname: String,
+    kernel: String,
+    cpus: usize,
+}
+
+fn version(binary: &Path) -> String {
+    std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn proc_text(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `experiment.toml`: the resolved configuration (both time bases), versions and host.
+pub fn write_config(
+    dir: &Path,
+    e: &Experiment,
+    case: &Case,
+    se: &Scenario,
+    rs: &Scenario,
+    opts: &RunOptions,
+    bins: &Binaries,
+) -> anyhow::Result<()> {
+    let config = Config {
+        experiment: &e.id,
+        case: &case.scenario.name,
+        title: &e.title,
+        condition: &e.condition,
+        refuted_if: &e.refuted_if,
+        time_scale: opts.time_scale,
+        rate_scale: opts.rate_scale,
+        seed: opts.seed,
+        row_step_run_s: row_step(opts.time_scale),
+        initial_pods_ready: true,
+        versions: Versions {
+            falsification: env!("CARGO_PKG_VERSION").into(),
+            service: version(&bins.service),
+            meter: version(&bins.meter),
+            loadgen: version(&bins.loadgen),
+        },
+        host: Host {
+            hostname: proc_text("/proc/sys/kernel/hostname"),
+            kernel: proc_text("/proc/sys/kernel/osrelease"),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
+        scenario_experiment_time: se,
+        scenario_run_time: rs,
+    };
+    let text = toml::to_string(&config)?;
+    record::write(dir, "experiment.toml", &text)?;
+    Ok(())
+}
+
+/// The live status line; a no-op unless enabled (a terminal).
+pub struct Status(Option<indicatif::ProgressBar>);
+
+impl Status {
+    pub fn new(enabled: bool, rows: usize) -> Status {
+        Status(enabled.then(|| {
+            let bar = indicatif::ProgressBar::new(rows as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{msg} ETA {eta}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        }))
+    }
+
+    pub fn update(&self, s: &Sample, t_run: f64, rs: &Scenario, time_scale: f64) {
+        let Some(bar) = &self.0 else { return };
+        let per_s = 1.0 / row_step(time_scale);
+        let ok = if s.load.attempts > 0.0 {
+            100.0 * s.load.successes / s.load.attempts
+        } else {
+            100.0
+        };
+        bar.inc(1);
+        bar.set_message(format!(
+            "{} t = {:>7.0} s exp  pods {}/{}  first {:>6.0}/s  ingress {:>6.0}/s  success {:>5.1}%",
+            rs.name,
+            t_run * time_scale,
+            s.pods_desired,
+            s.pods_ready,
+            s.load.first_attempts * per_s,
+            s.load.attempts * per_s,
+            ok,
+        ));
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// What a partial record holds while the run goes (and after a hard kill).
+pub fn flush_partial(
+    dir: &Path,
+    samples: &[Sample],
+    rs: &Scenario,
+    time_scale: f64,
+) -> anyhow::Result<()> {
+    let (record, _) = measured(samples, rs, time_scale);
+    record::write(dir, "timeseries.csv", &record::csv(samples, &record, time_scale))?;
+    let partial = serde_json::json!({
+        "complete": false,
+        "verdict": "incomplete",
+        "reason": format!("running: {} rows so far", samples.len()),
+    });
+    record::write(dir, "summary.json", &record::json(&partial))?;
+    Ok(())
+}
+
+/// The measured record and the criteria it is judged by. The backlog counts as drained at
+/// the model's `drained_wait`, but not below five service times (capped at half the timeout):
+/// a real queue's wait has a random floor of a few service times that the fluid does not.
+pub fn measured(samples: &[Sample], rs: &Scenario, time_scale: f64) -> (outcome::Record, Criteria) {
+    let step = row_step(time_scale);
+    let lost_after = rs.attempt_offset(rs.retries) + rs.timeout_s;
+    let record = record::measured_record(samples, step, rs.timeout_s, lost_after);
+    let mut c = predict::criteria(rs);
+    c.drained_wait_s = c
+        .drained_wait_s
+        .max((5.0 / rs.rate_per_pod).min(rs.timeout_s / 2.0));
+    (record, c)
+}
+
+/// Whether a measured outcome agrees with a prediction within the bands (run time, rows of `step`).
+pub fn agrees(m: &Outcome, p: &Outcome, step: f64) -> bool {
+    let close = |a: f64, b: f64, slack: f64| (a - b).abs() <= (BAND * b.abs()).max(slack);
+    let recovery = match (m.recovery_s, p.recovery_s) {
+        (Some(a), Some(b)) => close(a, b, 2.0 * step),
+        (None, None) => true,
+        _ => false,
+    };
+    let lost = match (m.lost_fraction, p.lost_fraction) {
+        (Some(a), Some(b)) => (a - b).abs() <= LOST_BAND,
+        _ => true,
+    };
+    m.trapped == p.trapped
+        && m.triggered == p.triggered
+        && recovery
+        && lost
+        && close(f64::from(m.peak_pods), f64::from(p.peak_pods), 1.0)
+        && close(f64::from(m.final_pods), f64::from(p.final_pods), 1.0)
+}
+
+/// `per-pod`, `pooled`, `both` or `neither`.
+pub fn matches(m: &Outcome, pooled: &Outcome, per_pod: &Outcome, step: f64) -> &'static str {
+    match (agrees(m, per_pod, step), agrees(m, pooled, step)) {
+        (true, true) => "both",
+        (true, false) => "per-pod",
+        (false, true) => "pooled",
+        (false, false) => "neither",
+    }
+}
+
+#[derive(Serialize)]
+struct MeasuredJson {
+    #[serde(flatten)]
+    outcome: Outcome,
+    dead_time_s: Option<f64>,
+    run_time: Outcome,
+    drained_wait_run_s: f64,
+    rows: usize,
+    row_step_run_s: f64,
+}
+
+#[derive(Serialize)]
+struct PredictedExperimentTime {
+    closed_form: Outcome,
+    fluid_pooled: Outcome,
+    fluid_per_pod: Outcome,
+}
+
+#[derive(Serialize)]
+struct Cpu {
+    wall_s: f64,
+    runner_cpu_s: f64,
+    meter_cpu_s: f64,
+    runner_fraction: f64,
+    meter_fraction: f64,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    experiment: &'a str,
+    case: &'a str,
+    complete: bool,
+    verdict: &'a str,
+    reason: &'a str,
+    time_scale: f64,
+    rate_scale: f64,
+    measured: MeasuredJson,
+    matches: &'a str,
+    predicted: &'a ExperimentPrediction,
+    predicted_experiment_time: PredictedExperimentTime,
+    published: &'a crate::experiment::Published,
+    cpu: Cpu,
+    pod_crashes: usize,
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Evaluates the run, predicts the configuration that ran, writes every file.
+pub fn finish(
+    dir: &Path,
+    e: &Experiment,
+    case: &Case,
+    se: &Scenario,
+    opts: &RunOptions,
+    m: &Measured,
+) -> anyhow::Result<CaseResult> {
+    let s = opts.time_scale;
+    let rs = se.time_scaled(s);
+    let step = row_step(s);
+    let (rec, criteria) = measured(&m.samples, &rs, s);
+    let run_outcome = outcome::evaluate(&rec, &criteria);
+    // Dead time of the pods ordered during the run (the initial ones were ready at once).
+    let dead: Vec<f64> = m
+        .pod_events
+        .iter()
+        .filter(|(at, _, _)| *at > -rs.warmup_s)
+        .filter_map(|(_, _, k)| match k {
+            PodEventKind::Ready { dead_time_s } => Some(dead_time_s * s),
+            _ => None,
+        })
+        .collect();
+    let dead_time_s = mean(&dead);
+    // The prediction for what ran: the measured dead time when pods were ordered.
+    let mut ran = se.clone();
+    if let (Some(h), Some(d)) = (ran.hpa.as_mut(), dead_time_s) {
+        h.dead_time_s = d;
+    }
+    let ran_case = Case {
+        scenario: ran.clone(),
+        published: case.published.clone(),
+        expect: case.expect.clone(),
+    };
+    let ran_experiment = Experiment {
+        cases: vec![ran_case],
+        ..e.clone()
+    };
+    let prediction = predict::predict(&ran_experiment, s)?;
+    let p = &prediction.cases[0];
+    let verdict = if m.complete {
+        outcome::verdict(&case.expect, &run_outcome)
+    } else {
+        Verdict {
+            held: false,
+            reason: format!(
+                "interrupted at {:.0} s of experiment time; no verdict",
+                m.samples.last().map_or(-rs.warmup_s, |x| x.t) * s
+            ),
+        }
+    };
+    let verdict_word = match (m.complete, verdict.held) {
+        (false, _) => "incomplete",
+        (true, true) => "held",
+        (true, false) => "refuted",
+    };
+    let matches = matches(&run_outcome, &p.fluid_pooled, &p.fluid_per_pod, step);
+    let exp = |o: &Outcome| record::in_experiment_time(o, s);
+    let measured_exp = exp(&run_outcome);
+    let crashes = m
+        .pod_events
+        .iter()
+        .filter(|(_, _, k)| matches!(k, PodEventKind::Crashed { .. }))
+        .count();
+    let frac = |cpu: f64| if m.wall_s > 0.0 { cpu / m.wall_s } else { 0.0 };
+    let summary = Summary {
+        experiment: &e.id,
+        case: &case.scenario.name,
+        complete: m.complete,
+        verdict: verdict_word,
+        reason: &verdict.reason,
+        time_scale: s,
+        rate_scale: opts.rate_scale,
+        measured: MeasuredJson {
+            outcome: measured_exp,
+            dead_time_s,
+            run_time: run_outcome,
+            drained_wait_run_s: criteria.drained_wait_s,
+            rows: rec.rows.len(),
+            row_step_run_s: step,
+        },
+        matches,
+        predicted: &prediction,
+        predicted_experiment_time: PredictedExperimentTime {
+            closed_form: exp(&p.closed_form),
+            fluid_pooled: exp(&p.fluid_pooled),
+            fluid_per_pod: exp(&p.fluid_per_pod),
+        },
+        published: &case.published,
+        cpu: Cpu {
+            wall_s: m.wall_s,
+            runner_cpu_s: m.runner_cpu_s,
+            meter_cpu_s: m.meter_cpu_s,
+            runner_fraction: frac(m.runner_cpu_s),
+            meter_fraction: frac(m.meter_cpu_s),
+        },
+        pod_crashes: crashes,
+    };
+    record::write(dir, "timeseries.csv", &record::csv(&m.samples, &rec, s))?;
+    record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
+    record::write(dir, "events.csv", &events_csv(m, s))?;
+    let rs_ran = ran.time_scaled(s);
+    let pooled_curve = fluid::simulate(&rs_ran, Topology::Pooled)?;
+    let per_pod_curve = fluid::simulate(&rs_ran, Topology::PerPod)?;
+    super::plot::draw(
+        dir,
+        &m.samples,
+        &rec,
+        &pooled_curve,
+        &per_pod_curve,
+        s,
+        rs.timeout_s,
+    )?;
+    let result = CaseResult {
+        experiment: e.id.clone(),
+        case: case.scenario.name.clone(),
+        dir: dir.to_path_buf(),
+        complete: m.complete,
+        verdict: verdict_word.into(),
+        reason: verdict.reason.clone(),
+        measured: measured_exp,
+        fluid_pooled: exp(&p.fluid_pooled),
+        fluid_per_pod: exp(&p.fluid_per_pod),
+        published: case.published.clone(),
+        matches: matches.into(),
+        dead_time_s,
+        runner_cpu: frac(m.runner_cpu_s),
+        meter_cpu: frac(m.meter_cpu_s),
+    };
+    record::write(dir, "report.md", &markdown(e, &result, &summary, &rs))?;
+    record::write(dir, "summary.json", &record::json(&summary))?;
+    Ok(result)
+}
+
+fn decisions_csv(m: &Measured, s: f64) -> String {
+    let mut out = String::from(
+        "t_run_s,t_exp_s,readings,proposals,recommendation,stabilized,desired,rescale,reason\n",
+    );
+    let list = |v: Vec<String>| v.join(";");
+    for x in &m.syncs {
+        let d = &x.decision;
+        let _ = writeln!(
+            out,
+            "{:.3},{:.1},{},{},{},{},{},{},{:?}",
+            x.t,
+            x.t * s,
+            list(x.readings.iter().map(|r| opt(*r)).collect()),
+            list(d.proposals.iter().map(|p| opt(*p)).collect()),
+            opt(d.recommendation),
+            opt(d.stabilized),
+            d.desired,
+            d.rescale,
+            d.reason,
+        );
+    }
+    out
+}
+
+fn events_csv(m: &Measured, s: f64) -> String {
+    let mut out = String::from("t_run_s,t_exp_s,pod,event,detail\n");
+    for (at, pod, kind) in &m.pod_events {
+        let (what, detail) = match kind {
+            PodEventKind::Ordered => ("ordered", String::new()),
+            PodEventKind::Ready { dead_time_s } => {
+                ("ready", format!("dead_time_exp_s={:.1}", dead_time_s * s))
+            }
+            PodEventKind::Terminating => ("terminating", String::new()),
+            PodEventKind::Exited { code } => ("exited", format!("code={}", opt(*code))),
+            PodEventKind::Crashed { code } => ("crashed", format!("code={}", opt(*code))),
+        };
+        let _ = writeln!(out, "{at:.3},{:.1},{pod},{what},{detail}", at * s);
+    }
+    out
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map_or("never".into(), |s| format!("{s:.0} s"))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |f| format!("{:.1}%", f * 100.0))
+}
+
+fn recovery_cell(o: &Outcome) -> String {
+    if o.triggered {
+        secs(o.recovery_s)
+    } else {
+        "not triggered".into()
+    }
+}
+
+/// One comparison line per figure where the measurement leaves the band around a prediction.
+fn differences(m: &Outcome, p: &Outcome, model: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if m.trapped != p.trapped {
+        out.push(format!(
+            "{model}: predicted {}, measured {}",
+            if p.trapped { "trapped" } else { "not trapped" },
+            if m.trapped { "trapped" } else { "not trapped" }
+        ));
+    }
+    if let (Some(a), Some(b)) = (m.recovery_s, p.recovery_s)
+        && (a - b).abs() > BAND * b
+    {
+        out.push(format!(
+            "{model}: recovery {a:.0} s vs {b:.0} s ({:+.0}%)",
+            100.0 * (a - b) / b
+        ));
+    }
+    for (what, a, b) in [
+        ("peak pods", m.peak_pods, p.peak_pods),
+        ("final pods", m.final_pods, p.final_pods),
+    ] {
+        let (a, b) = (f64::from(a), f64::from(b));
+        if (a - b).abs() > (BAND * b).max(1.0) {
+            out.push(format!("{model}: {what} {a} vs {b}"));
+        }
+    }
+    out
+}
+
+fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# {} {}: {}\n", r.experiment, r.case, e.title);
+    let _ = writeln!(o, "- Condition: {}", e.condition);
+    let _ = writeln!(o, "- Refuted if: {}", e.refuted_if);
+    let _ = writeln!(
+        o,
+        "- **Verdict: {}** ({})",
+        r.verdict.to_uppercase(),
+        r.reason
+    );
+    let _ = writeln!(
+        o,
+        "- Time scale S = {} (figures below in experiment time = run time x S), rate scale {} \
+         (pod rate {} /s, rho {}), warm-up {:.0} s, horizon {:.0} s, rows of {:.2} s run time. \
+         Initial pods started ready (deployed before the experiment).",
+        summary.time_scale,
+        summary.rate_scale,
+        rs.rate_per_pod,
+        rs.rho,
+        rs.warmup_s * summary.time_scale,
+        rs.horizon_s * summary.time_scale,
+        row_step(summary.time_scale),
+    );
+    if let Some(d) = r.dead_time_s {
+        let _ = writeln!(
+            o,
+            "- Measured dead time (decision to ready): {d:.1} s; predictions use it."
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n| figure | measured | fluid per pod | fluid pooled | published |\n|---|---|---|---|---|"
+    );
+    let m = &r.measured;
+    let (pp, po, pu) = (&r.fluid_per_pod, &r.fluid_pooled, &r.published);
+    let _ = writeln!(
+        o,
+        "| recovery (from {}) | {} | {} | {} | {} |",
+        if matches!(rs.event, crate::experiment::LoadEvent::Spike { .. }) {
+            "spike end"
+        } else {
+            "step"
+        },
+        recovery_cell(m),
+        recovery_cell(pp),
+        recovery_cell(po),
+        pu.recovery_s.map_or("-".into(), |v| format!("{v:.0} s")),
+    );
+    let yn = |b: bool| if b { "yes" } else { "no" };
+    let _ = writeln!(
+        o,
+        "| trapped | {} | {} | {} | {} |",
+        yn(m.trapped),
+        yn(pp.trapped),
+        yn(po.trapped),
+        pu.trapped.map_or("-", yn)
+    );
+    let _ = writeln!(
+        o,
+        "| peak pods | {} | {} | {} | {} |",
+        m.peak_pods,
+        pp.peak_pods,
+        po.peak_pods,
+        opt(pu.peak_pods)
+    );
+    let _ = writeln!(
+        o,
+        "| final pods | {} | {} | {} | {} |",
+        m.final_pods,
+        pp.final_pods,
+        po.final_pods,
+        opt(pu.final_pods)
+    );
+    let _ = writeln!(
+        o,
+        "| lost demand | {} | {} | {} | {} |",
+        pct(m.lost_fraction),
+        pct(pp.lost_fraction),
+        pct(po.lost_fraction),
+        pct(pu.lost_fraction)
+    );
+    let sentence = match r.matches.as_str() {
+        "both" => "The measurement matches both fluid predictions (they agree here).".to_string(),
+        "per-pod" => "The measurement matches the **per-pod** fluid prediction (one FIFO per pod, \
+             as this cluster runs), not the pooled one behind the published figures."
+            .to_string(),
+        "pooled" => "The measurement matches the **pooled** fluid prediction (the published \
+             figures' model), not the per-pod one."
+            .to_string(),
+        _ => "The measurement matches **neither** fluid prediction within the bands.".to_string(),
+    };
+    let _ = writeln!(o, "\n{sentence}");
+    let diffs: Vec<String> = differences(m, pp, "per pod")
+        .into_iter()
+        .chain(differences(m, po, "pooled"))
+        .collect();
+    if !diffs.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nOutside the band ({:.0}% for times and pods, at least one pod):",
+            BAND * 100.0
+        );
+        for d in diffs {
+            let _ = writeln!(o, "- {d}");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nCPU per wall second: runner {:.1}%, meter {:.1}% of one core. Pod crashes: {}.",
+        r.runner_cpu * 100.0,
+        r.meter_cpu * 100.0,
+        summary.pod_crashes
+    );
+    let _ = writeln!(
+        o,
+        "\nFiles: `experiment.toml`, `timeseries.csv`, `decisions.csv`, `events.csv`, \
+         `summary.json`, `pods.svg`, `goodput.svg`, `wait.svg`, `loadgen/`, `logs/`."
+    );
+    o
+}
+
+/// `index.md` and `index.json` of a session: one line per case run so far.
+pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> anyhow::Result<()> {
+    let mut o = String::from("# Runs\n\n");
+    let _ = writeln!(
+        o,
+        "{} of {planned} cases run. Figures in experiment time.\n",
+        results.len()
+    );
+    o.push_str(
+        "| case | verdict | recovery: measured / per pod / pooled | peak pods | final pods | \
+         matches | record |\n|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        let _ = writeln!(
+            o,
+            "| {} {} | {} | {} / {} / {} | {} / {} / {} | {} / {} / {} | {} | {} |",
+            r.experiment,
+            r.case,
+            r.verdict,
+            recovery_cell(&r.measured),
+            recovery_cell(&r.fluid_per_pod),
+            recovery_cell(&r.fluid_pooled),
+            r.measured.peak_pods,
+            r.fluid_per_pod.peak_pods,
+            r.fluid_pooled.peak_pods,
+            r.measured.final_pods,
+            r.fluid_per_pod.final_pods,
+            r.fluid_pooled.final_pods,
+            r.matches,
+            r.dir
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+        );
+    }
+    record::write(session, "index.md", &o)?;
+    record::write(session, "index.json", &record::json(&results))?;
+    Ok(())
+}
+
+/// What the command prints at the end.
+pub fn text(session: &Path, results: &[CaseResult]) -> String {
+    let mut o = String::new();
+    for r in results {
+        let _ = writeln!(
+            o,
+            "{} {}: {} ({})\n  recovery  measured {:>13}  per-pod {:>13}  pooled {:>13}\n  \
+             pods      measured {:>2} -> {:<2}      per-pod {:>2} -> {:<2}      pooled {:>2} -> {:<2}\n  \
+             lost      measured {:>7}  per-pod {:>7}  pooled {:>7}\n  matches {}; dead time {}; \
+             CPU runner {:.1}%, meter {:.1}%\n  record {}",
+            r.experiment,
+            r.case,
+            r.verdict.to_uppercase(),
+            r.reason,
+            recovery_cell(&r.measured),
+            recovery_cell(&r.fluid_per_pod),
+            recovery_cell(&r.fluid_pooled),
+            r.measured.peak_pods,
+            r.measured.final_pods,
+            r.fluid_per_pod.peak_pods,
+            r.fluid_per_pod.final_pods,
+            r.fluid_pooled.peak_pods,
+            r.fluid_pooled.final_pods,
+            pct(r.measured.lost_fraction),
+            pct(r.fluid_per_pod.lost_fraction),
+            pct(r.fluid_pooled.lost_fraction),
+            r.matches,
+            r.dead_time_s.map_or("-".into(), |d| format!("{d:.1} s")),
+            r.runner_cpu * 100.0,
+            r.meter_cpu * 100.0,
+            r.dir.display(),
+        );
+    }
+    let _ = writeln!(
+        o,
+        "index: {}  (plots: pods.svg, goodput.svg, wait.svg in each record)",
+        session.join("index.md").display()
+    );
+    o
+}
