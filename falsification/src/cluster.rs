@@ -48,11 +48,17 @@ pub struct PodEvent {
 pub enum PodEventKind {
     Ordered,
     /// Ready; carries the measured dead time, ordered to ready, in run seconds.
-    Ready { dead_time_s: f64 },
+    Ready {
+        dead_time_s: f64,
+    },
     Terminating,
-    Exited { code: Option<i32> },
+    Exited {
+        code: Option<i32>,
+    },
     /// Exited while it was meant to be serving.
-    Crashed { code: Option<i32> },
+    Crashed {
+        code: Option<i32>,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +151,10 @@ impl EmbeddedCluster {
 
     /// Base URLs of every live pod (ready or not), oldest first.
     pub fn pod_urls(&self) -> Vec<String> {
-        self.pods.iter().map(|p| format!("http://{}", p.addr)).collect()
+        self.pods
+            .iter()
+            .map(|p| format!("http://{}", p.addr))
+            .collect()
     }
 
     /// When the cluster was created: the origin of the events' times.
@@ -215,7 +224,12 @@ impl EmbeddedCluster {
         while i < self.pods.len() {
             if let Ok(Some(status)) = self.pods[i].child.try_wait() {
                 let pod = self.pods.remove(i);
-                self.record(&pod.name, PodEventKind::Crashed { code: status.code() });
+                self.record(
+                    &pod.name,
+                    PodEventKind::Crashed {
+                        code: status.code(),
+                    },
+                );
                 changed = true;
                 continue;
             }
@@ -268,7 +282,10 @@ impl EmbeddedCluster {
             .arg(format!("--service-time={}", t.service_time))
             .arg(format!("--abandoned={}", t.abandoned))
             .arg(format!("--ready-after={}us", ready_after.as_micros()))
-            .arg(format!("--shutdown-grace={}us", t.shutdown_grace.as_micros()))
+            .arg(format!(
+                "--shutdown-grace={}us",
+                t.shutdown_grace.as_micros()
+            ))
             .arg(format!("--pod-name={name}"))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -316,9 +333,12 @@ impl EmbeddedCluster {
             let mut still = Vec::new();
             for mut t in std::mem::take(&mut self.terminating) {
                 match t.child.try_wait() {
-                    Ok(Some(status)) => {
-                        self.record(&t.name, PodEventKind::Exited { code: status.code() })
-                    }
+                    Ok(Some(status)) => self.record(
+                        &t.name,
+                        PodEventKind::Exited {
+                            code: status.code(),
+                        },
+                    ),
                     _ if now >= t.deadline => {
                         let _ = t.child.kill().await;
                         self.record(&t.name, PodEventKind::Exited { code: None });

@@ -111,7 +111,10 @@ fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> any
     let (session, results) = runtime.block_on(run_all(label, list, &opts))?;
     print!("{}", report::text(&session, &results));
     if results.iter().any(|r| !r.complete) {
-        anyhow::bail!("interrupted; the partial record is in {}", session.display());
+        anyhow::bail!(
+            "interrupted; the partial record is in {}",
+            session.display()
+        );
     }
     Ok(())
 }

@@ -164,8 +164,7 @@ pub async fn run_all(
         ))
         .context("formatting the run time")?;
     let session = opts.out.join(format!("{stamp}-{label}"));
-    std::fs::create_dir_all(&session)
-        .with_context(|| format!("creating {}", session.display()))?;
+    std::fs::create_dir_all(&session).with_context(|| format!("creating {}", session.display()))?;
     let interrupt = interrupt_signal();
     let mut results = Vec::new();
     for (e, c) in cases {
@@ -322,7 +321,7 @@ async fn run_case(
     let targets = routing.path().join("targets.txt");
     let pods_file = routing.path().join("pods.txt");
     let probe = Probe::new(Duration::from_millis(
-        (step * 800.0).clamp(100.0, 1000.0) as u64,
+        (step * 800.0).clamp(100.0, 1000.0) as u64
     ))?;
     report::write_config(dir, e, case, &se, &rs, opts, bins)?;
 
@@ -350,9 +349,10 @@ async fn run_case(
 
     let meter_listen = cluster::free_loopback_port()?;
     let meter_api = cluster::free_loopback_port()?;
-    let (window, scrape) = rs.hpa.as_ref().map_or((3.0, 0.1), |h| {
-        (h.metric_window_s, h.scrape_interval_s)
-    });
+    let (window, scrape) = rs
+        .hpa
+        .as_ref()
+        .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
     let mut cmd = Command::new(&bins.meter);
     cmd.arg("--pods-file")
         .arg(&pods_file)

@@ -7,15 +7,17 @@ use tokio::task::JoinSet;
 
 /// Samples `name{labels} value` of one Prometheus text body, comments skipped.
 fn samples(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
-    text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
-        let (series, value) = l.rsplit_once(' ')?;
-        let value: f64 = value.trim().parse().ok()?;
-        let (name, labels) = match series.split_once('{') {
-            Some((n, rest)) => (n, rest.trim_end_matches('}')),
-            None => (series, ""),
-        };
-        Some((name.trim(), labels, value))
-    })
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let value: f64 = value.trim().parse().ok()?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            Some((name.trim(), labels, value))
+        })
 }
 
 /// The sum of every series of `name` whose labels contain `label` (all series when empty).
@@ -146,8 +148,9 @@ impl Probe {
     /// `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/default/<metric>`, the items summed
     /// as the HPA does; `None` when the API errs (e.g. 503 while the meter's window fills).
     pub async fn external_metric(&self, api: std::net::SocketAddr, metric: &str) -> Option<f64> {
-        let url =
-            format!("https://{api}/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{metric}");
+        let url = format!(
+            "https://{api}/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{metric}"
+        );
         let r = self.api.get(url).send().await.ok()?;
         if !r.status().is_success() {
             return None;

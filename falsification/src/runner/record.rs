@@ -171,6 +171,11 @@ mod tests {
         assert_eq!(r.rows[1].lost, 1.0);
         let text = csv(&samples, &r, 10.0);
         assert_eq!(text.lines().count(), 9);
-        assert!(text.lines().nth(4).unwrap().starts_with("1.500,15.0,10,10,0,0,3,"));
+        assert!(
+            text.lines()
+                .nth(4)
+                .unwrap()
+                .starts_with("1.500,15.0,10,10,0,0,3,")
+        );
     }
 }

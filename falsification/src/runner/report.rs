@@ -12,7 +12,7 @@ use crate::cluster::PodEventKind;
 use crate::experiment::{Case, Experiment, Scenario};
 use crate::outcome::{self, Criteria, Outcome, Verdict};
 use crate::predict::{self, ExperimentPrediction};
-use crate::{fluid, experiment::Topology};
+use crate::{experiment::Topology, fluid};
 
 /// Relative band within which a measured recovery time or pod count "agrees" with a prediction.
 pub const BAND: f64 = 0.10;
@@ -158,7 +158,11 @@ pub fn flush_partial(
     time_scale: f64,
 ) -> anyhow::Result<()> {
     let (record, _) = measured(samples, rs, time_scale);
-    record::write(dir, "timeseries.csv", &record::csv(samples, &record, time_scale))?;
+    record::write(
+        dir,
+        "timeseries.csv",
+        &record::csv(samples, &record, time_scale),
+    )?;
     let partial = serde_json::json!({
         "complete": false,
         "verdict": "incomplete",
@@ -290,6 +294,11 @@ pub fn finish(
     let mut ran = se.clone();
     if let (Some(h), Some(d)) = (ran.hpa.as_mut(), dead_time_s) {
         h.dead_time_s = d;
+    }
+    if !m.complete {
+        // An interrupted run is compared over the span it covered.
+        let reached = m.samples.last().map_or(0.0, |x| x.t) * s;
+        ran.horizon_s = ran.horizon_s.min(reached.max(1.0));
     }
     let ran_case = Case {
         scenario: ran.clone(),

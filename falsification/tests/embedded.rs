@@ -1,0 +1,256 @@
+//! End-to-end runs on the embedded cluster with the real `service`, `meter` and `loadgen`
+//! binaries (built here if missing), compressed: time scale 10, rate scale 0.25 (25 req/s per
+//! pod, so the timeout is still 25 service times), shortened horizons.
+//!
+//! The bands are around the PER-POD fluid prediction for the configuration that ran: the
+//! embedded cluster runs one FIFO per pod and new pods start empty, which is what that model
+//! describes (the pooled model is one shared FIFO, which no cluster of pods runs).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The runs share two cores: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn bin_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_falsification"));
+    exe.parent().expect("binary has a directory").to_path_buf()
+}
+
+/// `cargo test -p falsification` does not build the other crates' binaries: build them.
+fn ensure_binaries() {
+    let dir = bin_dir();
+    if ["service", "meter", "loadgen"]
+        .iter()
+        .all(|b| dir.join(b).is_file())
+    {
+        return;
+    }
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "service", "-p", "meter", "-p", "loadgen"])
+        .status()
+        .expect("running cargo build");
+    assert!(
+        status.success(),
+        "building service, meter and loadgen failed"
+    );
+}
+
+fn kit_processes() -> Vec<(u32, String)> {
+    let dir = bin_dir();
+    let ours: Vec<PathBuf> = ["service", "meter", "loadgen"]
+        .iter()
+        .map(|b| dir.join(b))
+        .collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc") {
+        let Ok(entry) = entry else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(exe) = std::fs::read_link(entry.path().join("exe"))
+            && ours.contains(&exe)
+        {
+            found.push((pid, exe.display().to_string()));
+        }
+    }
+    found
+}
+
+/// No `service`, `meter` or `loadgen` of this build is left running (a few seconds to exit).
+fn assert_no_process_left() {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = kit_processes();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn falsification(args: &[&str], out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_falsification"));
+    c.args(args)
+        .args(["--time-scale", "10", "--rate-scale", "0.25", "--out"])
+        .arg(out)
+        .stdin(Stdio::null());
+    c
+}
+
+/// The single case directory of a session under `out`.
+fn case_dir(out: &Path) -> PathBuf {
+    let session = std::fs::read_dir(out)
+        .unwrap()
+        .next()
+        .expect("a session directory")
+        .unwrap()
+        .path();
+    assert!(session.join("index.md").is_file());
+    std::fs::read_dir(&session)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .expect("a case directory")
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn run_case(args: &[&str]) -> (tempfile::TempDir, PathBuf, Value) {
+    ensure_binaries();
+    let out = tempfile::tempdir().unwrap();
+    let result = falsification(args, out.path()).output().unwrap();
+    assert!(
+        result.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(stdout.contains("recovery  measured") && stdout.contains("record "));
+    assert_no_process_left();
+    let dir = case_dir(out.path());
+    let summary = read_json(&dir.join("summary.json"));
+    check_files(&dir);
+    (out, dir, summary)
+}
+
+fn check_files(dir: &Path) {
+    let config: toml::Value =
+        toml::from_str(&std::fs::read_to_string(dir.join("experiment.toml")).unwrap()).unwrap();
+    assert_eq!(config["time_scale"].as_float(), Some(10.0));
+    assert!(
+        config["versions"]["service"]
+            .as_str()
+            .unwrap()
+            .contains("service")
+    );
+    let csv = std::fs::read_to_string(dir.join("timeseries.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    for col in [
+        "first_attempts",
+        "attempts",
+        "successes",
+        "timeouts_sent",
+        "lost_started",
+        "pods_desired",
+        "pods_ready",
+        "queue_total",
+        "queue_max",
+        "meter_ingress_rate",
+        "hpa_recommendation",
+    ] {
+        assert!(header.contains(&col), "column {col} missing");
+    }
+    for line in csv.lines().skip(1) {
+        assert_eq!(line.split(',').count(), header.len(), "row {line}");
+    }
+    assert!(
+        std::fs::read_to_string(dir.join("report.md"))
+            .unwrap()
+            .contains("Verdict")
+    );
+    for svg in ["pods.svg", "goodput.svg", "wait.svg"] {
+        let text = std::fs::read_to_string(dir.join(svg)).unwrap();
+        assert!(text.contains("<svg") && text.contains("polyline"), "{svg}");
+    }
+}
+
+fn within(measured: f64, predicted: f64, rel: f64, abs: f64) -> bool {
+    (measured - predicted).abs() <= (rel * predicted).max(abs)
+}
+
+#[test]
+fn f3_first_attempt_stays_trapped_at_twenty_pods() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, _dir, s) = run_case(&["run", "F3", "--signal", "first", "--horizon", "300s"]);
+    let m = &s["measured"];
+    let p = &s["predicted_experiment_time"]["fluid_per_pod"];
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["verdict"], "held", "{s}");
+    assert_eq!(m["trapped"], p["trapped"]);
+    assert_eq!(m["trapped"], true);
+    for f in ["peak_pods", "final_pods"] {
+        let (a, b) = (m[f].as_f64().unwrap(), p[f].as_f64().unwrap());
+        assert!(within(a, b, 0.1, 1.0), "{f}: measured {a}, per pod {b}");
+    }
+    // The dead time the predictions used is the measured one, near the configured 90 s.
+    let dead = m["dead_time_s"].as_f64().unwrap();
+    assert!((88.0..100.0).contains(&dead), "dead time {dead}");
+    assert!(s["predicted"]["cases"][0]["fluid_per_pod"].is_object());
+}
+
+#[test]
+fn f4_paired_step_follows_the_per_pod_prediction() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, dir, s) = run_case(&["run", "F4", "--case", "paired-step", "--horizon", "500s"]);
+    let m = &s["measured"];
+    let p = &s["predicted_experiment_time"]["fluid_per_pod"];
+    assert_eq!(s["complete"], true);
+    // The verdict is whatever the per-pod model predicts for this configuration.
+    let predicted_trapped = p["trapped"].as_bool().unwrap();
+    assert_eq!(m["trapped"].as_bool().unwrap(), predicted_trapped, "{s}");
+    let expected = if predicted_trapped { "refuted" } else { "held" };
+    assert_eq!(s["verdict"], expected);
+    if let (Some(a), Some(b)) = (m["recovery_s"].as_f64(), p["recovery_s"].as_f64()) {
+        assert!(within(a, b, 0.15, 20.0), "recovery {a} vs per pod {b}");
+    }
+    let (peak, peak_p) = (
+        m["peak_pods"].as_f64().unwrap(),
+        p["peak_pods"].as_f64().unwrap(),
+    );
+    assert!(within(peak, peak_p, 0.1, 1.0), "peak {peak} vs {peak_p}");
+    let (fin, fin_p) = (
+        m["final_pods"].as_f64().unwrap(),
+        p["final_pods"].as_f64().unwrap(),
+    );
+    assert!(within(fin, fin_p, 0.15, 3.0), "final {fin} vs {fin_p}");
+    let (lost, lost_p) = (
+        m["lost_fraction"].as_f64().unwrap(),
+        p["lost_fraction"].as_f64().unwrap(),
+    );
+    assert!(
+        (lost - lost_p).abs() < 0.1,
+        "lost {lost} vs per pod {lost_p}"
+    );
+    // The controller read the meter's API and scaled: decisions were recorded.
+    let decisions = std::fs::read_to_string(dir.join("decisions.csv")).unwrap();
+    assert!(decisions.lines().any(|l| l.contains(",true,")));
+}
+
+#[test]
+fn ctrl_c_keeps_a_readable_partial_record() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    ensure_binaries();
+    let out = tempfile::tempdir().unwrap();
+    let mut child = falsification(&["run", "F2", "--case", "rho-30"], out.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Into the spike (warm-up 6 s run), then Ctrl-C.
+    std::thread::sleep(Duration::from_secs(14));
+    assert!(!kit_processes().is_empty(), "the run started its processes");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "an interrupted run exits non-zero");
+    assert_no_process_left();
+    let dir = case_dir(out.path());
+    let s = read_json(&dir.join("summary.json"));
+    assert_eq!(s["complete"], false);
+    assert_eq!(s["verdict"], "incomplete");
+    let csv = std::fs::read_to_string(dir.join("timeseries.csv")).unwrap();
+    assert!(
+        csv.lines().count() > 20,
+        "rows kept: {}",
+        csv.lines().count()
+    );
+    assert!(dir.join("pods.svg").is_file());
+}
