@@ -20,6 +20,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size difference between subcommands does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Predict an experiment (F1-F4, `all`, or a TOML file) or an ad-hoc scenario from flags, with the

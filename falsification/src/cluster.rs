@@ -275,8 +275,7 @@ impl EmbeddedCluster {
                 source,
             })?;
         let mut command = Command::new(&t.binary);
-        die_with_parent(&mut command);
-        let child = command
+        command
             .arg(format!("--listen={addr}"))
             .arg(format!("--rate={}", t.rate))
             .arg(format!("--service-time={}", t.service_time))
@@ -286,17 +285,11 @@ impl EmbeddedCluster {
                 "--shutdown-grace={}us",
                 t.shutdown_grace.as_micros()
             ))
-            .arg(format!("--pod-name={name}"))
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| ClusterError::Spawn {
-                path: t.binary.clone(),
-                source,
-            })?;
+            .arg(format!("--pod-name={name}"));
+        let child = spawn_child(command, log).map_err(|source| ClusterError::Spawn {
+            path: t.binary.clone(),
+            source,
+        })?;
         self.record(&name, PodEventKind::Ordered);
         self.pods.push(Pod {
             name,
@@ -380,9 +373,22 @@ impl EmbeddedCluster {
     }
 }
 
+/// Spawns a kit process quietly (`RUST_LOG=warn`, stderr to `log`, no stdin/stdout), killed
+/// when dropped and when the runner dies.
+pub fn spawn_child(mut command: Command, log: std::fs::File) -> std::io::Result<Child> {
+    die_with_parent(&mut command);
+    command
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true)
+        .spawn()
+}
+
 /// Makes the kernel kill the child if the runner dies without reaping it (SIGKILL, abort):
 /// `kill_on_drop` covers errors and panics, this covers the rest.
-pub fn die_with_parent(command: &mut Command) {
+fn die_with_parent(command: &mut Command) {
     // SAFETY: prctl is async-signal-safe and touches only the child being set up.
     unsafe {
         command.pre_exec(|| {

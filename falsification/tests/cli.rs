@@ -5,8 +5,29 @@ use falsification::cli::{self, Cli, Command};
 use falsification::{predict, report};
 
 fn args(argv: &[&str]) -> cli::PredictArgs {
-    let Command::Predict(a) = Cli::try_parse_from(argv).unwrap().command;
-    a
+    match Cli::try_parse_from(argv).unwrap().command {
+        Command::Predict(a) => a,
+        other => panic!("not predict: {other:?}"),
+    }
+}
+
+#[test]
+fn run_and_suite_parse_with_their_defaults() {
+    let Command::Run(r) = Cli::try_parse_from(["falsification", "run", "F3", "--signal", "first"])
+        .unwrap()
+        .command
+    else {
+        panic!("not run");
+    };
+    assert_eq!((r.experiment.as_str(), r.common.time_scale), ("F3", 10.0));
+    assert_eq!(r.common.rate_scale, 1.0);
+    let Command::Suite(s) = Cli::try_parse_from(["falsification", "suite", "--only", "F2,F3"])
+        .unwrap()
+        .command
+    else {
+        panic!("not suite");
+    };
+    assert_eq!(s.only, Some(vec!["F2".to_string(), "F3".to_string()]));
 }
 
 #[test]

@@ -21,7 +21,6 @@ pub mod report;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -238,17 +237,9 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> String {
     out.join(",")
 }
 
-fn spawn(mut command: Command, what: &Path, log: &Path) -> anyhow::Result<Child> {
+fn spawn(command: Command, what: &Path, log: &Path) -> anyhow::Result<Child> {
     let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    cluster::die_with_parent(&mut command);
-    command
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", what.display()))
+    cluster::spawn_child(command, log).with_context(|| format!("starting {}", what.display()))
 }
 
 /// SIGTERM, then up to `grace` for it to exit, then SIGKILL; always reaped.
@@ -524,4 +515,52 @@ async fn run_case(
         meter_cpu_s,
     };
     report::finish(dir, e, case, &se, opts, &measured)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::load;
+
+    #[test]
+    fn schedules_follow_the_case_in_run_time() {
+        let f2 = load("F2").unwrap().cases[0].scenario.time_scaled(10.0);
+        // 120/s base, 5x for 30 s after a 6 s warm-up; ends when the model's record ends (horizon + 2 retries + timeout).
+        assert_eq!(
+            schedule(&f2, 1.0),
+            "0us:120,6000000us:600,36000000us:120,2009000000us:end"
+        );
+        let mut f1 = load("F1").unwrap().cases[0].scenario.clone();
+        f1.horizon_s = 100.0;
+        assert_eq!(schedule(&f1, 1.0), "0us:200,130000000us:end");
+    }
+
+    #[test]
+    fn a_missing_binary_names_its_path_and_the_build_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Binaries::locate(Some(dir.path())).unwrap_err().to_string();
+        assert!(
+            e.contains("service") && e.contains("cargo build --release --workspace"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn resolved_scales_rates_and_caps_the_autoscaled_warmup() {
+        let case = &load("F3").unwrap().cases[0];
+        let opts = RunOptions {
+            time_scale: 10.0,
+            rate_scale: 0.25,
+            out: PathBuf::new(),
+            seed: 1,
+            warmup_s: None,
+            bin_dir: None,
+            progress: false,
+        };
+        let s = resolved(case, &opts);
+        assert_eq!((s.rate_per_pod, s.rho, s.warmup_s), (25.0, 0.5, 60.0));
+        assert!(s.seeds.is_empty());
+        assert_eq!(row_step(10.0), 0.25);
+        assert_eq!(row_step(1.0), 1.0);
+    }
 }
