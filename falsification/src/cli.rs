@@ -32,6 +32,9 @@ pub enum Command {
     Run(crate::runner::command::RunArgs),
     /// Run F1-F4 (or --only some) on the embedded cluster, with an index of verdicts.
     Suite(crate::runner::command::SuiteArgs),
+    /// Plan (and with --yes run) a trigger test against a staging target: spike it past its client
+    /// timeout, return to base load, measure recovery and amplification.
+    Trigger(crate::trigger::TriggerArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -257,5 +260,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run(args) => crate::runner::command::run(&args),
         Command::Suite(args) => crate::runner::command::suite(&args),
+        Command::Trigger(args) => crate::trigger::command(&args),
     }
 }

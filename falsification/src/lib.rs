@@ -16,7 +16,8 @@
 //! - [`predict`]: every model for a case; [`report`]: text and JSON.
 //! - [`cluster`]: the embedded cluster (`service` processes as pods, routing files, reaping).
 //! - [`runner`]: `run` / `suite` on the embedded cluster: records, verdicts, plots.
-//! - [`cli`]: the `falsification` command line (`predict`, `run`, `suite`).
+//! - [`trigger`]: `trigger`, the destructive trigger test against a staging target: plan, run, measure.
+//! - [`cli`]: the `falsification` command line (`predict`, `run`, `suite`, `trigger`).
 
 pub mod budget;
 pub mod cli;
@@ -32,3 +33,4 @@ pub mod outcome;
 pub mod predict;
 pub mod report;
 pub mod runner;
+pub mod trigger;

@@ -8,18 +8,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The runs share two cores: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn bin_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_falsification"));
-    exe.parent().expect("binary has a directory").to_path_buf()
-}
+mod common;
+use common::{SERIAL, bin_dir};
 
 /// `cargo test -p falsification` does not build the other crates' binaries: build them.
 fn ensure_binaries() {

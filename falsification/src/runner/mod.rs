@@ -64,6 +64,15 @@ pub struct Binaries {
 impl Binaries {
     /// Next to the running executable (or in `dir`); an error names the first missing one.
     pub fn locate(dir: Option<&Path>) -> anyhow::Result<Binaries> {
+        Ok(Binaries {
+            service: Binaries::find(dir, "service")?,
+            meter: Binaries::find(dir, "meter")?,
+            loadgen: Binaries::find(dir, "loadgen")?,
+        })
+    }
+
+    /// One kit binary, next to the running executable (or in `dir`).
+    pub fn find(dir: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
         let dir = match dir {
             Some(d) => d.to_path_buf(),
             None => {
@@ -76,23 +85,16 @@ impl Binaries {
                 d
             }
         };
-        let find = |name: &str| {
-            let p = dir.join(name);
-            if p.is_file() {
-                Ok(p)
-            } else {
-                bail!(
-                    "missing {}: build the kit with `cargo build --release --workspace` \
-                     (or pass --bin-dir)",
-                    p.display()
-                )
-            }
-        };
-        Ok(Binaries {
-            service: find("service")?,
-            meter: find("meter")?,
-            loadgen: find("loadgen")?,
-        })
+        let p = dir.join(name);
+        if p.is_file() {
+            Ok(p)
+        } else {
+            bail!(
+                "missing {}: build the kit with `cargo build --release --workspace` \
+                 (or pass --bin-dir)",
+                p.display()
+            )
+        }
     }
 }
 
@@ -203,7 +205,7 @@ pub fn row_step(time_scale: f64) -> f64 {
     (1.0 / time_scale).max(0.25)
 }
 
-fn micros(s: f64) -> String {
+pub(crate) fn micros(s: f64) -> String {
     format!("{}us", (s * 1e6).round() as u64)
 }
 
@@ -237,13 +239,13 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> String {
     out.join(",")
 }
 
-fn spawn(command: Command, what: &Path, log: &Path) -> anyhow::Result<Child> {
+pub(crate) fn spawn(command: Command, what: &Path, log: &Path) -> anyhow::Result<Child> {
     let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     cluster::spawn_child(command, log).with_context(|| format!("starting {}", what.display()))
 }
 
 /// SIGTERM, then up to `grace` for it to exit, then SIGKILL; always reaped.
-async fn stop(child: &mut Child, grace: Duration) {
+pub(crate) async fn stop(child: &mut Child, grace: Duration) {
     if let Some(pid) = child.id() {
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };

@@ -7,9 +7,14 @@ use plotters::prelude::*;
 use super::record::Sample;
 use crate::outcome::Record;
 
-type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+pub(crate) type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
 
-fn chart(path: &Path, title: &str, y_label: &str, series: &[Series]) -> anyhow::Result<()> {
+pub(crate) fn chart(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[Series],
+) -> anyhow::Result<()> {
     let points = || series.iter().flat_map(|s| s.2.iter());
     let (x0, x1) = points().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
         (a.min(p.0), b.max(p.0))

@@ -1,0 +1,229 @@
+//! `falsification trigger` end to end on loopback: the safety rails (dry run, refusal, max
+//! duration) and two live cases against the kit's own `service` pod at a compressed scale
+//! (pod 100/s, timeout 1 s, R = 2, so A = 3).
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{SERIAL, bin_dir};
+
+/// `cargo test -p falsification` does not build the other crates' binaries: build them.
+fn ensure_binaries() {
+    let dir = bin_dir();
+    if ["service", "loadgen"].iter().all(|b| dir.join(b).is_file()) {
+        return;
+    }
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "service", "-p", "loadgen"])
+        .status()
+        .expect("running cargo build");
+    assert!(status.success(), "building service and loadgen failed");
+}
+
+fn trigger(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .arg("trigger")
+        .args(args)
+        .output()
+        .expect("running falsification trigger")
+}
+
+/// A listener that must see no connection.
+fn silent_listener() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/work", l.local_addr().unwrap());
+    (l, url)
+}
+
+fn assert_no_connection(l: &TcpListener) {
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection reached the target"
+    );
+}
+
+#[test]
+fn dry_run_sends_nothing() {
+    let (l, url) = silent_listener();
+    let out = trigger(&[
+        "--target",
+        &url,
+        "--rate",
+        "50",
+        "--capacity",
+        "100",
+        "--timeout",
+        "1s",
+        "--dry-run",
+        "--yes",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("A rho = 1.500") && text.contains("TRAPPED"),
+        "{text}"
+    );
+    assert_no_connection(&l);
+}
+
+#[test]
+fn refuses_without_yes_or_target() {
+    let (l, url) = silent_listener();
+    let out = trigger(&[
+        "--target",
+        &url,
+        "--rho",
+        "0.5",
+        "--rate",
+        "50",
+        "--timeout",
+        "1s",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without --yes"), "{err}");
+    let out = trigger(&["--rho", "0.5", "--rate", "50", "--timeout", "1s", "--yes"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no --target"));
+    assert_no_connection(&l);
+}
+
+/// One `service` pod at 100/s on a free loopback port, killed and reaped on drop.
+struct Pod(Child, String);
+
+impl Pod {
+    fn start() -> Pod {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(bin_dir().join("service"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--rate", "100"])
+            .args(["--ready-after", "0s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting service");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "service did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Pod(child, format!("http://127.0.0.1:{port}/work"))
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn record(dir: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join("record.json")).expect("record.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn max_duration_stops_the_load() {
+    ensure_binaries();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pod = Pod::start();
+    let out_dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = trigger(&[
+        "--target",
+        &pod.1,
+        "--rate",
+        "20",
+        "--capacity",
+        "100",
+        "--timeout",
+        "1s",
+        "--yes",
+        "--max-duration",
+        "2s",
+        "--out",
+        out_dir.path().to_str().unwrap(),
+    ]);
+    let took = started.elapsed();
+    assert!(out.status.success(), "{out:?}");
+    // Planned ~25 s; stopped at 2 s plus at most the drain of one timeout and the grace.
+    assert!(took < Duration::from_secs(12), "took {took:?}");
+    let csv = std::fs::read_to_string(out_dir.path().join("loadgen/timeseries.csv")).unwrap();
+    let last_sending = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.get(3)?.parse::<f64>().ok()? > 0.0).then(|| f[0].parse::<f64>().unwrap())
+        })
+        .fold(0.0, f64::max);
+    assert!(
+        last_sending <= 2.0,
+        "first attempts sent in second {last_sending}"
+    );
+    let r = record(out_dir.path());
+    assert_eq!(r["measured"]["complete"], false);
+}
+
+/// A live run against a fresh pod at `rate`/s of its 100/s; the record and the run's directory.
+fn live(rate: &str) -> (tempfile::TempDir, serde_json::Value) {
+    ensure_binaries();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pod = Pod::start();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = trigger(&[
+        "--target",
+        &pod.1,
+        "--rate",
+        rate,
+        "--capacity",
+        "100",
+        "--timeout",
+        "1s",
+        "--yes",
+        "--out",
+        out_dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let r = record(out_dir.path());
+    (out_dir, r)
+}
+
+#[test]
+fn trapped_case_is_reported_trapped_with_the_configured_amplification() {
+    // rho 0.5, A rho 1.5: spike 4x for 2 s, then 9 s of base load.
+    let (dir, r) = live("50");
+    let m = &r["measured"];
+    assert_eq!(m["outcome"]["triggered"], true, "{m}");
+    assert_eq!(m["outcome"]["trapped"], true, "{m}");
+    let a = m["amplification"].as_f64().expect("amplification");
+    assert!((2.6..=3.4).contains(&a), "measured A {a}");
+    for f in ["report.md", "plan.json", "trigger.svg"] {
+        assert!(dir.path().join(f).is_file(), "{f}");
+    }
+}
+
+#[test]
+fn recovering_case_recovers_near_the_prediction() {
+    // rho 0.2, A rho 0.6: spike 10x for 2 s; predicted recovery 13.75 s (closed form).
+    let (_dir, r) = live("20");
+    let m = &r["measured"];
+    assert_eq!(m["outcome"]["triggered"], true, "{m}");
+    assert_eq!(m["outcome"]["trapped"], false, "{m}");
+    let measured = m["outcome"]["recovery_s"].as_f64().expect("recovered");
+    let predicted = r["plan"]["recovery_closed_s"].as_f64().unwrap();
+    // Band: half to one and a half times the prediction (Poisson arrivals, noisy shared cores).
+    assert!(
+        (0.5 * predicted..=1.5 * predicted).contains(&measured),
+        "measured {measured} s, predicted {predicted} s"
+    );
+}
