@@ -454,7 +454,12 @@ fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
         m.outcome.triggered,
         laws::spike_triggers(p.k, p.rho, p.spike_s, p.timeout_s)
     );
-    let _ = writeln!(t, "| trapped | {} | {} |", m.outcome.trapped, p.trapped);
+    // A run cut short while failing has not shown a trap, only no recovery yet.
+    let trapped = match (m.outcome.trapped, m.complete) {
+        (true, false) => "not recovered when the run was cut".to_string(),
+        (t, _) => t.to_string(),
+    };
+    let _ = writeln!(t, "| trapped | {trapped} | {} |", p.trapped);
     let _ = writeln!(
         t,
         "| recovery after the spike | {} | closed form {}, fluid {} |",
