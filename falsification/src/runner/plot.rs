@@ -5,6 +5,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::record::Sample;
+use crate::cluster::write_atomically;
 use crate::outcome::Record;
 
 pub(crate) type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
@@ -21,10 +22,10 @@ pub(crate) fn chart(
     });
     let y1 = points().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.08;
     let (x0, x1) = if x0 < x1 { (x0, x1) } else { (0.0, 1.0) };
-    // Written to a temporary file and renamed, like every record file.
-    let tmp = path.with_extension("svg.tmp");
+    // Rendered in memory, then written atomically like every record file.
+    let mut svg = String::new();
     {
-        let root = SVGBackend::new(&tmp, (960, 420)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (960, 420)).into_drawing_area();
         root.fill(&WHITE)?;
         let mut c = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
@@ -48,7 +49,7 @@ pub(crate) fn chart(
             .draw()?;
         root.present()?;
     }
-    std::fs::rename(&tmp, path)?;
+    write_atomically(path, &svg)?;
     Ok(())
 }
 
