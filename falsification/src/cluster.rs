@@ -301,13 +301,8 @@ impl EmbeddedCluster {
         Ok(())
     }
 
-    fn terminate(&mut self, mut pod: Pod) {
-        if let Some(pid) = pod.child.id() {
-            // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-        } else {
-            let _ = pod.child.start_kill();
-        }
+    fn terminate(&mut self, pod: Pod) {
+        sigterm(&pod.child);
         self.record(&pod.name, PodEventKind::Terminating);
         // A little beyond the pod's own grace, so it can exit by itself.
         let deadline = Instant::now() + self.template.shutdown_grace + Duration::from_secs(2);
@@ -384,6 +379,14 @@ pub fn spawn_child(mut command: Command, log: std::fs::File) -> std::io::Result<
         .stderr(Stdio::from(log))
         .kill_on_drop(true)
         .spawn()
+}
+
+/// Asks a child to stop gracefully (SIGTERM); a child already reaped has nothing to stop.
+pub fn sigterm(child: &Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    }
 }
 
 /// Makes the kernel kill the child if the runner dies without reaping it (SIGKILL, abort):

@@ -246,10 +246,7 @@ pub(crate) fn spawn(command: Command, what: &Path, log: &Path) -> anyhow::Result
 
 /// SIGTERM, then up to `grace` for it to exit, then SIGKILL; always reaped.
 pub(crate) async fn stop(child: &mut Child, grace: Duration) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-    }
+    cluster::sigterm(child);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         let _ = child.kill().await;
     }
