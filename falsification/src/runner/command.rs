@@ -32,6 +32,11 @@ pub struct CommonArgs {
     /// autoscaled: two metric windows].
     #[arg(long, env = "FALSIFICATION_WARMUP")]
     pub warmup: Option<String>,
+    /// Cases run at once, each with its own pods, meter and loadgen. The light fixed-capacity
+    /// cases (F1, F2: 4 pods, hours of experiment time) fit side by side on 2 cores; the
+    /// autoscaled ones (F3, F4: up to 50 pods) are best run alone.
+    #[arg(long, default_value_t = 1, env = "FALSIFICATION_JOBS")]
+    pub jobs: usize,
     /// Directory holding the `service`, `meter` and `loadgen` binaries [default: beside this one].
     #[arg(long, env = "FALSIFICATION_BIN_DIR")]
     pub bin_dir: Option<PathBuf>,
@@ -105,10 +110,7 @@ fn cases(e: &Experiment, signal: Option<SignalArg>, name: Option<&str>) -> Vec<(
 
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
     let opts = common.options()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (session, results) = runtime.block_on(run_all(label, list, &opts))?;
+    let (session, results) = run_all(label, list, &opts, common.jobs)?;
     print!("{}", report::text(&session, &results));
     if results.iter().any(|r| !r.complete) {
         anyhow::bail!(

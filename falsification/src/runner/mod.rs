@@ -145,18 +145,25 @@ pub fn interrupt_signal() -> watch::Receiver<bool> {
     rx
 }
 
-/// Runs `cases` (experiment, case) into `<out>/<UTC>-<label>/`, one directory per case, then
-/// writes the index. Stops after the case an interrupt cut short.
-pub async fn run_all(
+/// Runs `cases` (experiment, case) into `<out>/<UTC>-<label>/`, one directory per case, up to
+/// `jobs` at once, then writes the index (rewritten as each case ends, in suite order). Each
+/// case runs on its own thread with its own runtime, pods, meter and loadgen, so the runner's
+/// CPU figure is that thread's. An interrupt stops every running case (each writes what it
+/// has) and starts no new one; a case that fails does not stop the others.
+pub fn run_all(
     label: &str,
     cases: &[(Experiment, Case)],
     opts: &RunOptions,
+    jobs: usize,
 ) -> anyhow::Result<(PathBuf, Vec<CaseResult>)> {
     if !(opts.time_scale > 0.0 && opts.time_scale.is_finite()) {
         bail!("--time-scale must be positive, got {}", opts.time_scale);
     }
     if !(opts.rate_scale > 0.0 && opts.rate_scale.is_finite()) {
         bail!("--rate-scale must be positive, got {}", opts.rate_scale);
+    }
+    if jobs == 0 {
+        bail!("--jobs must be at least 1, got 0");
     }
     let bins = Binaries::locate(opts.bin_dir.as_deref())?;
     let stamp = time::OffsetDateTime::now_utc()
@@ -166,19 +173,63 @@ pub async fn run_all(
         .context("formatting the run time")?;
     let session = opts.out.join(format!("{stamp}-{label}"));
     std::fs::create_dir_all(&session).with_context(|| format!("creating {}", session.display()))?;
-    let interrupt = interrupt_signal();
-    let mut results = Vec::new();
-    for (e, c) in cases {
-        let dir = session.join(format!("{}-{}", e.id, c.scenario.name));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let r = run_case(e, c, &dir, opts, &bins, interrupt.clone()).await?;
-        let stop = !r.complete;
-        results.push(r);
-        report::write_index(&session, &results, cases.len())?;
-        if stop {
-            break;
-        }
+    // Signals are watched on a runtime of their own, whatever the case threads are doing.
+    let signals = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let interrupt = {
+        let _entered = signals.enter();
+        interrupt_signal()
+    };
+    let bars = indicatif::MultiProgress::new();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: std::sync::Mutex<Vec<Option<CaseResult>>> =
+        std::sync::Mutex::new(vec![None; cases.len()]);
+    let errors = std::thread::scope(|scope| {
+        let worker = || -> anyhow::Result<()> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i >= cases.len() || *interrupt.borrow() {
+                    return Ok(());
+                }
+                let (e, c) = &cases[i];
+                let dir = session.join(format!("{}-{}", e.id, c.scenario.name));
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                let run = run_case(e, c, &dir, opts, &bins, interrupt.clone(), &bars);
+                let r = runtime
+                    .block_on(run)
+                    .with_context(|| format!("{} {}", e.id, c.scenario.name))?;
+                let mut done = slots.lock().unwrap_or_else(|p| p.into_inner());
+                done[i] = Some(r);
+                let ended: Vec<CaseResult> = done.iter().flatten().cloned().collect();
+                report::write_index(&session, &ended, cases.len())?;
+            }
+        };
+        let workers: Vec<_> = (0..jobs.min(cases.len()))
+            .map(|_| scope.spawn(worker))
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|w| match w.join() {
+                Ok(r) => r.err(),
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect::<Vec<_>>()
+    });
+    if let Some(first) = errors.into_iter().next() {
+        return Err(first);
     }
+    let results = slots
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .flatten()
+        .collect();
     Ok((session, results))
 }
 
@@ -252,7 +303,8 @@ pub(crate) async fn stop(child: &mut Child, grace: Duration) {
     }
 }
 
-/// CPU seconds (user + system) of a process so far, from `/proc/<pid>/stat`.
+/// CPU seconds (user + system) of a process so far, from `/proc/<pid>/stat` (`self` for this
+/// process, `thread-self` for the calling thread).
 pub fn cpu_seconds(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start after the last ')'.
@@ -301,6 +353,7 @@ async fn run_case(
     opts: &RunOptions,
     bins: &Binaries,
     mut interrupt: watch::Receiver<bool>,
+    bars: &indicatif::MultiProgress,
 ) -> anyhow::Result<CaseResult> {
     let se = resolved(case, opts);
     let rs = se.time_scaled(opts.time_scale);
@@ -387,7 +440,7 @@ async fn run_case(
     if rs.abandoned == Abandoned::Drop {
         cmd.arg("--deadline");
     }
-    let runner_cpu0 = cpu_seconds("self").unwrap_or(0.0);
+    let runner_cpu0 = cpu_seconds("thread-self").unwrap_or(0.0);
     let meter_pid = meter.id().map(|p| p.to_string()).unwrap_or_default();
     let meter_cpu0 = cpu_seconds(&meter_pid).unwrap_or(0.0);
     let mut loadgen = spawn(cmd, &bins.loadgen, &logs.join("loadgen.log"))?;
@@ -415,7 +468,11 @@ async fn run_case(
     let mut samples: Vec<Sample> = Vec::new();
     let mut waits: Vec<HashMap<String, f64>> = Vec::new();
     let mut prev = LoadCounters::default();
-    let status = report::Status::new(opts.progress && std::io::stderr().is_terminal(), n_rows);
+    let status = report::Status::new(
+        opts.progress && std::io::stderr().is_terminal(),
+        n_rows,
+        bars,
+    );
     let mut last_flush = Instant::now();
     let mut complete = true;
 
@@ -493,7 +550,7 @@ async fn run_case(
 
     // Orderly shutdown: clients first, then the meter, then the pods.
     let wall_s = t0.elapsed().as_secs_f64();
-    let runner_cpu_s = cpu_seconds("self").unwrap_or(0.0) - runner_cpu0;
+    let runner_cpu_s = cpu_seconds("thread-self").unwrap_or(0.0) - runner_cpu0;
     let meter_cpu_s = cpu_seconds(&meter_pid).unwrap_or(0.0) - meter_cpu0;
     stop(&mut loadgen, Duration::from_secs_f64(rs.timeout_s + 5.0)).await;
     stop(&mut meter, Duration::from_secs(5)).await;

@@ -107,13 +107,13 @@ pub fn write_config(
     Ok(())
 }
 
-/// The live status line; a no-op unless enabled (a terminal).
+/// The live status line, one per running case; a no-op unless enabled (a terminal).
 pub struct Status(Option<indicatif::ProgressBar>);
 
 impl Status {
-    pub fn new(enabled: bool, rows: usize) -> Status {
+    pub fn new(enabled: bool, rows: usize, bars: &indicatif::MultiProgress) -> Status {
         Status(enabled.then(|| {
-            let bar = indicatif::ProgressBar::new(rows as u64);
+            let bar = bars.add(indicatif::ProgressBar::new(rows as u64));
             bar.set_style(
                 indicatif::ProgressStyle::with_template("{msg} ETA {eta}")
                     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
