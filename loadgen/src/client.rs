@@ -2,15 +2,23 @@
 //!
 //! HTTP/1.1: an attempt takes an idle keep-alive connection or opens a new one to a random
 //! target; it owns that connection until the response is read, so every attempt to a server
-//! that does not answer holds its own socket. Dropping the attempt (its timeout fired) drops
-//! the connection, which aborts the task driving it and closes the socket: the server sees the
-//! client go, as with a real client that gives up.
+//! that does not answer holds its own socket. The attempt's own task drives the connection
+//! (no task per connection, no channel hop: the response wakes the attempt directly); an idle
+//! connection is not polled, and one the server closed meanwhile is found out on reuse and the
+//! request resent on a fresh one. Dropping the attempt (its timeout fired) drops the connection
+//! with a reset: the server sees the client go, as with a real client that gives up, and this
+//! side keeps no TIME_WAIT, which at thousands of abandoned attempts a second would hold every
+//! ephemeral port.
 //!
 //! h2c: one shared connection per target; dropping an attempt resets its stream only.
 
+use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -38,7 +46,40 @@ impl Drop for AbortOnDrop {
 struct H1Conn {
     target: Arc<Target>,
     sender: http1::SendRequest<Empty<Bytes>>,
-    _driver: AbortOnDrop,
+    /// Polled only while an attempt uses the connection; `None` once it has ended.
+    driver: Option<http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>,
+    fd: RawFd,
+}
+
+impl H1Conn {
+    fn usable(&self) -> bool {
+        self.driver.is_some() && !self.sender.is_closed() && !self.target.is_retired()
+    }
+}
+
+/// Set while an attempt owns a connection: if the attempt is dropped (abandoned at its
+/// timeout), the socket is reset on close (`SO_LINGER` 0) rather than closed gracefully.
+struct ResetIfAbandoned(Option<RawFd>);
+
+impl Drop for ResetIfAbandoned {
+    fn drop(&mut self) {
+        let Some(fd) = self.0 else { return };
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: `fd` is the socket of the connection dropped right after this guard (declared
+        // before it, so still open); the option value has the size given.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+    }
 }
 
 struct H2Conn {
@@ -92,18 +133,22 @@ impl Client {
             Some(c) => (c, true),
             None => (self.connect_h1().await?, false),
         };
+        // Declared after `conn`, so dropped before it while the socket is still open.
+        let mut abandoned = ResetIfAbandoned(Some(conn.fd));
         let status = match exchange_h1(&mut conn, id, attempt, deadline_ms).await {
             Ok(s) => s,
             // The server closed an idle connection as we reused it: the request never got
             // there, so send it on a fresh connection (hyper-util's pool does the same).
-            Err(e) if reused && (e.is_canceled() || e.is_incomplete_message()) => {
+            Err(e) if reused && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) => {
                 conn = self.connect_h1().await?;
+                abandoned.0 = Some(conn.fd);
                 exchange_h1(&mut conn, id, attempt, deadline_ms)
                     .await
                     .map_err(|_| ErrorKind::Io)?
             }
             Err(_) => return Err(ErrorKind::Io),
         };
+        abandoned.0 = None;
         self.put_idle(conn);
         classify_status(status)
     }
@@ -111,7 +156,7 @@ impl Client {
     fn take_idle(&self) -> Option<H1Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(c) = idle.pop() {
-            if c.sender.is_ready() && !c.target.is_retired() {
+            if c.usable() {
                 return Some(c);
             }
         }
@@ -120,23 +165,22 @@ impl Client {
 
     fn put_idle(&self, conn: H1Conn) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < MAX_IDLE && !conn.sender.is_closed() {
+        if idle.len() < MAX_IDLE && conn.usable() {
             idle.push(conn);
         }
     }
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        let fd = stream.as_raw_fd();
+        let (sender, driver) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|_| ErrorKind::Io)?;
-        let driver = tokio::spawn(async move {
-            let _ = conn.await;
-        });
         Ok(H1Conn {
             target,
             sender,
-            _driver: AbortOnDrop(driver),
+            driver: Some(driver),
+            fd,
         })
     }
 
@@ -256,12 +300,30 @@ async fn exchange_h1(
         attempt,
         deadline_ms,
     );
-    conn.sender.ready().await?;
-    let resp = conn.sender.send_request(req).await?;
-    let status = resp.status();
-    // Read the body to its end so the connection can be reused.
-    resp.into_body().collect().await?;
-    Ok(status)
+    let H1Conn { sender, driver, .. } = conn;
+    let exchange = async {
+        sender.ready().await?;
+        let resp = sender.send_request(req).await?;
+        let status = resp.status();
+        // Read the body to its end so the connection can be reused.
+        resp.into_body().collect().await?;
+        Ok(status)
+    };
+    let mut exchange = std::pin::pin!(exchange);
+    poll_fn(|cx| {
+        if let Poll::Ready(r) = exchange.as_mut().poll(cx) {
+            return Poll::Ready(r);
+        }
+        if let Some(d) = driver.as_mut()
+            && Pin::new(d).poll(cx).is_ready()
+        {
+            // The connection ended; dropping it fails whatever it had not delivered.
+            *driver = None;
+            return exchange.as_mut().poll(cx);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 fn build_request(

@@ -146,6 +146,12 @@ pub struct Config {
     #[arg(long, value_name = "ADDRS", env = "LOADGEN_BIND")]
     pub bind: Option<BindAddrs>,
 
+    /// Threads sending load, each with its own runtime and connections (as wrk's threads).
+    /// Default: one per core.
+    #[arg(long, value_name = "N", env = "LOADGEN_THREADS",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+
     /// Requests in flight at most; an arrival beyond it is counted as `shed` and not sent.
     #[arg(long, value_name = "N", env = "LOADGEN_MAX_IN_FLIGHT", default_value_t = 200_000,
           value_parser = clap::value_parser!(u64).range(1..))]

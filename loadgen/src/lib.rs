@@ -10,11 +10,15 @@
 //! - [`client`]: one attempt over hyper's connection API (HTTP/1.1 or h2c), with `--bind`.
 //! - [`record`]: per-second rows, histograms, `timeseries.csv`, `summary.json`, Prometheus text.
 //! - [`limits`]: the open-files limit and peak RSS.
-//! - this file: [`run`], which wires them: the arrival loop, the request task (attempts and
-//!   retries), the 1 s ticker (rows, progress line, checkpoints), `/metrics`, drain and flush.
+//! - this file: [`run`], which wires them: the shards (arrival loop and request tasks, with
+//!   attempts and retries), the 1 s ticker (rows, progress line, checkpoints), `/metrics`,
+//!   drain and flush.
 //!
 //! Arrivals never wait for responses: each is sent at its scheduled absolute time (or as soon
-//! after as the runtime allows; the lag is recorded), whatever is in flight.
+//! after as the runtime allows; the lag is recorded), whatever is in flight. The work is split
+//! over `--threads` shards, as wrk splits it over its threads: each shard is one thread with
+//! its own single-threaded runtime, timer wheel and connection pool, and sends every n-th
+//! arrival of the one schedule, so a request never hops between threads.
 
 pub mod client;
 pub mod config;
@@ -27,7 +31,7 @@ pub mod targets;
 use std::future::Future;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +40,7 @@ use http_body_util::Full;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 pub use config::Config;
@@ -67,15 +72,19 @@ pub enum LoadgenError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("starting shard {shard}: {source}")]
+    Shard {
+        shard: usize,
+        source: std::io::Error,
+    },
 }
 
 /// File names written into `--out`.
 pub const TIMESERIES_FILE: &str = "timeseries.csv";
 pub const SUMMARY_FILE: &str = "summary.json";
 
-/// Everything a request task needs.
+/// Everything a request task needs, shared by the shards (each has its own [`Client`]).
 struct Ctx {
-    client: Client,
     recorder: Recorder,
     plan: Plan,
     retries: u32,
@@ -168,12 +177,6 @@ pub async fn run(
         || plan.policy.quota.is_some();
     let start = Instant::now();
     let ctx = Arc::new(Ctx {
-        client: Client::new(
-            targets.clone(),
-            config.bind.clone().map(|b| b.0).unwrap_or_default(),
-            config.http2,
-            config.deadline.then_some(config.timeout),
-        ),
         recorder: Recorder::new(start, config.retries),
         policy: has_policy.then(|| {
             Mutex::new((
@@ -194,50 +197,38 @@ pub async fn run(
         background.spawn(serve_metrics(listener, ctx.clone()));
     }
     if let Some(path) = config.targets_file.clone() {
-        background.spawn(targets::watch(path, targets, Duration::from_millis(200)));
+        background.spawn(targets::watch(
+            path,
+            targets.clone(),
+            Duration::from_millis(200),
+        ));
     }
     background.spawn(ticker(ctx.clone(), config.out.clone()));
 
+    let shards = Shards::start(&ctx, &config, &targets)?;
     let mut shutdown = std::pin::pin!(shutdown);
-    let arrivals = schedule::Arrivals::new(
-        &ctx.plan.schedule,
-        config.arrivals,
-        ctx.plan.seed,
-        ctx.plan.stop,
-    );
-    let stop_arrivals = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (ctx, stop, max) = (ctx.clone(), stop_arrivals.clone(), config.max_in_flight);
-        let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || send_arrivals(&ctx, arrivals, max, &stop, &runtime))
-    };
-    let mut sender = std::pin::pin!(sender);
     let mut signalled = false;
-    let mut requests = tokio::select! {
-        done = sender.as_mut() => done,
-        _ = shutdown.as_mut() => {
-            signalled = true;
-            stop_arrivals.store(true, Ordering::SeqCst);
-            sender.await
-        }
+    tokio::select! {
+        _ = shards.until(|| shards.sending.load(Ordering::SeqCst) == 0) => {}
+        _ = shutdown.as_mut() => signalled = true,
     }
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    shards.tell(Phase::Drain);
 
     // At the natural end requests finish with their retries (a signal then still cuts the
     // wait short); after a signal no retry starts and only attempts in flight may finish.
+    let all_done = || shards.until(|| shards.running.load(Ordering::SeqCst) == 0);
     if !signalled {
-        let all_done = async { while requests.join_next().await.is_some() {} };
         tokio::select! {
-            _ = tokio::time::timeout(ctx.plan.drain_at_end, all_done) => {}
+            _ = tokio::time::timeout(ctx.plan.drain_at_end, all_done()) => {}
             _ = shutdown.as_mut() => signalled = true,
         }
     }
     if signalled {
         ctx.stopping.store(true, Ordering::SeqCst);
-        let in_flight_done = async { while requests.join_next().await.is_some() {} };
-        let _ = tokio::time::timeout(ctx.plan.drain_on_signal, in_flight_done).await;
+        let _ = tokio::time::timeout(ctx.plan.drain_on_signal, all_done()).await;
     }
-    requests.shutdown().await;
+    shards.tell(Phase::Cut);
+    shards.join().await;
     ctx.recorder.cut_unfinished();
     background.shutdown().await;
 
@@ -250,47 +241,165 @@ pub async fn run(
     Ok(ctx.recorder.summary(meta))
 }
 
-/// The open loop, on its own thread: every arrival is spawned onto the runtime at its
-/// scheduled time, never waiting for responses, until the schedule ends or `stop` is set.
-/// A thread sleeps with ~0.1 ms precision where tokio's timer has 1 ms ticks, which would
-/// add up to 1 ms of send lag to every arrival.
-fn send_arrivals(
-    ctx: &Arc<Ctx>,
-    arrivals: schedule::Arrivals,
+/// What `run` tells the shards; it only moves forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Send arrivals as scheduled.
+    Send,
+    /// Send no more arrivals; let requests in flight finish.
+    Drain,
+    /// Drop whatever is still in flight and exit.
+    Cut,
+}
+
+/// The shard threads, and how many are still sending / still running.
+struct Shards {
+    phase: watch::Sender<Phase>,
+    sending: Arc<AtomicUsize>,
+    running: Arc<AtomicUsize>,
+    changed: Arc<Notify>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Counts a shard out of `sending` / `running` when dropped, so a shard that panics still
+/// lets `run` go on (its panic is raised again at the join).
+struct CountOut(Arc<AtomicUsize>, Arc<Notify>);
+
+impl Drop for CountOut {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.notify_waiters();
+    }
+}
+
+impl Shards {
+    fn start(
+        ctx: &Arc<Ctx>,
+        config: &Config,
+        targets: &Arc<Targets>,
+    ) -> Result<Shards, LoadgenError> {
+        let n = config.threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            usize::from,
+        );
+        let (phase, _) = watch::channel(Phase::Send);
+        let mut shards = Shards {
+            phase,
+            sending: Arc::new(AtomicUsize::new(n)),
+            running: Arc::new(AtomicUsize::new(n)),
+            changed: Arc::new(Notify::new()),
+            threads: Vec::with_capacity(n),
+        };
+        for k in 0..n {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| LoadgenError::Shard { shard: k, source })?;
+            let client = Arc::new(Client::new(
+                targets.clone(),
+                config.bind.clone().map(|b| b.0).unwrap_or_default(),
+                config.http2,
+                config.deadline.then_some(config.timeout),
+            ));
+            let arrivals = schedule::Arrivals::new(
+                &ctx.plan.schedule,
+                config.arrivals,
+                ctx.plan.seed,
+                ctx.plan.stop,
+            )
+            .skip(k)
+            .step_by(n);
+            let sending = CountOut(shards.sending.clone(), shards.changed.clone());
+            let running = CountOut(shards.running.clone(), shards.changed.clone());
+            let (ctx, phase, max) = (ctx.clone(), shards.phase.subscribe(), config.max_in_flight);
+            let thread = std::thread::Builder::new()
+                .name(format!("loadgen-shard-{k}"))
+                .spawn(move || {
+                    let _running = running;
+                    runtime.block_on(shard(ctx, client, arrivals, max, phase, sending));
+                })
+                .map_err(|source| LoadgenError::Shard { shard: k, source })?;
+            shards.threads.push(thread);
+        }
+        Ok(shards)
+    }
+
+    /// Resolves once `done()` holds; re-checked whenever a shard counts out.
+    async fn until(&self, done: impl Fn() -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            if done() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn tell(&self, phase: Phase) {
+        self.phase.send_replace(phase);
+    }
+
+    /// Waits for every shard thread (they exit at [`Phase::Cut`]); a shard's panic goes on here.
+    async fn join(self) {
+        let threads = self.threads;
+        let joined = tokio::task::spawn_blocking(move || {
+            threads.into_iter().map(|t| t.join()).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        for r in joined {
+            if let Err(panic) = r {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+/// One shard: sends its arrivals at their scheduled times, never waiting for responses, until
+/// they end or `run` says stop; then lets its requests finish until `run` cuts them.
+async fn shard(
+    ctx: Arc<Ctx>,
+    client: Arc<Client>,
+    arrivals: impl Iterator<Item = f64>,
     max_in_flight: u64,
-    stop: &AtomicBool,
-    runtime: &tokio::runtime::Handle,
-) -> JoinSet<()> {
-    // Longest sleep between looks at `stop`.
-    const POLL: Duration = Duration::from_millis(20);
-    // Shortest sleep: at high rates arrivals go out in small batches (at most 0.2 ms late)
-    // instead of one thread wake-up, and one worker wake-up, per arrival.
-    const MIN_NAP: Duration = Duration::from_micros(200);
+    mut phase: watch::Receiver<Phase>,
+    sending: CountOut,
+) {
     let start = ctx.recorder.start();
     let mut requests = JoinSet::new();
     for at in arrivals {
+        if *phase.borrow() != Phase::Send {
+            break;
+        }
         let scheduled = start + Duration::from_secs_f64(at);
-        loop {
-            if stop.load(Ordering::SeqCst) {
-                return requests;
+        if scheduled > Instant::now() {
+            // The timer has 1 ms ticks: arrivals due within one go out together.
+            tokio::select! {
+                _ = tokio::time::sleep_until(scheduled.into()) => {}
+                _ = phase.changed() => break,
             }
-            let now = Instant::now();
-            if scheduled <= now {
-                break;
-            }
-            std::thread::sleep((scheduled - now).clamp(MIN_NAP, POLL));
         }
         if ctx.recorder.admit(max_in_flight) {
-            requests.spawn_on(request(ctx.clone(), scheduled), runtime);
+            requests.spawn(request(ctx.clone(), client.clone(), scheduled));
         }
         // Reap finished tasks so the set holds only those in flight.
         while requests.try_join_next().is_some() {}
     }
-    requests
+    drop(sending);
+    let cut = async {
+        let _ = phase.wait_for(|p| *p == Phase::Cut).await;
+    };
+    tokio::select! {
+        _ = async { while requests.join_next().await.is_some() {} } => {}
+        _ = cut => {}
+    }
+    requests.shutdown().await;
 }
 
 /// One logical request: attempts 0..=retries until one succeeds or a failure is not retried.
-async fn request(ctx: Arc<Ctx>, scheduled: Instant) {
+async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
     let first_send = Instant::now();
     let id = format!(
         "{:08x}-{}",
@@ -328,7 +437,7 @@ async fn request(ctx: Arc<Ctx>, scheduled: Instant) {
         let lag = (attempt == 0).then(|| first_send.saturating_duration_since(scheduled));
         rec.attempt_sent(attempt, lag);
         let began = Instant::now();
-        let result = tokio::time::timeout(ctx.timeout, ctx.client.attempt(&id, attempt)).await;
+        let result = tokio::time::timeout(ctx.timeout, client.attempt(&id, attempt)).await;
         let outcome = match result {
             Ok(Ok(())) => AttemptOutcome::Success,
             Ok(Err(kind)) => AttemptOutcome::Error(kind),

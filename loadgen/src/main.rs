@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-#[tokio::main]
+// The load itself runs on the shards' own threads; this runtime only signals, ticks and serves
+// /metrics.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

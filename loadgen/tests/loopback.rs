@@ -16,6 +16,9 @@ use tokio::net::{TcpListener, TcpStream};
 enum Reply {
     Never,
     After(Duration, u16),
+    /// Answers 200 at once, then closes the connection as an idle timeout would (no
+    /// `connection: close` header: the client finds out when it reuses the connection).
+    OkThenClose,
 }
 
 #[derive(Debug, Clone)]
@@ -25,8 +28,9 @@ struct Seen {
     deadline_ms: Option<u64>,
     at: Instant,
     peer: SocketAddr,
-    /// When the client closed the connection (for attempts never answered).
-    closed: Arc<Mutex<Option<Instant>>>,
+    /// When and how the client closed the connection (for attempts never answered): `true`
+    /// for a reset, `false` for an orderly close.
+    closed: Arc<Mutex<Option<(Instant, bool)>>>,
 }
 
 struct Server {
@@ -100,12 +104,20 @@ async fn connection(
         match reply(attempt) {
             Reply::Never => {
                 // Hold the connection without answering until the client closes it.
-                while let Ok(n) = stream.read(&mut chunk).await {
-                    if n == 0 {
-                        break;
+                let reset = loop {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) => break false,
+                        Ok(_) => {}
+                        Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
                     }
-                }
-                *closed.lock().unwrap() = Some(Instant::now());
+                };
+                *closed.lock().unwrap() = Some((Instant::now(), reset));
+                return;
+            }
+            Reply::OkThenClose => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
                 return;
             }
             Reply::After(delay, status) => {
@@ -145,11 +157,12 @@ fn scheduled(rate: f64, secs: f64) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_closed_connection() {
+async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_reset_connection() {
     let srv = server(|_| Reply::Never).await;
     let began = Instant::now();
+    // Three shards share the one schedule: still exactly n requests, each id once.
     let s = run(&format!(
-        "--target {} --rate 20 --arrivals constant --duration 1s --timeout 200ms --retries 2 --deadline",
+        "--target {} --rate 20 --arrivals constant --duration 1s --timeout 200ms --retries 2 --deadline --threads 3",
         srv.url()
     ))
     .await;
@@ -190,11 +203,12 @@ async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_closed
                 gap >= Duration::from_millis(195) && gap < Duration::from_millis(400),
                 "{gap:?}"
             );
-            let closed = pair[0]
+            let (closed, reset) = pair[0]
                 .closed
                 .lock()
                 .unwrap()
                 .expect("timed-out attempt's connection closed");
+            assert!(reset, "an abandoned attempt resets its connection");
             let closed_after = closed - pair[0].at;
             assert!(
                 closed_after >= Duration::from_millis(195)
@@ -253,6 +267,28 @@ async fn delayed_answers_within_the_timeout_succeed_on_reused_connections() {
     assert!(
         ports.len() < srv.seen().len(),
         "keep-alive connections are reused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_the_server_closed_are_replaced_without_errors() {
+    let srv = server(|_| Reply::OkThenClose).await;
+    let s = run(&format!(
+        "--target {} --rate 50 --arrivals constant --duration 1s --timeout 1s --retries 0 --threads 1",
+        srv.url()
+    ))
+    .await;
+    let n = scheduled(50.0, 1.0);
+    assert_eq!(
+        (s.first_attempts, s.succeeded, s.failed, s.timeouts),
+        (n, n, 0, 0),
+        "{:?}",
+        s.errors
+    );
+    assert_eq!(
+        srv.seen().len() as u64,
+        n,
+        "each request reached the server once"
     );
 }
 
