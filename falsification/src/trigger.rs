@@ -614,7 +614,9 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
         .arg("--out")
         .arg(a.out.join("loadgen"));
     if let Some(b) = p.retry_budget {
-        cmd.arg(format!("--retry-budget={b}"));
+        // The plan models the budget without a minimum retry rate (`scenario`): so must the clients.
+        cmd.arg(format!("--retry-budget={b}"))
+            .arg("--retry-budget-min=0");
     }
     let rt = tokio::runtime::Runtime::new()?;
     let complete = rt.block_on(async {
