@@ -10,6 +10,7 @@
 //! - [`client`]: one attempt over hyper's connection API (HTTP/1.1 or h2c), with `--bind`.
 //! - [`record`]: per-second rows, histograms, `timeseries.csv`, `summary.json`, Prometheus text.
 //! - [`limits`]: the open-files limit and peak RSS.
+//! - `pacer`: the microsecond arrival timer (a Linux timerfd on the shard's reactor).
 //! - this file: [`run`], which wires them: the shards (arrival loop and request tasks, with
 //!   attempts and retries), the 1 s ticker (rows, progress line, checkpoints), `/metrics`,
 //!   drain and flush.
@@ -23,6 +24,8 @@
 pub mod client;
 pub mod config;
 pub mod limits;
+#[cfg(target_os = "linux")]
+pub mod pacer;
 pub mod policy;
 pub mod record;
 pub mod schedule;
@@ -368,6 +371,11 @@ async fn shard(
     sending: CountOut,
 ) {
     let start = ctx.recorder.start();
+    let pacer = Pacer::new()
+        .inspect_err(|e| {
+            tracing::warn!("no microsecond arrival timer ({e}): arrivals go out on 1 ms ticks")
+        })
+        .ok();
     let mut requests = JoinSet::new();
     for at in arrivals {
         if *phase.borrow() != Phase::Send {
@@ -375,9 +383,8 @@ async fn shard(
         }
         let scheduled = start + Duration::from_secs_f64(at);
         if scheduled > Instant::now() {
-            // The timer has 1 ms ticks: arrivals due within one go out together.
             tokio::select! {
-                _ = tokio::time::sleep_until(scheduled.into()) => {}
+                _ = due(pacer.as_ref(), scheduled) => {}
                 _ = phase.changed() => break,
             }
         }
@@ -396,6 +403,35 @@ async fn shard(
         _ = cut => {}
     }
     requests.shutdown().await;
+}
+
+#[cfg(target_os = "linux")]
+use pacer::Pacer;
+
+/// Where there is no timerfd, arrivals use tokio's timer (1 ms ticks).
+#[cfg(not(target_os = "linux"))]
+struct Pacer;
+
+#[cfg(not(target_os = "linux"))]
+impl Pacer {
+    fn new() -> std::io::Result<Pacer> {
+        Err(std::io::Error::other("not on Linux"))
+    }
+
+    async fn until(&self, _: Instant) -> std::io::Result<()> {
+        Err(std::io::Error::other("not on Linux"))
+    }
+}
+
+/// Resolves when an arrival scheduled at `at` is due.
+async fn due(pacer: Option<&Pacer>, at: Instant) {
+    if let Some(p) = pacer
+        && p.until(at).await.is_ok()
+    {
+        return;
+    }
+    // The timer has 1 ms ticks: arrivals due within one go out together.
+    tokio::time::sleep_until(at.into()).await;
 }
 
 /// One logical request: attempts 0..=retries until one succeeds or a failure is not retried.
