@@ -370,6 +370,7 @@ async fn shard(
     mut phase: watch::Receiver<Phase>,
     sending: CountOut,
 ) {
+    const MIN_NAP: Duration = Duration::from_micros(200);
     let start = ctx.recorder.start();
     let pacer = Pacer::new()
         .inspect_err(|e| {
@@ -382,9 +383,13 @@ async fn shard(
             break;
         }
         let scheduled = start + Duration::from_secs_f64(at);
-        if scheduled > Instant::now() {
+        let now = Instant::now();
+        if scheduled > now {
+            // Never wake for less than MIN_NAP: at high rates arrivals go out in small batches
+            // (at most that late) instead of one wake-up, and context switch, per arrival.
+            let wake = scheduled.max(now + MIN_NAP);
             tokio::select! {
-                _ = due(pacer.as_ref(), scheduled) => {}
+                _ = due(pacer.as_ref(), wake) => {}
                 _ = phase.changed() => break,
             }
         }
