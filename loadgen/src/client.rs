@@ -46,9 +46,13 @@ impl Drop for AbortOnDrop {
 struct H1Conn {
     target: Arc<Target>,
     sender: http1::SendRequest<Empty<Bytes>>,
-    /// Polled only while an attempt uses the connection; `None` once it has ended.
+    /// Polled only while an attempt uses the connection; `None` once it has ended (and its
+    /// socket is closed).
     driver: Option<http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>,
     fd: RawFd,
+    /// Set while an attempt uses the connection: dropped then (the attempt abandoned at its
+    /// timeout, or failed), the socket is reset (`SO_LINGER` 0) rather than closed gracefully.
+    in_use: bool,
 }
 
 impl H1Conn {
@@ -57,22 +61,21 @@ impl H1Conn {
     }
 }
 
-/// Set while an attempt owns a connection: if the attempt is dropped (abandoned at its
-/// timeout), the socket is reset on close (`SO_LINGER` 0) rather than closed gracefully.
-struct ResetIfAbandoned(Option<RawFd>);
-
-impl Drop for ResetIfAbandoned {
+impl Drop for H1Conn {
     fn drop(&mut self) {
-        let Some(fd) = self.0 else { return };
+        // Only while `driver` (which owns the socket) is alive is `fd` this connection's.
+        if !self.in_use || self.driver.is_none() {
+            return;
+        }
         let linger = libc::linger {
             l_onoff: 1,
             l_linger: 0,
         };
-        // SAFETY: `fd` is the socket of the connection dropped right after this guard (declared
-        // before it, so still open); the option value has the size given.
+        // SAFETY: `fd` is the open socket `driver` owns (fields are dropped after this runs);
+        // the option value has the size given.
         unsafe {
             libc::setsockopt(
-                fd,
+                self.fd,
                 libc::SOL_SOCKET,
                 libc::SO_LINGER,
                 (&linger as *const libc::linger).cast(),
@@ -133,22 +136,21 @@ impl Client {
             Some(c) => (c, true),
             None => (self.connect_h1().await?, false),
         };
-        // Declared after `conn`, so dropped before it while the socket is still open.
-        let mut abandoned = ResetIfAbandoned(Some(conn.fd));
+        conn.in_use = true;
         let status = match exchange_h1(&mut conn, id, attempt, deadline_ms).await {
             Ok(s) => s,
             // The server closed an idle connection as we reused it: the request never got
             // there, so send it on a fresh connection (hyper-util's pool does the same).
             Err(e) if reused && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) => {
                 conn = self.connect_h1().await?;
-                abandoned.0 = Some(conn.fd);
+                conn.in_use = true;
                 exchange_h1(&mut conn, id, attempt, deadline_ms)
                     .await
                     .map_err(|_| ErrorKind::Io)?
             }
             Err(_) => return Err(ErrorKind::Io),
         };
-        abandoned.0 = None;
+        conn.in_use = false;
         self.put_idle(conn);
         classify_status(status)
     }
@@ -181,6 +183,7 @@ impl Client {
             sender,
             driver: Some(driver),
             fd,
+            in_use: false,
         })
     }
 

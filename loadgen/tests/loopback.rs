@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 enum Reply {
     Never,
     After(Duration, u16),
-    /// Answers 200 at once, then closes the connection as an idle timeout would (no
+    /// Answers 200 at once, then closes the connection 5 ms later as an idle timeout would (no
     /// `connection: close` header: the client finds out when it reuses the connection).
     OkThenClose,
 }
@@ -118,6 +118,8 @@ async fn connection(
                 let _ = stream
                     .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                     .await;
+                // Apart from the response, so the client keeps the connection as idle.
+                tokio::time::sleep(Duration::from_millis(5)).await;
                 return;
             }
             Reply::After(delay, status) => {
