@@ -390,7 +390,9 @@ pub fn sigterm(child: &Child) {
 }
 
 /// Makes the kernel kill the child if the runner dies without reaping it (SIGKILL, abort):
-/// `kill_on_drop` covers errors and panics, this covers the rest.
+/// `kill_on_drop` covers errors and panics, this covers the rest. The signal follows the
+/// *thread* that started the child: start children only from a thread that outlives them (a
+/// case's own thread, which reaps them before it moves on), never from `spawn_blocking`.
 fn die_with_parent(command: &mut Command) {
     // SAFETY: prctl is async-signal-safe and touches only the child being set up.
     unsafe {

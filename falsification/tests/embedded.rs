@@ -248,3 +248,43 @@ fn ctrl_c_keeps_a_readable_partial_record() {
     );
     assert!(dir.join("pods.svg").is_file());
 }
+
+#[test]
+fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    ensure_binaries();
+    // The real pods and loadgen, and a meter that exits at once: every case fails to start.
+    let bins = tempfile::tempdir().unwrap();
+    let meter = bins.path().join("meter");
+    std::fs::write(&meter, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&meter, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for b in ["service", "loadgen"] {
+        std::os::unix::fs::symlink(bin_dir().join(b), bins.path().join(b)).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let bin_arg = bins.path().to_str().unwrap();
+    let result = falsification(
+        &["suite", "--only", "F4", "--jobs", "2", "--bin-dir", bin_arg],
+        out.path(),
+    )
+    .output()
+    .unwrap();
+    assert!(!result.status.success(), "failed cases exit non-zero");
+    let err = String::from_utf8_lossy(&result.stderr);
+    assert!(err.contains("2 of 2 cases failed"), "{err}");
+    for case in ["F4 paired-step", "F4 paired-no-step"] {
+        assert!(
+            err.contains(&format!("{case}: meter did not answer")),
+            "{err}"
+        );
+    }
+    assert_no_process_left();
+    let session = std::fs::read_dir(out.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let index = std::fs::read_to_string(session.join("index.md")).unwrap();
+    assert!(index.contains("0 of 2 cases run"), "{index}");
+}

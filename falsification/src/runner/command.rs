@@ -110,13 +110,19 @@ fn cases(e: &Experiment, signal: Option<SignalArg>, name: Option<&str>) -> Vec<(
 
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
     let opts = common.options()?;
-    let (session, results) = run_all(label, list, &opts, common.jobs)?;
-    print!("{}", report::text(&session, &results));
-    if results.iter().any(|r| !r.complete) {
+    let s = run_all(label, list, &opts, common.jobs)?;
+    print!("{}", report::text(&s.dir, &s.results));
+    if !s.failures.is_empty() {
         anyhow::bail!(
-            "interrupted; the partial record is in {}",
-            session.display()
+            "{} of {} cases failed ({}); records in {}",
+            s.failures.len(),
+            list.len(),
+            s.failures.join("; "),
+            s.dir.display()
         );
+    }
+    if s.results.iter().any(|r| !r.complete) {
+        anyhow::bail!("interrupted; the partial record is in {}", s.dir.display());
     }
     Ok(())
 }

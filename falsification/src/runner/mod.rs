@@ -149,13 +149,14 @@ pub fn interrupt_signal() -> watch::Receiver<bool> {
 /// `jobs` at once, then writes the index (rewritten as each case ends, in suite order). Each
 /// case runs on its own thread with its own runtime, pods, meter and loadgen, so the runner's
 /// CPU figure is that thread's. An interrupt stops every running case (each writes what it
-/// has) and starts no new one; a case that fails does not stop the others.
+/// has) and starts no new one. A case that fails (its pods do not start, say) is reported in
+/// `failures` and the others go on.
 pub fn run_all(
     label: &str,
     cases: &[(Experiment, Case)],
     opts: &RunOptions,
     jobs: usize,
-) -> anyhow::Result<(PathBuf, Vec<CaseResult>)> {
+) -> anyhow::Result<Session> {
     if !(opts.time_scale > 0.0 && opts.time_scale.is_finite()) {
         bail!("--time-scale must be positive, got {}", opts.time_scale);
     }
@@ -173,6 +174,7 @@ pub fn run_all(
         .context("formatting the run time")?;
     let session = opts.out.join(format!("{stamp}-{label}"));
     std::fs::create_dir_all(&session).with_context(|| format!("creating {}", session.display()))?;
+    report::write_index(&session, &[], cases.len())?;
     // Signals are watched on a runtime of their own, whatever the case threads are doing.
     let signals = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -186,51 +188,73 @@ pub fn run_all(
     let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: std::sync::Mutex<Vec<Option<CaseResult>>> =
         std::sync::Mutex::new(vec![None; cases.len()]);
-    let errors = std::thread::scope(|scope| {
-        let worker = || -> anyhow::Result<()> {
-            let runtime = tokio::runtime::Builder::new_current_thread()
+    let failures = std::sync::Mutex::new(Vec::new());
+    let fail = |what: String, e: anyhow::Error| {
+        let line = format!("{what}: {e:#}");
+        eprintln!("falsification: {line}");
+        failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+    };
+    std::thread::scope(|scope| {
+        let worker = || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .build()?;
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => return fail("starting a case runtime".into(), e.into()),
+            };
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if i >= cases.len() || *interrupt.borrow() {
-                    return Ok(());
+                    return;
                 }
                 let (e, c) = &cases[i];
+                let name = format!("{} {}", e.id, c.scenario.name);
                 let dir = session.join(format!("{}-{}", e.id, c.scenario.name));
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-                let run = run_case(e, c, &dir, opts, &bins, interrupt.clone(), &bars);
-                let r = runtime
-                    .block_on(run)
-                    .with_context(|| format!("{} {}", e.id, c.scenario.name))?;
-                let mut done = slots.lock().unwrap_or_else(|p| p.into_inner());
-                done[i] = Some(r);
-                let ended: Vec<CaseResult> = done.iter().flatten().cloned().collect();
-                report::write_index(&session, &ended, cases.len())?;
+                let run = async {
+                    std::fs::create_dir_all(&dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                    run_case(e, c, &dir, opts, &bins, interrupt.clone(), &bars).await
+                };
+                match runtime.block_on(run) {
+                    Ok(r) => {
+                        let mut done = slots.lock().unwrap_or_else(|p| p.into_inner());
+                        done[i] = Some(r);
+                        let ended: Vec<CaseResult> = done.iter().flatten().cloned().collect();
+                        if let Err(e) = report::write_index(&session, &ended, cases.len()) {
+                            fail(format!("{name}: writing the index"), e);
+                        }
+                    }
+                    Err(e) => fail(name, e),
+                }
             }
         };
-        let workers: Vec<_> = (0..jobs.min(cases.len()))
-            .map(|_| scope.spawn(worker))
-            .collect();
-        workers
-            .into_iter()
-            .filter_map(|w| match w.join() {
-                Ok(r) => r.err(),
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect::<Vec<_>>()
+        for _ in 0..jobs.min(cases.len()) {
+            scope.spawn(worker);
+        }
     });
-    if let Some(first) = errors.into_iter().next() {
-        return Err(first);
-    }
     let results = slots
         .into_inner()
         .unwrap_or_else(|p| p.into_inner())
         .into_iter()
         .flatten()
         .collect();
-    Ok((session, results))
+    Ok(Session {
+        dir: session,
+        results,
+        failures: failures.into_inner().unwrap_or_else(|p| p.into_inner()),
+    })
+}
+
+/// What [`run_all`] gave: the records' directory, the cases that ran (in suite order) and one
+/// line per case that failed.
+pub struct Session {
+    pub dir: PathBuf,
+    pub results: Vec<CaseResult>,
+    pub failures: Vec<String>,
 }
 
 /// The scenario that runs, in experiment time: the case's, with the warm-up and the rate scale.
