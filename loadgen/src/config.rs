@@ -136,8 +136,8 @@ pub struct Config {
     #[arg(long, env = "LOADGEN_SEED")]
     pub seed: Option<u64>,
 
-    /// Speak HTTP/2 without TLS (h2c, prior knowledge); one connection per target, a timed-out
-    /// attempt resets its stream.
+    /// Speak HTTP/2 without TLS (h2c, prior knowledge); one connection per target and shard
+    /// (`--threads`), a timed-out attempt resets its stream.
     #[arg(long, env = "LOADGEN_HTTP2")]
     pub http2: bool,
 
