@@ -70,11 +70,12 @@ pub enum ClusterError {
     },
     #[error("no free loopback port: {0}")]
     Port(std::io::Error),
-    #[error("only {ready} of {pods} initial pods became ready within {within:?}")]
+    #[error("only {ready} of {pods} initial pods became ready within {within:?} (see {})", log.display())]
     NotReady {
         ready: usize,
         pods: usize,
         within: Duration,
+        log: PathBuf,
     },
     #[error("writing {path}: {source}")]
     Write {
@@ -183,16 +184,22 @@ impl EmbeddedCluster {
             self.start_pod(Duration::ZERO)?;
         }
         let deadline = Instant::now() + within;
-        while self.ready() < self.pods.len() {
+        while self.ready() < n {
             if Instant::now() >= deadline {
                 return Err(ClusterError::NotReady {
                     ready: self.ready(),
-                    pods: self.pods.len(),
+                    pods: n,
                     within,
+                    log: self.template.log.clone(),
                 });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
             self.tick().await?;
+            // A pod that exited (a port taken meanwhile, say) is replaced, as a ReplicaSet would;
+            // one that keeps exiting ends in `NotReady`.
+            while self.pods.len() < n {
+                self.start_pod(Duration::ZERO)?;
+            }
         }
         Ok(())
     }

@@ -253,12 +253,17 @@ fn ctrl_c_keeps_a_readable_partial_record() {
 fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ensure_binaries();
-    // The real pods and loadgen, and a meter that exits at once: every case fails to start.
+    // The real meter and loadgen, and a pod binary that exits at once (a crash loop): every
+    // case fails to get its initial pods ready.
     let bins = tempfile::tempdir().unwrap();
-    let meter = bins.path().join("meter");
-    std::fs::write(&meter, "#!/bin/sh\nexit 3\n").unwrap();
-    std::fs::set_permissions(&meter, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    for b in ["service", "loadgen"] {
+    let service = bins.path().join("service");
+    std::fs::write(&service, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(
+        &service,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    for b in ["meter", "loadgen"] {
         std::os::unix::fs::symlink(bin_dir().join(b), bins.path().join(b)).unwrap();
     }
     let out = tempfile::tempdir().unwrap();
@@ -274,7 +279,7 @@ fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
     assert!(err.contains("2 of 2 cases failed"), "{err}");
     for case in ["F4 paired-step", "F4 paired-no-step"] {
         assert!(
-            err.contains(&format!("{case}: meter did not answer")),
+            err.contains(&format!("{case}: only 0 of 4 initial pods became ready")),
             "{err}"
         );
     }
