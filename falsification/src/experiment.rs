@@ -599,7 +599,10 @@ impl Params {
                     "cannot be combined with `spike`",
                 ));
             }
-            (Some(s), None) => parse_spike(context, s)?,
+            (Some(s), None) => {
+                let (k, duration_s) = parse_spike(context, s)?;
+                LoadEvent::Spike { k, duration_s }
+            }
             (None, Some(s)) => LoadEvent::Step {
                 k: parse_multiple(context, "step", s)?,
             },
@@ -765,7 +768,9 @@ fn positive(context: &str, field: &'static str, v: f64) -> Result<f64, Experimen
     }
 }
 
-fn duration(
+/// Seconds from a duration like `10s` or `1500ms`; `field` is named in the error. Also used for
+/// the command lines' duration flags (context `command line`).
+pub(crate) fn duration(
     context: &str,
     field: &'static str,
     text: Option<&str>,
@@ -800,8 +805,8 @@ fn parse_multiple(context: &str, field: &'static str, text: &str) -> Result<f64,
     }
 }
 
-/// `5x300s` -> spike of 5 for 300 s.
-fn parse_spike(context: &str, text: &str) -> Result<LoadEvent, ExperimentError> {
+/// `5x300s` -> `(5, 300)`: a spike of 5 times the base for 300 s.
+pub(crate) fn parse_spike(context: &str, text: &str) -> Result<(f64, f64), ExperimentError> {
     let bad = || {
         field_err(
             context,
@@ -816,7 +821,7 @@ fn parse_spike(context: &str, text: &str) -> Result<LoadEvent, ExperimentError> 
     if duration_s <= 0.0 {
         return Err(bad());
     }
-    Ok(LoadEvent::Spike { k, duration_s })
+    Ok((k, duration_s))
 }
 
 /// `none` or `exp:BASE,CAP`.

@@ -123,10 +123,9 @@ pub struct Plan {
     pub max_rate: Option<f64>,
 }
 
-fn secs(field: &str, text: &str) -> anyhow::Result<f64> {
-    humantime::parse_duration(text.trim())
-        .map(|d| d.as_secs_f64())
-        .map_err(|e| anyhow::anyhow!("{field}: `{text}` is not a duration ({e})"))
+/// A duration flag in seconds (the experiment files' parser and error).
+fn secs(flag: &'static str, text: &str) -> anyhow::Result<f64> {
+    Ok(experiment::duration("command line", flag, Some(text))?)
 }
 
 /// The fluid scenario of a plan: one pool of capacity `rate/rho` (the fluid is rate-invariant,
@@ -540,27 +539,29 @@ fn plan_from_args(a: &TriggerArgs) -> anyhow::Result<Plan> {
     let spike = match a.spike.as_deref() {
         None => None,
         Some(text) => {
-            let bad = || anyhow::anyhow!("spike: `{text}` is not MULTIPLExDURATION (e.g. 4x20s)");
-            let (k, d) = text.split_once('x').ok_or_else(bad)?;
-            let k: f64 = k.trim().parse().map_err(|_| bad())?;
-            if !(k >= 1.0 && k.is_finite()) {
+            let (k, d) = experiment::parse_spike("command line", text)?;
+            if k < 1.0 {
                 bail!("spike: multiple {k} must be at least 1");
             }
-            Some((k, secs("spike", d)?))
+            Some((k, d))
         }
     };
     plan(&PlanInput {
         rho,
         rate,
-        timeout_s: secs("timeout", &a.timeout)?,
+        timeout_s: secs("--timeout", &a.timeout)?,
         retries: a.retries,
         retry_budget: a.retry_budget,
         spike,
-        before_s: a.before.as_deref().map(|t| secs("before", t)).transpose()?,
+        before_s: a
+            .before
+            .as_deref()
+            .map(|t| secs("--before", t))
+            .transpose()?,
         observe_s: a
             .observe
             .as_deref()
-            .map(|t| secs("observe", t))
+            .map(|t| secs("--observe", t))
             .transpose()?,
     })
 }
@@ -587,7 +588,7 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
         bail!("schedule {schedule} exceeds the plan's highest rate {max_rate}/s");
     }
     let max_duration = match a.max_duration.as_deref() {
-        Some(t) => secs("max-duration", t)?,
+        Some(t) => secs("--max-duration", t)?,
         None => p.length_s + f64::from(p.retries + 1) * p.timeout_s + 2.0,
     };
     if max_duration <= 0.0 {

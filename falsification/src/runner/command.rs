@@ -75,11 +75,7 @@ impl CommonArgs {
 
     fn options(&self) -> anyhow::Result<RunOptions> {
         let warmup_s = match &self.warmup {
-            Some(w) => Some(
-                humantime::parse_duration(w)
-                    .map_err(|e| anyhow::anyhow!("--warmup: `{w}`: {e}"))?
-                    .as_secs_f64(),
-            ),
+            Some(w) => Some(experiment::duration("command line", "--warmup", Some(w))?),
             None => None,
         };
         Ok(RunOptions {
