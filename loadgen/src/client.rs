@@ -10,7 +10,8 @@
 //! side keeps no TIME_WAIT, which at thousands of abandoned attempts a second would hold every
 //! ephemeral port.
 //!
-//! h2c: one shared connection per target; dropping an attempt resets its stream only.
+//! h2c: one shared connection per target (per shard: each shard has its own `Client`); dropping
+//! an attempt resets its stream only.
 
 use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
