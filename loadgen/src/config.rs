@@ -119,7 +119,8 @@ pub struct Config {
     /// Longest wait for requests in flight once arrivals stop. At the schedule's or
     /// `--duration`'s end, requests go on with their retries; default: long enough for every
     /// attempt ((retries+1) x timeout, plus backoff caps, plus 1 s). After Ctrl-C / SIGTERM no
-    /// retry starts and attempts in flight may finish; default: the timeout. `0` skips the wait.
+    /// retry starts and attempts in flight may finish; default: the timeout plus 1 s. `0` skips
+    /// the wait.
     /// Whatever is still in flight then is counted `unfinished`.
     #[arg(long, value_name = "DURATION", env = "LOADGEN_DRAIN", value_parser = humantime::parse_duration)]
     pub drain: Option<Duration>,
@@ -244,6 +245,11 @@ fn positive_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Added to the default drains: an attempt sent just before arrivals stop is due a full timeout
+/// later, and its timer fires a tick or a busy moment after that; without a margin it would be
+/// cut (counted unfinished, with no outcome) instead of timing out.
+const DRAIN_MARGIN: Duration = Duration::from_secs(1);
+
 /// A validated configuration: what `run` executes.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -297,9 +303,9 @@ impl Config {
                 let backoffs = self
                     .backoff
                     .map_or(Duration::ZERO, |b| b.cap * self.retries);
-                attempts + backoffs + Duration::from_secs(1)
+                attempts + backoffs + DRAIN_MARGIN
             }),
-            drain_on_signal: self.drain.unwrap_or(self.timeout),
+            drain_on_signal: self.drain.unwrap_or(self.timeout + DRAIN_MARGIN),
             seed: self.seed.unwrap_or_else(rand::random),
             policy: RetryPolicy {
                 backoff: self.backoff,
@@ -329,7 +335,7 @@ mod tests {
         assert_eq!(c.max_in_flight, 200_000);
         let p = c.plan().unwrap();
         assert_eq!(p.stop, 5.0);
-        assert_eq!(p.drain_on_signal, Duration::from_secs(10));
+        assert_eq!(p.drain_on_signal, Duration::from_secs(11));
         assert_eq!(p.drain_at_end, Duration::from_secs(31));
         assert!(p.retries_after(AttemptOutcome::Timeout));
         assert!(p.retries_after(AttemptOutcome::Error(ErrorKind::AddrNotAvailable)));
