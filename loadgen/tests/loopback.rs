@@ -198,13 +198,15 @@ async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_reset_
         );
         let ports: std::collections::HashSet<u16> = tries.iter().map(|s| s.peer.port()).collect();
         assert_eq!(ports.len(), 3, "each attempt on its own connection");
+        // Timeout accuracy, seen from the server: the retry follows the timed-out attempt after
+        // ~200 ms. The server stamps an attempt when it reads it, which on a loaded CI machine can
+        // be tens of ms after the client sent it (the client's timer starts at the send), so the
+        // lower edge leaves 50 ms for that; the client-side lateness is checked at the end.
+        let after_timeout =
+            |d: Duration| d >= Duration::from_millis(150) && d < Duration::from_millis(400);
         for pair in tries.windows(2) {
-            // Timeout accuracy: the retry follows the timed-out attempt after ~200 ms.
             let gap = pair[1].at - pair[0].at;
-            assert!(
-                gap >= Duration::from_millis(195) && gap < Duration::from_millis(400),
-                "{gap:?}"
-            );
+            assert!(after_timeout(gap), "{gap:?}");
             let (closed, reset) = pair[0]
                 .closed
                 .lock()
@@ -212,11 +214,7 @@ async fn silent_server_gets_exactly_r_retries_per_request_each_on_its_own_reset_
                 .expect("timed-out attempt's connection closed");
             assert!(reset, "an abandoned attempt resets its connection");
             let closed_after = closed - pair[0].at;
-            assert!(
-                closed_after >= Duration::from_millis(195)
-                    && closed_after < Duration::from_millis(400),
-                "{closed_after:?}"
-            );
+            assert!(after_timeout(closed_after), "{closed_after:?}");
         }
         let d = tries[0]
             .deadline_ms
