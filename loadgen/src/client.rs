@@ -1,34 +1,31 @@
-//! One attempt over HTTP/1.1 (default) or h2c, on hyper's low-level connection API.
+//! One attempt over HTTP/1.1 (default, the kit's own lean exchange in [`crate::h1`]) or h2c
+//! (hyper's connection API).
 //!
 //! HTTP/1.1: an attempt takes an idle keep-alive connection or opens a new one to a random
 //! target; it owns that connection until the response is read, so every attempt to a server
-//! that does not answer holds its own socket. The attempt's own task drives the connection
-//! (no task per connection, no channel hop: the response wakes the attempt directly); an idle
-//! connection is not polled, and one the server closed meanwhile is found out on reuse and the
-//! request resent on a fresh one. Dropping the attempt (its timeout fired) drops the connection
-//! with a reset: the server sees the client go, as with a real client that gives up, and this
-//! side keeps no TIME_WAIT, which at thousands of abandoned attempts a second would hold every
-//! ephemeral port.
+//! that does not answer holds its own socket, and nothing more. The attempt's own task reads
+//! the answer (no task per connection, no channel hop); an idle connection is not polled, and
+//! one the server closed meanwhile is found out on reuse and the request resent on a fresh one.
+//! Dropping the attempt (its timeout fired) drops the connection with a reset: the server sees
+//! the client go, as with a real client that gives up, and this side keeps no TIME_WAIT, which
+//! at thousands of abandoned attempts a second would hold every ephemeral port.
 //!
 //! h2c: one shared connection per target (per shard: each shard has its own `Client`); dropping
 //! an attempt resets its stream only.
 
-use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, RawFd};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinHandle;
 
+use crate::h1;
 use crate::record::ErrorKind;
 use crate::targets::{Target, Targets};
 
@@ -46,42 +43,29 @@ impl Drop for AbortOnDrop {
 
 struct H1Conn {
     target: Arc<Target>,
-    sender: http1::SendRequest<Empty<Bytes>>,
-    /// Polled only while an attempt uses the connection; `None` once it has ended (and its
-    /// socket is closed).
-    driver: Option<http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>,
-    fd: RawFd,
+    stream: TcpStream,
     /// Set while an attempt uses the connection: dropped then (the attempt abandoned at its
     /// timeout, or failed), the socket is reset (`SO_LINGER` 0) rather than closed gracefully.
     in_use: bool,
 }
 
 impl H1Conn {
+    /// Still open with nothing unread, and its target still listed. An idle connection is not
+    /// polled, but the reactor keeps the readiness the peer's FIN or reset raised, so this
+    /// costs no system call unless something came.
     fn usable(&self) -> bool {
-        self.driver.is_some() && !self.sender.is_closed() && !self.target.is_retired()
+        if self.target.is_retired() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
 impl Drop for H1Conn {
     fn drop(&mut self) {
-        // Only while `driver` (which owns the socket) is alive is `fd` this connection's.
-        if !self.in_use || self.driver.is_none() {
-            return;
-        }
-        let linger = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        // SAFETY: `fd` is the open socket `driver` owns (fields are dropped after this runs);
-        // the option value has the size given.
-        unsafe {
-            libc::setsockopt(
-                self.fd,
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&linger as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            );
+        if self.in_use {
+            let _ = self.stream.set_zero_linger();
         }
     }
 }
@@ -137,23 +121,22 @@ impl Client {
             Some(c) => (c, true),
             None => (self.connect_h1().await?, false),
         };
-        conn.in_use = true;
-        let status = match exchange_h1(&mut conn, id, attempt, deadline_ms).await {
-            Ok(s) => s,
+        let answer = match exchange_h1(&mut conn, id, attempt, deadline_ms).await {
+            Ok(a) => a,
             // The server closed an idle connection as we reused it: the request never got
             // there, so send it on a fresh connection (hyper-util's pool does the same).
-            Err(e) if reused && (e.is_canceled() || e.is_closed() || e.is_incomplete_message()) => {
+            Err(h1::Failure::NoAnswer) if reused => {
                 conn = self.connect_h1().await?;
-                conn.in_use = true;
                 exchange_h1(&mut conn, id, attempt, deadline_ms)
                     .await
                     .map_err(|_| ErrorKind::Io)?
             }
             Err(_) => return Err(ErrorKind::Io),
         };
-        conn.in_use = false;
-        self.put_idle(conn);
-        classify_status(status)
+        if answer.reusable {
+            self.put_idle(conn);
+        }
+        classify_status(answer.status)
     }
 
     fn take_idle(&self) -> Option<H1Conn> {
@@ -175,15 +158,9 @@ impl Client {
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
-        let fd = stream.as_raw_fd();
-        let (sender, driver) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|_| ErrorKind::Io)?;
         Ok(H1Conn {
             target,
-            sender,
-            driver: Some(driver),
-            fd,
+            stream,
             in_use: false,
         })
     }
@@ -222,7 +199,7 @@ impl Client {
                 (sender, driver)
             }
         };
-        let req = build_request(&target, target.url.as_str(), id, attempt, deadline_ms);
+        let req = build_request(&target, id, attempt, deadline_ms);
         sender.ready().await.map_err(|_| ErrorKind::Io)?;
         let resp = sender.send_request(req).await.map_err(|_| ErrorKind::Io)?;
         let status = resp.status();
@@ -230,7 +207,7 @@ impl Client {
             .collect()
             .await
             .map_err(|_| ErrorKind::Io)?;
-        classify_status(status)
+        classify_status(status.as_u16())
     }
 
     /// A new TCP connection to a random target.
@@ -291,54 +268,30 @@ fn bind_source(socket: &TcpSocket, ip: IpAddr) -> std::io::Result<()> {
     socket.bind(SocketAddr::new(ip, 0))
 }
 
+/// One exchange on `conn`, marked in use meanwhile (see [`H1Conn::in_use`]).
 async fn exchange_h1(
     conn: &mut H1Conn,
     id: &str,
     attempt: u32,
     deadline_ms: Option<u64>,
-) -> Result<http::StatusCode, hyper::Error> {
-    let req = build_request(
-        &conn.target,
-        conn.target.path.as_str(),
-        id,
-        attempt,
-        deadline_ms,
-    );
-    let H1Conn { sender, driver, .. } = conn;
-    let exchange = async {
-        sender.ready().await?;
-        let resp = sender.send_request(req).await?;
-        let status = resp.status();
-        // Read the body to its end so the connection can be reused.
-        resp.into_body().collect().await?;
-        Ok(status)
-    };
-    let mut exchange = std::pin::pin!(exchange);
-    poll_fn(|cx| {
-        if let Poll::Ready(r) = exchange.as_mut().poll(cx) {
-            return Poll::Ready(r);
-        }
-        if let Some(d) = driver.as_mut()
-            && Pin::new(d).poll(cx).is_ready()
-        {
-            // The connection ended; dropping it fails whatever it had not delivered.
-            *driver = None;
-            return exchange.as_mut().poll(cx);
-        }
-        Poll::Pending
-    })
-    .await
+) -> Result<h1::Answer, h1::Failure> {
+    let request = h1::request(&conn.target, id, attempt, deadline_ms);
+    conn.in_use = true;
+    let answer = h1::exchange(&mut conn.stream, &request).await?;
+    conn.in_use = false;
+    Ok(answer)
 }
 
+/// The h2c request (HTTP/1.1 requests are written by [`h1::request`]).
 fn build_request(
     target: &Target,
-    uri: &str,
     id: &str,
     attempt: u32,
     deadline_ms: Option<u64>,
 ) -> http::Request<Empty<Bytes>> {
-    let mut b = http::Request::get(uri)
+    let mut b = http::Request::get(target.url.as_str())
         .header(http::header::HOST, target.authority.as_str())
+        .header(http::header::USER_AGENT, h1::USER_AGENT)
         .header("x-request-id", id)
         .header("x-attempt", attempt);
     if let Some(ms) = deadline_ms {
@@ -348,10 +301,10 @@ fn build_request(
     b.body(Empty::new()).unwrap_or_default()
 }
 
-fn classify_status(status: http::StatusCode) -> Result<(), ErrorKind> {
-    if status.is_success() {
+fn classify_status(status: u16) -> Result<(), ErrorKind> {
+    if (200..300).contains(&status) {
         Ok(())
-    } else if status.is_server_error() {
+    } else if (500..600).contains(&status) {
         Err(ErrorKind::Status5xx)
     } else {
         Err(ErrorKind::StatusOther)

@@ -7,7 +7,8 @@
 //! - [`schedule`]: piecewise-constant rate schedules and the Poisson / constant arrival times.
 //! - [`policy`]: retry policies as pure state machines (backoff, retry budget, AWS retry quota).
 //! - [`targets`]: target URLs, fixed or from a file reloaded when it changes.
-//! - [`client`]: one attempt over hyper's connection API (HTTP/1.1 or h2c), with `--bind`.
+//! - [`client`]: one attempt, HTTP/1.1 or h2c (hyper's connection API), with `--bind`.
+//! - [`h1`]: the lean HTTP/1.1 exchange and its response framing (a pure state machine).
 //! - [`record`]: per-second rows, histograms, `timeseries.csv`, `summary.json`, Prometheus text.
 //! - [`limits`]: the open-files limit and peak RSS.
 //! - `pacer`: the microsecond arrival timer (a Linux timerfd on the shard's reactor).
@@ -23,6 +24,7 @@
 
 pub mod client;
 pub mod config;
+pub mod h1;
 pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod pacer;

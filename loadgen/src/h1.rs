@@ -1,0 +1,439 @@
+//! One HTTP/1.1 exchange on a connection the attempt owns: the request written in one go, the
+//! response read to its end with `httparse` (hyper's own parser) and framed here.
+//!
+//! Why not hyper's connection API for HTTP/1.1: it costs about 20 KB per connection (an 8 KiB
+//! write buffer, an 8 KiB read buffer, an 8 KB channel block) taken when the connection opens,
+//! and every attempt to a pod that does not answer holds its own connection for the whole
+//! timeout: 100,000 of them in flight would be 2 GB. Here a waiting attempt holds its socket and
+//! nothing else: the answer is read into the shard's scratch buffer when it arrives, and only an
+//! answer split over several reads keeps its unparsed head in a buffer of its own.
+//!
+//! The framing is a pure state machine ([`ResponseReader`]) fed with bytes, so every case
+//! (content length, chunked with trailers, read until close, 1xx, split reads, malformed) is
+//! tested without a socket.
+
+use std::cell::RefCell;
+use std::io::Write;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::targets::Target;
+
+/// A response head larger than this is refused (hyper's default limit is about 400 KB; the
+/// kit's pods answer with a few hundred bytes).
+const MAX_HEAD: usize = 64 * 1024;
+/// Response headers parsed at most.
+const MAX_HEADERS: usize = 64;
+/// What one read takes from the socket, into the shard's scratch buffer.
+const SCRATCH: usize = 16 * 1024;
+
+thread_local! {
+    // Each shard is one thread, and a read and its parse never span an await.
+    static SCRATCH_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0; SCRATCH]);
+}
+
+/// What the kit's clients call themselves, on both protocols.
+pub const USER_AGENT: &str = concat!("retry-debt-loadgen/", env!("CARGO_PKG_VERSION"));
+
+/// The request of one attempt: `GET` of the target's path with the kit's headers.
+pub fn request(target: &Target, id: &str, attempt: u32, deadline_ms: Option<u64>) -> Vec<u8> {
+    let mut req = Vec::with_capacity(160 + target.path.len() + target.authority.len());
+    // Writing to a Vec cannot fail.
+    let _ = write!(
+        req,
+        "GET {} HTTP/1.1\r\nhost: {}\r\nuser-agent: {USER_AGENT}\r\nx-request-id: {id}\r\nx-attempt: {attempt}\r\n",
+        target.path, target.authority,
+    );
+    if let Some(ms) = deadline_ms {
+        let _ = write!(req, "x-deadline-ms: {ms}\r\n");
+    }
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
+/// A response read to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    /// The connection may carry another request (HTTP/1.1, no `connection: close`, the body
+    /// framed by length or chunks, nothing after it).
+    pub reusable: bool,
+}
+
+/// Why an exchange gave no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection ended (closed or reset, or the write failed) before a byte of the answer
+    /// came: on a reused connection, the server had closed it while idle and the request can be
+    /// sent again on a new one.
+    NoAnswer,
+    /// The connection failed mid-answer, or the answer was not HTTP/1.1.
+    Broken,
+}
+
+/// Writes `request` and reads the answer. Cancel-safe in the sense the caller needs: dropped
+/// at the attempt timeout, it leaves the connection unusable, and the caller drops it.
+pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Result<Answer, Failure> {
+    stream
+        .write_all(request)
+        .await
+        .map_err(|_| Failure::NoAnswer)?;
+    let mut reader = ResponseReader::default();
+    // Bytes of a head split over reads; empty (no allocation) in the usual case.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut received = false;
+    loop {
+        stream.readable().await.map_err(|_| Failure::Broken)?;
+        let step = SCRATCH_BUF.with_borrow_mut(|scratch| {
+            let n = match stream.try_read(scratch) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(_) if !received => return Err(Failure::NoAnswer),
+                Err(_) => return Err(Failure::Broken),
+            };
+            if n == 0 {
+                return match reader.end_of_stream() {
+                    Some(answer) => Ok(Some(answer)),
+                    None if !received => Err(Failure::NoAnswer),
+                    None => Err(Failure::Broken),
+                };
+            }
+            received = true;
+            let fed = if pending.is_empty() {
+                &scratch[..n]
+            } else {
+                pending.extend_from_slice(&scratch[..n]);
+                &pending[..]
+            };
+            let (used, done) = reader.advance(fed).map_err(|_| Failure::Broken)?;
+            if let Some(mut answer) = done {
+                // Bytes after the answer were never asked for: do not reuse the connection.
+                answer.reusable &= used == fed.len();
+                return Ok(Some(answer));
+            }
+            let rest = fed[used..].to_vec();
+            pending = rest;
+            if pending.len() > MAX_HEAD {
+                return Err(Failure::Broken);
+            }
+            Ok(None)
+        })?;
+        if let Some(answer) = step {
+            return Ok(answer);
+        }
+    }
+}
+
+/// The answer is not HTTP/1.1 the reader can frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    #[default]
+    Head,
+    Length(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers,
+    UntilClose,
+}
+
+/// Frames one response from the bytes fed to it.
+#[derive(Debug, Default)]
+pub struct ResponseReader {
+    framing: Framing,
+    status: u16,
+    keep_alive: bool,
+}
+
+impl ResponseReader {
+    /// Consumes what it can of `buf`: how many bytes it used, and the answer once complete.
+    /// Bytes not used (an incomplete head or chunk-size line) must be fed again with more.
+    pub fn advance(&mut self, buf: &[u8]) -> Result<(usize, Option<Answer>), Malformed> {
+        let mut used = 0;
+        loop {
+            let rest = &buf[used..];
+            match self.framing {
+                Framing::Head => {
+                    let Some(n) = self.head(rest)? else {
+                        if rest.len() > MAX_HEAD {
+                            return Err(Malformed);
+                        }
+                        return Ok((used, None));
+                    };
+                    used += n;
+                }
+                Framing::Length(0) => return Ok((used, Some(self.answer(true)))),
+                Framing::Length(left) => {
+                    let n = left.min(rest.len() as u64);
+                    used += n as usize;
+                    self.framing = Framing::Length(left - n);
+                    if left > n {
+                        return Ok((used, None));
+                    }
+                }
+                Framing::ChunkSize => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((n, 0))) => {
+                        used += n;
+                        self.framing = Framing::Trailers;
+                    }
+                    Ok(httparse::Status::Complete((n, size))) => {
+                        used += n;
+                        self.framing = Framing::ChunkData(size);
+                    }
+                    Ok(httparse::Status::Partial) => return Ok((used, None)),
+                    Err(_) => return Err(Malformed),
+                },
+                Framing::ChunkData(left) => {
+                    let n = left.min(rest.len() as u64);
+                    used += n as usize;
+                    if left > n {
+                        self.framing = Framing::ChunkData(left - n);
+                        return Ok((used, None));
+                    }
+                    self.framing = Framing::ChunkEnd;
+                }
+                Framing::ChunkEnd => {
+                    if rest.len() < 2 {
+                        return Ok((used, None));
+                    }
+                    if &rest[..2] != b"\r\n" {
+                        return Err(Malformed);
+                    }
+                    used += 2;
+                    self.framing = Framing::ChunkSize;
+                }
+                Framing::Trailers => {
+                    // Trailer lines up to an empty line; their content is not needed.
+                    let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+                        return Ok((used, None));
+                    };
+                    used += eol + 2;
+                    if eol == 0 {
+                        return Ok((used, Some(self.answer(true))));
+                    }
+                }
+                Framing::UntilClose => return Ok((buf.len(), None)),
+            }
+        }
+    }
+
+    /// The connection ended: the answer, if its framing says it ends here.
+    pub fn end_of_stream(&mut self) -> Option<Answer> {
+        (self.framing == Framing::UntilClose).then(|| self.answer(false))
+    }
+
+    fn answer(&self, framed: bool) -> Answer {
+        Answer {
+            status: self.status,
+            reusable: framed && self.keep_alive,
+        }
+    }
+
+    /// Parses a head from the start of `buf`: its length once complete, and the body framing.
+    fn head(&mut self, buf: &[u8]) -> Result<Option<usize>, Malformed> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut headers);
+        let n = match resp.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(_) => return Err(Malformed),
+        };
+        let status = resp.code.ok_or(Malformed)?;
+        if (100..200).contains(&status) {
+            // An informational answer (100 Continue, 103 Early Hints) precedes the real one;
+            // 101 would switch protocols, which a GET of the kit's never asks for.
+            return if status == 101 {
+                Err(Malformed)
+            } else {
+                Ok(Some(n))
+            };
+        }
+        self.status = status;
+        self.keep_alive = resp.version == Some(1);
+        let mut length = None;
+        // Some(last coding is chunked) when a transfer-encoding header came.
+        let mut chunked = None;
+        for h in resp.headers.iter() {
+            if h.name.eq_ignore_ascii_case("connection") {
+                if has_token(h.value, "close") {
+                    self.keep_alive = false;
+                }
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                // Chunked must be the last coding; with any other the body runs until close,
+                // whatever content-length says (RFC 9112, 6.3).
+                chunked = Some(last_token_is(h.value, "chunked"));
+            } else if h.name.eq_ignore_ascii_case("content-length") {
+                let v: u64 = std::str::from_utf8(h.value)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .ok_or(Malformed)?;
+                if length.is_some_and(|l| l != v) {
+                    return Err(Malformed);
+                }
+                length = Some(v);
+            }
+        }
+        self.framing = if status == 204 || status == 304 {
+            Framing::Length(0)
+        } else if chunked == Some(true) {
+            Framing::ChunkSize
+        } else if let (None, Some(l)) = (chunked, length) {
+            Framing::Length(l)
+        } else {
+            self.keep_alive = false;
+            Framing::UntilClose
+        };
+        Ok(Some(n))
+    }
+}
+
+fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(|t| t.trim_ascii())
+}
+
+fn has_token(value: &[u8], token: &str) -> bool {
+    tokens(value).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
+}
+
+fn last_token_is(value: &[u8], token: &str) -> bool {
+    tokens(value)
+        .last()
+        .is_some_and(|t| t.eq_ignore_ascii_case(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `parts` one after another as reads would, keeping unused bytes, as `exchange` does.
+    fn read(parts: &[&[u8]]) -> Result<Option<Answer>, Malformed> {
+        let mut r = ResponseReader::default();
+        let mut pending = Vec::new();
+        for part in parts {
+            pending.extend_from_slice(part);
+            let (used, done) = r.advance(&pending)?;
+            if let Some(mut a) = done {
+                a.reusable &= used == pending.len();
+                return Ok(Some(a));
+            }
+            pending.drain(..used);
+        }
+        Ok(r.end_of_stream())
+    }
+
+    fn ok(status: u16, reusable: bool) -> Result<Option<Answer>, Malformed> {
+        Ok(Some(Answer { status, reusable }))
+    }
+
+    #[test]
+    fn content_length_in_one_read_and_split_anywhere() {
+        let whole: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: b\r\n\r\nhello";
+        assert_eq!(read(&[whole]), ok(200, true));
+        for cut in 1..whole.len() {
+            assert_eq!(
+                read(&[&whole[..cut], &whole[cut..]]),
+                ok(200, true),
+                "cut {cut}"
+            );
+        }
+        // Not all of the body yet: no answer, and the end of the stream does not make one.
+        assert_eq!(read(&[&whole[..whole.len() - 1]]), Ok(None));
+    }
+
+    #[test]
+    fn chunked_with_extensions_and_trailers_split_anywhere() {
+        let whole: &[u8] =
+            b"HTTP/1.1 503 Busy\r\ntransfer-encoding: gzip, chunked\r\n\r\n4;ext=1\r\nRust\r\n10\r\n0123456789abcdef\r\n0\r\nx-trailer: 1\r\n\r\n";
+        assert_eq!(read(&[whole]), ok(503, true));
+        for cut in 1..whole.len() {
+            assert_eq!(
+                read(&[&whole[..cut], &whole[cut..]]),
+                ok(503, true),
+                "cut {cut}"
+            );
+        }
+        assert_eq!(
+            read(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\nRustXX"]),
+            Err(Malformed),
+            "chunk data must end with CRLF"
+        );
+        assert_eq!(
+            read(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"]),
+            Err(Malformed)
+        );
+    }
+
+    #[test]
+    fn what_ends_reuse() {
+        let close =
+            b"HTTP/1.1 200 OK\r\nconnection: keep-alive, Close\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(read(&[close]), ok(200, false));
+        let http10 = b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        assert_eq!(read(&[http10]), ok(200, false));
+        let extra = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1";
+        assert_eq!(read(&[extra]), ok(200, false), "bytes nobody asked for");
+        // No length and not chunked: the body runs until the server closes.
+        let until_close = b"HTTP/1.1 200 OK\r\n\r\nsome body";
+        assert_eq!(read(&[until_close, b" and more"]), ok(200, false));
+        // A coding other than chunked last is also read until close.
+        let gzip_only =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 3\r\n\r\nabc";
+        assert_eq!(read(&[gzip_only]), ok(200, false));
+    }
+
+    #[test]
+    fn no_body_statuses_and_informational_answers() {
+        assert_eq!(
+            read(&[b"HTTP/1.1 204 No Content\r\ncontent-length: 10\r\n\r\n"]),
+            ok(204, true)
+        );
+        assert_eq!(
+            read(&[b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early\r\nlink: x\r\n\r\nHTTP/1.1 404 Not Found\r\ncontent-length: 1\r\n\r\n!"]),
+            ok(404, true)
+        );
+        assert_eq!(
+            read(&[b"HTTP/1.1 101 Switching Protocols\r\nupgrade: ws\r\n\r\n"]),
+            Err(Malformed)
+        );
+    }
+
+    #[test]
+    fn malformed_answers_are_refused() {
+        assert_eq!(read(&[b"SSH-2.0-OpenSSH\r\n\r\n"]), Err(Malformed));
+        assert_eq!(
+            read(&[b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"]),
+            Err(Malformed)
+        );
+        assert_eq!(
+            read(&[b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n"]),
+            Err(Malformed)
+        );
+        let mut endless = b"HTTP/1.1 200 OK\r\n".to_vec();
+        endless.extend(std::iter::repeat_n(b'a', MAX_HEAD + 1));
+        assert_eq!(read(&[&endless]), Err(Malformed), "a head with no end");
+    }
+
+    #[test]
+    fn the_request_carries_the_kit_headers() {
+        let t = Target::parse("http://pod.local:8080/work?x=1").unwrap();
+        let req = String::from_utf8(request(&t, "r-7", 2, Some(1_700_000_000_123))).unwrap();
+        assert!(
+            req.starts_with("GET /work?x=1 HTTP/1.1\r\nhost: pod.local:8080\r\n"),
+            "{req}"
+        );
+        assert!(
+            req.contains("\r\nx-request-id: r-7\r\nx-attempt: 2\r\n"),
+            "{req}"
+        );
+        assert!(
+            req.ends_with("x-deadline-ms: 1700000000123\r\n\r\n"),
+            "{req}"
+        );
+        let plain = String::from_utf8(request(&t, "r-7", 0, None)).unwrap();
+        assert!(!plain.contains("x-deadline-ms") && plain.ends_with("\r\n\r\n"));
+    }
+}
