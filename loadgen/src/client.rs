@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpSocket, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::h1;
 use crate::record::ErrorKind;
@@ -137,6 +137,35 @@ impl Client {
             self.put_idle(conn);
         }
         classify_status(answer.status)
+    }
+
+    /// Opens up to `n` HTTP/1.1 connections to random targets at once and keeps them idle
+    /// (at most [`MAX_IDLE`]): how many opened within `limit`, and the first failure (those
+    /// not open by then count as `connect`).
+    pub async fn warm(self: &Arc<Self>, n: usize, limit: Duration) -> (usize, Option<ErrorKind>) {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut opening = JoinSet::new();
+        for _ in 0..n.min(MAX_IDLE) {
+            let client = self.clone();
+            opening.spawn(async move { client.connect_h1().await });
+        }
+        let (mut opened, mut failure) = (0, None);
+        while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, opening.join_next()).await {
+            match joined {
+                Ok(Ok(conn)) => {
+                    opened += 1;
+                    self.put_idle(conn);
+                }
+                Ok(Err(kind)) => {
+                    failure.get_or_insert(kind);
+                }
+                Err(panic) => std::panic::resume_unwind(panic.into_panic()),
+            }
+        }
+        if !opening.is_empty() {
+            failure.get_or_insert(ErrorKind::Connect);
+        }
+        (opened, failure)
     }
 
     fn take_idle(&self) -> Option<H1Conn> {

@@ -153,6 +153,18 @@ pub struct Config {
           value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
 
+    /// HTTP/1.1 connections opened before the first arrival and kept idle for reuse, spread
+    /// over the threads (as wrk's and oha's `-c`; at most 4,096 per thread). Without them a
+    /// high rate starts with every early arrival opening its own connection, which the first
+    /// second may not keep up with. More are opened whenever none is idle. Default: none.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "LOADGEN_CONNECTIONS",
+        default_value_t = 0
+    )]
+    pub connections: u32,
+
     /// Requests in flight at most; an arrival beyond it is counted as `shed` and not sent.
     #[arg(long, value_name = "N", env = "LOADGEN_MAX_IN_FLIGHT", default_value_t = 200_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -290,6 +302,13 @@ impl Config {
                 ));
             }
         };
+        if self.http2 && self.connections > 0 {
+            return Err(LoadgenError::Config(format!(
+                "--connections {}: applies to HTTP/1.1; with --http2 each thread keeps one \
+                 connection per target",
+                self.connections
+            )));
+        }
         let budget = self
             .retry_budget
             .map(|ratio| RetryBudget::new(ratio, self.retry_budget_min, self.retry_budget_ttl))
@@ -393,6 +412,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("ratio -1"), "{e}");
+        let e = parse("--target http://h/ --rate 5 --duration 1s --http2 --connections 4")
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--connections 4: applies to HTTP/1.1"), "{e}");
     }
 
     #[test]

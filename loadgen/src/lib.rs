@@ -55,7 +55,7 @@ pub use schedule::{ArrivalKind, Schedule, ScheduleError};
 use client::Client;
 use config::Plan;
 use policy::RetryPolicy;
-use record::{AttemptOutcome, Recorder, RequestOutcome};
+use record::{AttemptOutcome, ErrorKind, Recorder, RequestOutcome};
 use targets::{Target, Targets};
 
 /// Why a run could not start or finish.
@@ -177,6 +177,10 @@ pub async fn run(
         http2: config.http2,
         open_files_limit,
     };
+    // The shards open their --connections first; the schedule's clock starts once they have.
+    let mut shards = Shards::start(&plan, &config, &targets)?;
+    shards.warmed(config.connections).await;
+
     let has_policy = plan.policy.backoff.is_some()
         || plan.policy.budget.is_some()
         || plan.policy.quota.is_some();
@@ -210,7 +214,7 @@ pub async fn run(
     }
     background.spawn(ticker(ctx.clone(), config.out.clone()));
 
-    let shards = Shards::start(&ctx, &config, &targets)?;
+    shards.go(&ctx);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut signalled = false;
     tokio::select! {
@@ -259,6 +263,10 @@ enum Phase {
 
 /// The shard threads, and how many are still sending / still running.
 struct Shards {
+    /// Each shard's warm-up report: connections opened, and the first failure.
+    warm: tokio::sync::mpsc::UnboundedReceiver<(usize, Option<ErrorKind>)>,
+    /// Starts each shard's arrivals.
+    go: Vec<tokio::sync::oneshot::Sender<Arc<Ctx>>>,
     phase: watch::Sender<Phase>,
     sending: Arc<AtomicUsize>,
     running: Arc<AtomicUsize>,
@@ -278,17 +286,19 @@ impl Drop for CountOut {
 }
 
 impl Shards {
-    fn start(
-        ctx: &Arc<Ctx>,
-        config: &Config,
-        targets: &Arc<Targets>,
-    ) -> Result<Shards, LoadgenError> {
+    /// Starts the shard threads; each opens its share of `--connections` (within one attempt
+    /// timeout, so a target that does not accept delays the start by no more), reports, and
+    /// waits for [`Shards::go`].
+    fn start(plan: &Plan, config: &Config, targets: &Arc<Targets>) -> Result<Shards, LoadgenError> {
         let n = config.threads.map_or_else(
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
             usize::from,
         );
         let (phase, _) = watch::channel(Phase::Send);
+        let (warm_tx, warm) = tokio::sync::mpsc::unbounded_channel();
         let mut shards = Shards {
+            warm,
+            go: Vec::with_capacity(n),
             phase,
             sending: Arc::new(AtomicUsize::new(n)),
             running: Arc::new(AtomicUsize::new(n)),
@@ -306,27 +316,63 @@ impl Shards {
                 config.http2,
                 config.deadline.then_some(config.timeout),
             ));
-            let arrivals = schedule::Arrivals::new(
-                &ctx.plan.schedule,
-                config.arrivals,
-                ctx.plan.seed,
-                ctx.plan.stop,
-            )
-            .skip(k)
-            .step_by(n);
+            let arrivals =
+                schedule::Arrivals::new(&plan.schedule, config.arrivals, plan.seed, plan.stop)
+                    .skip(k)
+                    .step_by(n);
+            let connections =
+                config.connections as usize / n + usize::from(k < config.connections as usize % n);
+            let (go, started) = tokio::sync::oneshot::channel();
+            shards.go.push(go);
+            let warm_tx = warm_tx.clone();
             let sending = CountOut(shards.sending.clone(), shards.changed.clone());
             let running = CountOut(shards.running.clone(), shards.changed.clone());
-            let (ctx, phase, max) = (ctx.clone(), shards.phase.subscribe(), config.max_in_flight);
+            let (phase, max, timeout) = (
+                shards.phase.subscribe(),
+                config.max_in_flight,
+                config.timeout,
+            );
             let thread = std::thread::Builder::new()
                 .name(format!("loadgen-shard-{k}"))
                 .spawn(move || {
                     let _running = running;
-                    runtime.block_on(shard(ctx, client, arrivals, max, phase, sending));
+                    runtime.block_on(async move {
+                        let _ = warm_tx.send(client.warm(connections, timeout).await);
+                        // So that `warmed` sees the end of reports if a shard never makes one.
+                        drop(warm_tx);
+                        if let Ok(ctx) = started.await {
+                            shard(ctx, client, arrivals, max, phase, sending).await;
+                        }
+                    });
                 })
                 .map_err(|source| LoadgenError::Shard { shard: k, source })?;
             shards.threads.push(thread);
         }
         Ok(shards)
+    }
+
+    /// Waits for every shard's warm-up; says so if fewer than `wanted` connections opened.
+    async fn warmed(&mut self, wanted: u32) {
+        let (mut opened, mut failure) = (0, None);
+        while let Some((n, why)) = self.warm.recv().await {
+            opened += n;
+            failure = failure.or(why);
+        }
+        if opened < wanted as usize {
+            let why = failure.map_or("the idle pool is full".to_string(), |k: ErrorKind| {
+                format!("first error: {}", k.name())
+            });
+            tracing::warn!(
+                "--connections {wanted}: opened {opened} before the first arrival ({why})"
+            );
+        }
+    }
+
+    /// Starts the arrivals of every shard, on the schedule's clock in `ctx`.
+    fn go(&mut self, ctx: &Arc<Ctx>) {
+        for go in self.go.drain(..) {
+            let _ = go.send(ctx.clone());
+        }
     }
 
     /// Resolves once `done()` holds; re-checked whenever a shard counts out.

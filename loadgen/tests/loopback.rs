@@ -3,6 +3,7 @@
 //! Every run is bounded (about a second of load) and bands are wide: the machine is shared.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,8 @@ struct Seen {
 struct Server {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicUsize>,
 }
 
 impl Server {
@@ -55,13 +58,20 @@ async fn server(reply: impl Fn(u32) -> Reply + Send + Sync + 'static) -> Server 
     let seen = Arc::new(Mutex::new(Vec::new()));
     let reply = Arc::new(reply);
     let log = seen.clone();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
     tokio::spawn(async move {
         loop {
             let (stream, peer) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(connection(stream, peer, log.clone(), reply.clone()));
         }
     });
-    Server { addr, seen }
+    Server {
+        addr,
+        seen,
+        accepted,
+    }
 }
 
 async fn connection(
@@ -268,6 +278,21 @@ async fn delayed_answers_within_the_timeout_succeed_on_reused_connections() {
         ports.len() < srv.seen().len(),
         "keep-alive connections are reused"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_opened_before_the_first_arrival_and_reused() {
+    let srv = server(|_| Reply::After(Duration::from_millis(50), 200)).await;
+    // Two threads, four connections each; at most two requests in flight per thread.
+    let s = run(&format!(
+        "--target {} --rate 40 --arrivals constant --duration 500ms --timeout 1s --threads 2 --connections 8",
+        srv.url()
+    ))
+    .await;
+    let n = scheduled(40.0, 0.5);
+    assert_eq!((s.first_attempts, s.succeeded), (n, n));
+    let accepted = srv.accepted.load(Ordering::SeqCst);
+    assert!(accepted >= 8, "opened {accepted}, asked for 8");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
