@@ -6,7 +6,8 @@
 # Measures:
 #   1. wrk's keep-alive maximum (closed loop, 2 threads, 64 connections);
 #   2. the highest open-loop rate the loadgen holds (every first attempt sent, all answered,
-#      send-lag p99 < 2 ms), on a ladder of fractions of wrk's maximum;
+#      send-lag p99 < 2 ms), on a ladder of fractions of wrk's maximum, with 64 connections
+#      opened first as wrk's (oha -q opens its default 50);
 #   3. oha -q at that rate (achieved rate, latency p99);
 #   4. rate accuracy at 10,000/s (Poisson and constant);
 #   5. attempts in flight to a server that never answers, at 10,000/s with 10 s timeouts
@@ -90,7 +91,7 @@ for frac in 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.0; do
   for try in 1 2; do
     name=ladder_${rate}_$try
     lg "$name" --target "$url" --rate "$rate" --arrivals constant --duration "${secs}s" \
-      --timeout 2s --retries 0 --max-in-flight 15000
+      --timeout 2s --retries 0 --max-in-flight 15000 --connections 64
     lag=$(js "$name" '.send_lag_seconds.p99 * 1000')
     if [[ -z $best ]] || (($(calc "($lag < $(js "$best" '.send_lag_seconds.p99 * 1000')) ? 1 : 0"))); then
       best=$name
@@ -131,7 +132,8 @@ echo "at ${oha_rate}/s: oha -q achieved ${oha_rps} req/s (success ${oha_ok}), la
 
 # 4. Rate accuracy at 10,000/s.
 for kind in poisson constant; do
-  lg "acc_$kind" --target "$url" --rate 10000 --arrivals "$kind" --duration "${secs}s" --timeout 2s --retries 0
+  lg "acc_$kind" --target "$url" --rate 10000 --arrivals "$kind" --duration "${secs}s" --timeout 2s --retries 0 \
+    --connections 64
   first=$(js "acc_$kind" .first_attempts)
   echo "rate accuracy at 10000/s ($kind): $(calc "$first / $secs")/s sent, error $(calc "($first / $secs - 10000) / 100") %, send-lag p99 $(js "acc_$kind" '.send_lag_seconds.p99 * 1000') ms"
 done
