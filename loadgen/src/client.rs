@@ -5,7 +5,9 @@
 //! target; it owns that connection until the response is read, so every attempt to a server
 //! that does not answer holds its own socket, and nothing more. The attempt's own task reads
 //! the answer (no task per connection, no channel hop); an idle connection is not polled, and
-//! one the server closed meanwhile is found out on reuse and the request resent on a fresh one.
+//! one the server closed meanwhile is found before reuse (the reactor has kept the readiness
+//! its FIN or reset raised) and dropped. A request is never resent behind the caller's back:
+//! a connection that ends before its answer is an `io` error of that attempt.
 //! Dropping the attempt (its timeout fired) drops the connection with a reset: the server sees
 //! the client go, as with a real client that gives up, and this side keeps no TIME_WAIT, which
 //! at thousands of abandoned attempts a second would hold every ephemeral port.
@@ -117,22 +119,13 @@ impl Client {
         if self.http2 {
             return self.attempt_h2(id, attempt, deadline_ms).await;
         }
-        let (mut conn, reused) = match self.take_idle() {
-            Some(c) => (c, true),
-            None => (self.connect_h1().await?, false),
+        let mut conn = match self.take_idle() {
+            Some(c) => c,
+            None => self.connect_h1().await?,
         };
-        let answer = match exchange_h1(&mut conn, id, attempt, deadline_ms).await {
-            Ok(a) => a,
-            // The server closed an idle connection as we reused it: the request never got
-            // there, so send it on a fresh connection (hyper-util's pool does the same).
-            Err(h1::Failure::NoAnswer) if reused => {
-                conn = self.connect_h1().await?;
-                exchange_h1(&mut conn, id, attempt, deadline_ms)
-                    .await
-                    .map_err(|_| ErrorKind::Io)?
-            }
-            Err(_) => return Err(ErrorKind::Io),
-        };
+        let answer = exchange_h1(&mut conn, id, attempt, deadline_ms)
+            .await
+            .map_err(|h1::Broken| ErrorKind::Io)?;
         if answer.reusable {
             self.put_idle(conn);
         }
@@ -152,10 +145,7 @@ impl Client {
         let (mut opened, mut failure) = (0, None);
         while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, opening.join_next()).await {
             match joined {
-                Ok(Ok(conn)) => {
-                    opened += 1;
-                    self.put_idle(conn);
-                }
+                Ok(Ok(conn)) => opened += usize::from(self.put_idle(conn)),
                 Ok(Err(kind)) => {
                     failure.get_or_insert(kind);
                 }
@@ -178,11 +168,14 @@ impl Client {
         None
     }
 
-    fn put_idle(&self, conn: H1Conn) {
+    /// Keeps `conn` for reuse if there is room and it is still usable; whether it was kept.
+    fn put_idle(&self, conn: H1Conn) -> bool {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < MAX_IDLE && conn.usable() {
+        let keep = idle.len() < MAX_IDLE && conn.usable();
+        if keep {
             idle.push(conn);
         }
+        keep
     }
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
@@ -303,10 +296,10 @@ async fn exchange_h1(
     id: &str,
     attempt: u32,
     deadline_ms: Option<u64>,
-) -> Result<h1::Answer, h1::Failure> {
+) -> Result<h1::Answer, h1::Broken> {
     let request = h1::request(&conn.target, id, attempt, deadline_ms);
     conn.in_use = true;
-    let answer = h1::exchange(&mut conn.stream, &request).await?;
+    let answer = h1::exchange(&mut conn.stream, request).await?;
     conn.in_use = false;
     Ok(answer)
 }

@@ -8,6 +8,11 @@
 //! nothing else: the answer is read into the shard's scratch buffer when it arrives, and only an
 //! answer split over several reads keeps its unparsed head in a buffer of its own.
 //!
+//! A connection that ends before the answer does is an `io` error of the attempt, even on a
+//! reused connection: the server may have read the request, and an exact count of attempts
+//! matters more here than hiding the rare race with a server's idle timeout (an idle
+//! connection the server has closed is found before reuse; see `client`).
+//!
 //! The framing is a pure state machine ([`ResponseReader`]) fed with bytes, so every case
 //! (content length, chunked with trailers, read until close, 1xx, split reads, malformed) is
 //! tested without a socket.
@@ -61,52 +66,37 @@ pub struct Answer {
     pub reusable: bool,
 }
 
-/// Why an exchange gave no answer.
+/// The exchange gave no answer: the write or a read failed, the connection ended before the
+/// answer did, or the answer was not HTTP/1.1 the reader can frame. The request may have
+/// reached the server, so it is never sent again behind the caller's back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// The connection ended (closed or reset, or the write failed) before a byte of the answer
-    /// came: on a reused connection, the server had closed it while idle and the request can be
-    /// sent again on a new one.
-    NoAnswer,
-    /// The connection failed mid-answer, or the answer was not HTTP/1.1.
-    Broken,
-}
+pub struct Broken;
 
-/// Writes `request` and reads the answer. Cancel-safe in the sense the caller needs: dropped
-/// at the attempt timeout, it leaves the connection unusable, and the caller drops it.
-pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Result<Answer, Failure> {
-    stream
-        .write_all(request)
-        .await
-        .map_err(|_| Failure::NoAnswer)?;
+/// Writes `request` and reads the answer. Dropped at the attempt timeout, it leaves the
+/// connection mid-exchange, and the caller drops (resets) it.
+pub async fn exchange(stream: &mut TcpStream, request: Vec<u8>) -> Result<Answer, Broken> {
+    stream.write_all(&request).await.map_err(|_| Broken)?;
+    // Not held while the answer is awaited, which may be the whole timeout.
+    drop(request);
     let mut reader = ResponseReader::default();
     // Bytes of a head split over reads; empty (no allocation) in the usual case.
     let mut pending: Vec<u8> = Vec::new();
-    let mut received = false;
     loop {
-        stream.readable().await.map_err(|_| Failure::Broken)?;
+        stream.readable().await.map_err(|_| Broken)?;
         let step = SCRATCH_BUF.with_borrow_mut(|scratch| {
             let n = match stream.try_read(scratch) {
+                Ok(0) => return reader.end_of_stream().map(Some).ok_or(Broken),
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-                Err(_) if !received => return Err(Failure::NoAnswer),
-                Err(_) => return Err(Failure::Broken),
+                Err(_) => return Err(Broken),
             };
-            if n == 0 {
-                return match reader.end_of_stream() {
-                    Some(answer) => Ok(Some(answer)),
-                    None if !received => Err(Failure::NoAnswer),
-                    None => Err(Failure::Broken),
-                };
-            }
-            received = true;
             let fed = if pending.is_empty() {
                 &scratch[..n]
             } else {
                 pending.extend_from_slice(&scratch[..n]);
                 &pending[..]
             };
-            let (used, done) = reader.advance(fed).map_err(|_| Failure::Broken)?;
+            let (used, done) = reader.advance(fed).map_err(|_| Broken)?;
             if let Some(mut answer) = done {
                 // Bytes after the answer were never asked for: do not reuse the connection.
                 answer.reusable &= used == fed.len();
@@ -115,7 +105,7 @@ pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Result<Answer, 
             let rest = fed[used..].to_vec();
             pending = rest;
             if pending.len() > MAX_HEAD {
-                return Err(Failure::Broken);
+                return Err(Broken);
             }
             Ok(None)
         })?;
@@ -174,6 +164,10 @@ impl ResponseReader {
                     if left > n {
                         return Ok((used, None));
                     }
+                }
+                // httparse reads a size line without digits as 0, the last chunk: refuse it.
+                Framing::ChunkSize if rest.first().is_some_and(|b| !b.is_ascii_hexdigit()) => {
+                    return Err(Malformed);
                 }
                 Framing::ChunkSize => match httparse::parse_chunk_size(rest) {
                     Ok(httparse::Status::Complete((n, 0))) => {
@@ -267,15 +261,17 @@ impl ResponseReader {
                 // whatever content-length says (RFC 9112, 6.3).
                 chunked = Some(last_token_is(h.value, "chunked"));
             } else if h.name.eq_ignore_ascii_case("content-length") {
-                let v: u64 = std::str::from_utf8(h.value)
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok())
-                    .ok_or(Malformed)?;
+                let v = content_length(h.value).ok_or(Malformed)?;
                 if length.is_some_and(|l| l != v) {
                     return Err(Malformed);
                 }
                 length = Some(v);
             }
+        }
+        if chunked.is_some() && length.is_some() {
+            // A message framed two ways may be a smuggling attempt (RFC 9112, 6.3): read
+            // this one by its transfer coding, then close.
+            self.keep_alive = false;
         }
         self.framing = if status == 204 || status == 304 {
             Framing::Length(0)
@@ -289,6 +285,15 @@ impl ResponseReader {
         };
         Ok(Some(n))
     }
+}
+
+/// A content-length value: digits only (`u64::from_str` would also take a leading `+`).
+fn content_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -361,10 +366,11 @@ mod tests {
             Err(Malformed),
             "chunk data must end with CRLF"
         );
-        assert_eq!(
-            read(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"]),
-            Err(Malformed)
-        );
+        for bad_size in [&b"zz\r\n"[..], b"\r\n\r\n", b";ext\r\n\r\n"] {
+            let mut answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+            answer.extend_from_slice(bad_size);
+            assert_eq!(read(&[&answer]), Err(Malformed), "{bad_size:?}");
+        }
     }
 
     #[test]
@@ -380,6 +386,10 @@ mod tests {
         let until_close = b"HTTP/1.1 200 OK\r\n\r\nsome body";
         assert_eq!(read(&[until_close, b" and more"]), ok(200, false));
         // A coding other than chunked last is also read until close.
+        // Framed two ways: read by the coding, then close.
+        let both =
+            b"HTTP/1.1 200 OK\r\ncontent-length: 99\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n";
+        assert_eq!(read(&[both]), ok(200, false));
         let gzip_only =
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-length: 3\r\n\r\nabc";
         assert_eq!(read(&[gzip_only]), ok(200, false));
@@ -404,10 +414,10 @@ mod tests {
     #[test]
     fn malformed_answers_are_refused() {
         assert_eq!(read(&[b"SSH-2.0-OpenSSH\r\n\r\n"]), Err(Malformed));
-        assert_eq!(
-            read(&[b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"]),
-            Err(Malformed)
-        );
+        for bad_length in ["x", "+5", "-1", "", "5 5"] {
+            let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad_length}\r\n\r\n");
+            assert_eq!(read(&[answer.as_bytes()]), Err(Malformed), "{bad_length:?}");
+        }
         assert_eq!(
             read(&[b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n"]),
             Err(Malformed)

@@ -122,7 +122,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Summary, LoadgenError> {
     let plan = config.plan()?;
-    let wanted_files = config.max_in_flight.saturating_add(1024);
+    // Idle connections beyond those in flight: the --connections opened first.
+    let wanted_files = config
+        .max_in_flight
+        .saturating_add(u64::from(config.connections))
+        .saturating_add(1024);
     let open_files_limit = match limits::raise_open_files_limit(wanted_files) {
         Ok(n) => n,
         Err(e) => {
@@ -178,8 +182,18 @@ pub async fn run(
         open_files_limit,
     };
     // The shards open their --connections first; the schedule's clock starts once they have.
+    // A signal meanwhile (the shutdown future installs its handlers when first polled) ends
+    // the run before its first arrival, with its records.
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut signalled = false;
     let mut shards = Shards::start(&plan, &config, &targets)?;
-    shards.warmed(config.connections).await;
+    tokio::select! {
+        _ = shards.warmed(config.connections) => {}
+        _ = shutdown.as_mut() => signalled = true,
+    }
+    if signalled {
+        shards.tell(Phase::Drain);
+    }
 
     let has_policy = plan.policy.backoff.is_some()
         || plan.policy.budget.is_some()
@@ -215,11 +229,11 @@ pub async fn run(
     background.spawn(ticker(ctx.clone(), config.out.clone()));
 
     shards.go(&ctx);
-    let mut shutdown = std::pin::pin!(shutdown);
-    let mut signalled = false;
-    tokio::select! {
-        _ = shards.until(|| shards.sending.load(Ordering::SeqCst) == 0) => {}
-        _ = shutdown.as_mut() => signalled = true,
+    if !signalled {
+        tokio::select! {
+            _ = shards.until(|| shards.sending.load(Ordering::SeqCst) == 0) => {}
+            _ = shutdown.as_mut() => signalled = true,
+        }
     }
     shards.tell(Phase::Drain);
 
@@ -337,7 +351,13 @@ impl Shards {
                 .spawn(move || {
                     let _running = running;
                     runtime.block_on(async move {
-                        let _ = warm_tx.send(client.warm(connections, timeout).await);
+                        // A stop during the warm-up cuts it short.
+                        let mut stop = phase.clone();
+                        let opened = tokio::select! {
+                            opened = client.warm(connections, timeout) => opened,
+                            _ = stop.wait_for(|p| *p != Phase::Send) => (0, None),
+                        };
+                        let _ = warm_tx.send(opened);
                         // So that `warmed` sees the end of reports if a shard never makes one.
                         drop(warm_tx);
                         if let Ok(ctx) = started.await {

@@ -20,6 +20,9 @@ enum Reply {
     /// Answers 200 at once, then closes the connection 5 ms later as an idle timeout would (no
     /// `connection: close` header: the client finds out when it reuses the connection).
     OkThenClose,
+    /// Answers the first request on a connection at once; reads the next one on it and closes
+    /// the connection without answering, as a pod that crashes mid-request.
+    OnceThenCloseUnanswered,
 }
 
 #[derive(Debug, Clone)]
@@ -29,6 +32,8 @@ struct Seen {
     deadline_ms: Option<u64>,
     at: Instant,
     peer: SocketAddr,
+    /// Connections the server had accepted when it read this request.
+    accepted: usize,
     /// When and how the client closed the connection (for attempts never answered): `true`
     /// for a reset, `false` for an orderly close.
     closed: Arc<Mutex<Option<(Instant, bool)>>>,
@@ -64,7 +69,13 @@ async fn server(reply: impl Fn(u32) -> Reply + Send + Sync + 'static) -> Server 
         loop {
             let (stream, peer) = listener.accept().await.unwrap();
             count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(connection(stream, peer, log.clone(), reply.clone()));
+            tokio::spawn(connection(
+                stream,
+                peer,
+                log.clone(),
+                reply.clone(),
+                count.clone(),
+            ));
         }
     });
     Server {
@@ -79,10 +90,11 @@ async fn connection(
     peer: SocketAddr,
     log: Arc<Mutex<Vec<Seen>>>,
     reply: Arc<impl Fn(u32) -> Reply>,
+    accepted: Arc<AtomicUsize>,
 ) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
-    loop {
+    for nth_on_connection in 0.. {
         let head_end = loop {
             if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break i + 4;
@@ -107,6 +119,7 @@ async fn connection(
             deadline_ms: header("x-deadline-ms").map(|v| v.parse().unwrap()),
             at: Instant::now(),
             peer,
+            accepted: accepted.load(Ordering::SeqCst),
             closed: Arc::new(Mutex::new(None)),
         };
         let closed = seen.closed.clone();
@@ -131,6 +144,12 @@ async fn connection(
                 // Apart from the response, so the client keeps the connection as idle.
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 return;
+            }
+            Reply::OnceThenCloseUnanswered if nth_on_connection > 0 => return,
+            Reply::OnceThenCloseUnanswered => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
             }
             Reply::After(delay, status) => {
                 tokio::time::sleep(delay).await;
@@ -291,8 +310,37 @@ async fn connections_are_opened_before_the_first_arrival_and_reused() {
     .await;
     let n = scheduled(40.0, 0.5);
     assert_eq!((s.first_attempts, s.succeeded), (n, n));
+    let seen = srv.seen();
+    let first = seen.iter().min_by_key(|s| s.at).unwrap();
+    assert!(
+        first.accepted >= 8,
+        "{} open at the first request, asked for 8",
+        first.accepted
+    );
+    // Reused: a slow machine may need a few more, one connection per request would be 20.
     let accepted = srv.accepted.load(Ordering::SeqCst);
-    assert!(accepted >= 8, "opened {accepted}, asked for 8");
+    assert!((8..=12).contains(&accepted), "opened {accepted}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_connection_that_ends_unanswered_is_an_io_error_never_a_hidden_resend() {
+    let srv = server(|_| Reply::OnceThenCloseUnanswered).await;
+    let s = run(&format!(
+        "--target {} --rate 40 --arrivals constant --duration 500ms --timeout 1s --retries 0 --threads 1",
+        srv.url()
+    ))
+    .await;
+    let n = scheduled(40.0, 0.5);
+    // Requests alternate: a new connection answered, then its reuse closed unanswered.
+    assert_eq!(s.first_attempts, n);
+    assert_eq!(s.attempts, n, "no attempt sent twice");
+    assert_eq!(
+        srv.seen().len() as u64,
+        n,
+        "each request reached the server once"
+    );
+    assert!(s.errors["io"] >= n / 3, "{:?}", s.errors);
+    assert_eq!(s.succeeded + s.errors["io"], n, "{:?}", s.errors);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -108,3 +108,66 @@ fn sigterm_stops_arrivals_drains_and_writes_every_file() {
     assert_eq!(rows.last().unwrap()[col("in_flight")], 0);
     assert!(!out.join(".summary.json.tmp").exists() && !out.join(".timeseries.csv.tmp").exists());
 }
+
+#[test]
+fn sigterm_during_the_connection_warm_up_ends_the_run_with_its_records() {
+    // A listener with a backlog of 1 that never accepts: past the first connections the kernel
+    // drops the SYNs, so the warm-up of 40 connections would wait out the 20 s timeout.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let listener = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        socket.listen(1).unwrap()
+    });
+    let addr = listener.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["--target", &format!("http://{addr}/work"), "--rate", "50"])
+        .args([
+            "--duration",
+            "60s",
+            "--timeout",
+            "20s",
+            "--connections",
+            "40",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: signalling the child we spawned and still own.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if signalled.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("loadgen did not stop within 10 s of SIGTERM during the warm-up");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(3),
+        "the warm-up is cut short, not waited out: {:?}",
+        signalled.elapsed()
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        summary["first_attempts"], 0,
+        "no arrival before the warm-up ended"
+    );
+    assert!(out.join("timeseries.csv").exists());
+    drop(listener);
+}
