@@ -2,8 +2,30 @@
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// Sends SIGTERM to `child` and waits for it (killing it after 10 s): its exit status and how
+/// long it took to stop.
+fn sigterm_and_wait(child: &mut Child) -> (ExitStatus, Duration) {
+    // SAFETY: signalling the child we spawned and still own.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let signalled = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, signalled.elapsed());
+        }
+        if signalled.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("loadgen did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 #[test]
 fn sigterm_stops_arrivals_drains_and_writes_every_file() {
@@ -24,23 +46,7 @@ fn sigterm_stops_arrivals_drains_and_writes_every_file() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: signalling the child we spawned and still own.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if signalled.elapsed() > Duration::from_secs(10) {
-            child.kill().unwrap();
-            let _ = child.wait();
-            panic!("loadgen did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, stopped_after) = sigterm_and_wait(&mut child);
     let mut stderr = String::new();
     child
         .stderr
@@ -50,7 +56,7 @@ fn sigterm_stops_arrivals_drains_and_writes_every_file() {
         .unwrap();
     assert!(status.success(), "{status}: {stderr}");
     assert!(
-        signalled.elapsed() < Duration::from_secs(3),
+        stopped_after < Duration::from_secs(3),
         "drain is bounded by the timeout"
     );
     drop(listener);
@@ -139,28 +145,11 @@ fn sigterm_during_the_connection_warm_up_ends_the_run_with_its_records() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    // SAFETY: signalling the child we spawned and still own.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if signalled.elapsed() > Duration::from_secs(10) {
-            child.kill().unwrap();
-            let _ = child.wait();
-            panic!("loadgen did not stop within 10 s of SIGTERM during the warm-up");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, stopped_after) = sigterm_and_wait(&mut child);
     assert!(status.success(), "{status}");
     assert!(
-        signalled.elapsed() < Duration::from_secs(3),
-        "the warm-up is cut short, not waited out: {:?}",
-        signalled.elapsed()
+        stopped_after < Duration::from_secs(3),
+        "the warm-up is cut short, not waited out: {stopped_after:?}"
     );
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
