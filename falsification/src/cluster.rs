@@ -417,16 +417,14 @@ pub fn free_loopback_port() -> Result<SocketAddr, ClusterError> {
     listener.local_addr().map_err(ClusterError::Port)
 }
 
-/// Writes `contents` to a temporary file beside `path` and renames it over `path`, so a
-/// reader sees the old file or the new one, never half of one.
+/// Writes `contents` to `path` atomically, so a reader sees the old file or the new one, never
+/// half of one: the loadgen's one way of doing it (a temporary file beside `path`, flushed to
+/// disk, renamed over it), with the path named on error.
 pub fn write_atomically(path: &Path, contents: &str) -> Result<(), ClusterError> {
-    let err = |source| ClusterError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
-    std::io::Write::write_all(&mut tmp, contents.as_bytes()).map_err(err)?;
-    tmp.persist(path).map_err(|e| err(e.error))?;
-    Ok(())
+    loadgen::record::write_atomically(path, contents.as_bytes()).map_err(|source| {
+        ClusterError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
