@@ -2,8 +2,25 @@
 
 use std::io::Read;
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+/// The built loadgen, writing its records to `out`, its stderr piped.
+fn loadgen_writing_to(out: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loadgen"));
+    command
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The `summary.json` the run wrote into `out`.
+fn summary(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
 
 /// Sends SIGTERM to `child` and waits for it (killing it after 10 s): its exit status and how
 /// long it took to stop.
@@ -35,14 +52,10 @@ fn sigterm_stops_arrivals_drains_and_writes_every_file() {
     let addr = listener.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+    let mut child = loadgen_writing_to(&out)
         .env("LOADGEN_TARGET", format!("http://{addr}/work"))
         .env("LOADGEN_RATE", "50")
         .args(["--duration", "60s", "--timeout", "300ms", "--retries", "1"])
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
@@ -61,8 +74,7 @@ fn sigterm_stops_arrivals_drains_and_writes_every_file() {
     );
     drop(listener);
 
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let summary = summary(&out);
     let get = |k: &str| {
         summary[k]
             .as_u64()
@@ -128,7 +140,7 @@ fn sigterm_during_the_connection_warm_up_ends_the_run_with_its_records() {
     let addr = listener.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+    let mut child = loadgen_writing_to(&out)
         .args(["--target", &format!("http://{addr}/work"), "--rate", "50"])
         .args([
             "--duration",
@@ -138,10 +150,6 @@ fn sigterm_during_the_connection_warm_up_ends_the_run_with_its_records() {
             "--connections",
             "40",
         ])
-        .arg("--out")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
@@ -151,8 +159,7 @@ fn sigterm_during_the_connection_warm_up_ends_the_run_with_its_records() {
         stopped_after < Duration::from_secs(3),
         "the warm-up is cut short, not waited out: {stopped_after:?}"
     );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let summary = summary(&out);
     assert_eq!(
         summary["first_attempts"], 0,
         "no arrival before the warm-up ended"
