@@ -13,9 +13,9 @@
 //! matters more here than hiding the rare race with a server's idle timeout (an idle
 //! connection the server has closed is found before reuse; see `client`).
 //!
-//! The framing is a pure state machine ([`ResponseReader`]) fed with bytes, so every case
-//! (content length, chunked with trailers, read until close, 1xx, split reads, malformed) is
-//! tested without a socket.
+//! The framing is a pure state machine ([`ResponseReader`], fed read by read through
+//! [`AnswerBuffer`]), so every case (content length, chunked with trailers, read until close,
+//! 1xx, split reads, malformed) is tested without a socket.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -25,8 +25,8 @@ use tokio::net::TcpStream;
 
 use crate::targets::Target;
 
-/// A response head larger than this is refused (hyper's default limit is about 400 KB; the
-/// kit's pods answer with a few hundred bytes).
+/// A response head, or a chunk-size or trailer line, longer than this is refused (hyper's
+/// default head limit is about 400 KB; the kit's pods answer with a few hundred bytes).
 const MAX_HEAD: usize = 64 * 1024;
 /// Response headers parsed at most.
 const MAX_HEADERS: usize = 64;
@@ -78,40 +78,56 @@ pub async fn exchange(stream: &mut TcpStream, request: Vec<u8>) -> Result<Answer
     stream.write_all(&request).await.map_err(|_| Broken)?;
     // Not held while the answer is awaited, which may be the whole timeout.
     drop(request);
-    let mut reader = ResponseReader::default();
-    // Bytes of a head split over reads; empty (no allocation) in the usual case.
-    let mut pending: Vec<u8> = Vec::new();
+    let mut buffer = AnswerBuffer::default();
     loop {
         stream.readable().await.map_err(|_| Broken)?;
-        let step = SCRATCH_BUF.with_borrow_mut(|scratch| {
-            let n = match stream.try_read(scratch) {
-                Ok(0) => return reader.end_of_stream().map(Some).ok_or(Broken),
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-                Err(_) => return Err(Broken),
-            };
-            let fed = if pending.is_empty() {
-                &scratch[..n]
-            } else {
-                pending.extend_from_slice(&scratch[..n]);
-                &pending[..]
-            };
-            let (used, done) = reader.advance(fed).map_err(|_| Broken)?;
-            if let Some(mut answer) = done {
-                // Bytes after the answer were never asked for: do not reuse the connection.
-                answer.reusable &= used == fed.len();
-                return Ok(Some(answer));
-            }
-            let rest = fed[used..].to_vec();
-            pending = rest;
-            if pending.len() > MAX_HEAD {
-                return Err(Broken);
-            }
-            Ok(None)
+        let step = SCRATCH_BUF.with_borrow_mut(|scratch| match stream.try_read(scratch) {
+            Ok(0) => buffer.end_of_stream().map(Some).ok_or(Broken),
+            Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+            Err(_) => Err(Broken),
         })?;
         if let Some(answer) = step {
             return Ok(answer);
         }
+    }
+}
+
+/// The answer on one connection, from the reads that bring it.
+#[derive(Debug, Default)]
+pub struct AnswerBuffer {
+    reader: ResponseReader,
+    /// What a read left unparsed (a head, chunk-size or trailer line split over reads); empty,
+    /// and unallocated, in the usual case.
+    pending: Vec<u8>,
+}
+
+impl AnswerBuffer {
+    /// One read's bytes: the answer once it is complete.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<Answer>, Malformed> {
+        let fed = if self.pending.is_empty() {
+            bytes
+        } else {
+            self.pending.extend_from_slice(bytes);
+            &self.pending[..]
+        };
+        let (used, done) = self.reader.advance(fed)?;
+        if let Some(mut answer) = done {
+            // Bytes after the answer were never asked for: do not reuse the connection.
+            answer.reusable &= used == fed.len();
+            return Ok(Some(answer));
+        }
+        // A line with no end, in the head or the body framing.
+        if fed.len() - used > MAX_HEAD {
+            return Err(Malformed);
+        }
+        self.pending = fed[used..].to_vec();
+        Ok(None)
+    }
+
+    /// The connection ended: the answer, if its framing says it ends here.
+    pub fn end_of_stream(&mut self) -> Option<Answer> {
+        self.reader.end_of_stream()
     }
 }
 
@@ -149,9 +165,6 @@ impl ResponseReader {
             match self.framing {
                 Framing::Head => {
                     let Some(n) = self.head(rest)? else {
-                        if rest.len() > MAX_HEAD {
-                            return Err(Malformed);
-                        }
                         return Ok((used, None));
                     };
                     used += n;
@@ -314,20 +327,15 @@ fn last_token_is(value: &[u8], token: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// Feeds `parts` one after another as reads would, keeping unused bytes, as `exchange` does.
+    /// Feeds `parts` one after another as reads would, then ends the stream.
     fn read(parts: &[&[u8]]) -> Result<Option<Answer>, Malformed> {
-        let mut r = ResponseReader::default();
-        let mut pending = Vec::new();
+        let mut answer = AnswerBuffer::default();
         for part in parts {
-            pending.extend_from_slice(part);
-            let (used, done) = r.advance(&pending)?;
-            if let Some(mut a) = done {
-                a.reusable &= used == pending.len();
+            if let Some(a) = answer.feed(part)? {
                 return Ok(Some(a));
             }
-            pending.drain(..used);
         }
-        Ok(r.end_of_stream())
+        Ok(answer.end_of_stream())
     }
 
     fn ok(status: u16, reusable: bool) -> Result<Option<Answer>, Malformed> {
