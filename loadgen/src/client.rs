@@ -168,10 +168,11 @@ impl Client {
         None
     }
 
-    /// Keeps `conn` for reuse if there is room and it is still usable; whether it was kept.
+    /// Keeps `conn` for reuse if there is room; whether it was kept. Whether it is still usable
+    /// is checked once, when it is taken.
     fn put_idle(&self, conn: H1Conn) -> bool {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let keep = idle.len() < MAX_IDLE && conn.usable();
+        let keep = idle.len() < MAX_IDLE;
         if keep {
             idle.push(conn);
         }
