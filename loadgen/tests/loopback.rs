@@ -25,6 +25,9 @@ enum Reply {
     OnceThenCloseUnanswered,
 }
 
+/// A 200 answer, kept alive.
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
 #[derive(Debug, Clone)]
 struct Seen {
     id: String,
@@ -138,18 +141,14 @@ async fn connection(
                 return;
             }
             Reply::OkThenClose => {
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
+                let _ = stream.write_all(OK).await;
                 // Apart from the response, so the client keeps the connection as idle.
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 return;
             }
             Reply::OnceThenCloseUnanswered if nth_on_connection > 0 => return,
             Reply::OnceThenCloseUnanswered => {
-                let _ = stream
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
+                let _ = stream.write_all(OK).await;
             }
             Reply::After(delay, status) => {
                 tokio::time::sleep(delay).await;
