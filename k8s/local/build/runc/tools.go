@@ -1,0 +1,6 @@
+//go:build tools
+
+// The program this wrapper builds.
+package tools
+
+import _ "github.com/opencontainers/runc"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The kit's image has two definitions: k8s/Dockerfile (kind and registries) and
+# scripts/image-build.sh (no Docker: debootstrap + buildah). This compares what they produce
+# so they cannot drift: the binaries in /usr/local/bin, the user and the entrypoint.
+#   scripts/check-image.sh [ARCHIVE]   (default: build or reuse it with image-build.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail() { echo "check-image: $*" >&2; exit 1; }
+
+archive=${1:-$(scripts/image-build.sh --archive)}
+command -v jq >/dev/null || fail "jq is not on PATH"
+
+# What the Dockerfile says: the binaries its build stage copies out, its final USER and
+# ENTRYPOINT, and that /out/ lands in /usr/local/bin/.
+df=k8s/Dockerfile
+want_bins=$(grep -o 'target/release/[a-z_-]*' "$df" | sed 's|target/release/||' | sort -u | tr '\n' ' ')
+want_user=$(awk '$1 == "USER" {u = $2} END {print u}' "$df")
+want_entry=$(awk '$1 == "ENTRYPOINT" {$1 = ""; e = $0} END {print e}' "$df" | jq -c .)
+grep -q '^COPY --from=build /out/ /usr/local/bin/' "$df" || fail "$df no longer copies /out/ to /usr/local/bin/"
+
+# What the archive holds (docker-archive: manifest.json names the config and the layers).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tar -C "$tmp" -xf "$archive" manifest.json
+config=$(jq -r '.[0].Config' "$tmp/manifest.json")
+tar -C "$tmp" -xf "$archive" "$config"
+have_user=$(jq -r '.config.User' "$tmp/$config")
+have_entry=$(jq -c '.config.Entrypoint' "$tmp/$config")
+have_bins=$(for layer in $(jq -r '.[0].Layers[]' "$tmp/manifest.json"); do
+  tar -xOf "$archive" "$layer" | tar -t 2>/dev/null
+done | sed -n 's|^\(\./\)\{0,1\}usr/local/bin/\([a-z_-]\{1,\}\)$|\2|p' | sort -u | tr '\n' ' ')
+
+[[ $have_bins == "$want_bins" ]] || fail "binaries in /usr/local/bin differ: Dockerfile [$want_bins], image [$have_bins]"
+[[ $have_user == "$want_user" ]] || fail "user differs: Dockerfile $want_user, image $have_user"
+[[ $have_entry == "$want_entry" ]] || fail "entrypoint differs: Dockerfile $want_entry, image $have_entry"
+echo "check-image: Dockerfile and $(basename "$archive") agree: /usr/local/bin/{${want_bins% }}, user $want_user, entrypoint $want_entry"

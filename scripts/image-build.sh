@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Makes the kit's image without Docker: what k8s/Dockerfile describes (the four release
+# binaries in /usr/local/bin, user 10001, entrypoint the service) on a minimal Debian bookworm
+# root made with debootstrap (cached), committed with buildah and written as an archive that
+# containerd imports (`ctr images import`) and `kind load image-archive` accepts.
+#
+#   scripts/image-build.sh          build (or reuse) the archive; print the image reference
+#   scripts/image-build.sh --archive   the same, but print the archive's path
+#
+# The tag is the git commit (as cluster-up.sh does for kind), with a hash of the binaries
+# added when the tree has uncommitted changes, so `imagePullPolicy: IfNotPresent` always
+# runs exactly this build. Env: RDK_CACHE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/local-cluster-lib.sh
+. scripts/local-cluster-lib.sh
+
+want=ref
+case ${1-} in
+  "") ;;
+  --archive) want=archive ;;
+  *) lc_die "unknown argument '$1' (no argument, or --archive)" ;;
+esac
+lc_need_root
+lc_apt_install buildah debootstrap
+
+bins=(service loadgen meter falsification)
+cargo build --release --locked --bins -q >&2
+tag=$(git rev-parse --short HEAD 2>/dev/null || echo dev)
+if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then
+  tag+=-$( (cd target/release && cat "${bins[@]}") | sha256sum | cut -c1-8)
+fi
+ref=retry-debt-kit:$tag
+images=$RDK_CACHE/images
+archive=$images/retry-debt-kit-$tag.tar
+mkdir -p "$images"
+
+if [[ ! -f $archive ]]; then
+  # The root: bookworm minbase, ca-certificates and the kit user, as the Dockerfile's final
+  # stage has them. Made once; the mirror is the one apt uses here.
+  rootfs=$images/bookworm-kit-root.tar
+  if [[ ! -f $rootfs ]]; then
+    mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    dir=$(mktemp -d "$images/root.XXXXXX")
+    lc_log "debootstrap bookworm from $mirror (about 2 minutes, once)"
+    debootstrap --variant=minbase --include=ca-certificates bookworm "$dir" "$mirror" >"$images/debootstrap.log" 2>&1 ||
+      { rm -rf "$dir"; lc_die "debootstrap failed; see $images/debootstrap.log"; }
+    chroot "$dir" useradd --system --uid 10001 --no-create-home kit
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+    tar -C "$dir" --exclude=./dev --exclude=./proc --exclude=./sys -cf "$rootfs.tmp" .
+    rm -rf "$dir"
+    mv "$rootfs.tmp" "$rootfs"
+  fi
+  c=$(lc_buildah from scratch)
+  lc_buildah add "$c" "$rootfs" / >/dev/null
+  lc_buildah copy "$c" "${bins[@]/#/target/release/}" /usr/local/bin/ >/dev/null
+  lc_buildah config --user 10001 --entrypoint '["/usr/local/bin/service"]' "$c"
+  lc_buildah commit --quiet --rm "$c" "$ref" >/dev/null
+  rm -f "$archive.tmp"
+  # docker.io/library/NAME is what a bare `image: retry-debt-kit:TAG` resolves to in containerd.
+  lc_buildah push --quiet "$ref" "docker-archive:$archive.tmp:docker.io/library/$ref"
+  lc_buildah rmi "$ref" >/dev/null
+  mv "$archive.tmp" "$archive"
+  lc_log "built $ref -> $archive"
+fi
+if [[ $want == archive ]]; then echo "$archive"; else echo "$ref"; fi

@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes (v1.36.4, built from the Go modules by local-cluster-build.sh)
+# on this machine, without Docker: etcd, kube-apiserver with its aggregator, the
+# controller-manager with the real HPA, the scheduler, containerd + runc, the kubelet,
+# kube-proxy (iptables) and CoreDNS, plus the kit's image imported into containerd.
+#
+#   scripts/local-cluster-up.sh [--hpa-sync 15s] [--time-scale S]   bring it up (or reuse it)
+#   scripts/local-cluster-up.sh status                               say what runs
+#   scripts/local-cluster-down.sh                                    remove everything
+#
+# --hpa-sync is the HPA controller's sync period at S = 1 (default 15s, the upstream default).
+# --time-scale S divides the sync period, the downscale stabilization, the initial readiness
+# delay and the CPU initialization period by S; the tolerance stays 0.1. What the controller
+# runs with is written to $LC_STATE/hpa.json and to ConfigMap kube-system/retry-debt-kit-cluster,
+# where the runner reads it.
+#
+# Addresses are inside 198.18.0.0/15 (see local-cluster-lib.sh); every listener binds to
+# loopback or the node address, pods reach only the cluster's own ranges (guard rules), and
+# CoreDNS has no upstream. Needs root. Env: RDK_CACHE, LC_STATE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/local-cluster-lib.sh
+. scripts/local-cluster-lib.sh
+
+hpa_sync=15s
+time_scale=1
+cmd=up
+while (($#)); do
+  case $1 in
+    status) cmd=status ;;
+    --hpa-sync) hpa_sync=${2:?--hpa-sync needs a duration, e.g. 15s}; shift ;;
+    --time-scale) time_scale=${2:?--time-scale needs a number, e.g. 5}; shift ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) lc_die "unknown argument '$1' (try --help)" ;;
+  esac
+  shift
+done
+
+# Seconds as a plain number from 15s, 500ms, 1m, 1m30s.
+seconds() {
+  local v=$1 total=0 n u
+  [[ $v =~ ^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$ ]] || lc_die "--hpa-sync: '$v' is not a duration like 15s, 500ms or 1m"
+  while [[ $v =~ ^([0-9]+(\.[0-9]+)?)(ms|s|m|h)(.*)$ ]]; do
+    n=${BASH_REMATCH[1]} u=${BASH_REMATCH[3]} v=${BASH_REMATCH[4]}
+    case $u in ms) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n / 1000}') ;;
+      s) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n}') ;;
+      m) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n * 60}') ;;
+      h) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n * 3600}') ;;
+    esac
+  done
+  echo "$total"
+}
+# A controller-manager duration flag: SECONDS / S, in milliseconds.
+scaled_ms() { awk -v s="$1" -v k="$time_scale" 'BEGIN{printf "%dms", s * 1000 / k + 0.5}'; }
+
+running() { lc_pid kube-apiserver >/dev/null && [[ -f $LC_STATE/kubeconfig ]] && lc_kubectl get --raw /readyz >/dev/null 2>&1; }
+
+status() {
+  local name pid bin_dir
+  bin_dir=$(scripts/local-cluster-build.sh --print)
+  LC_BIN=$bin_dir
+  if [[ ! -d $LC_STATE ]]; then echo "local cluster: down (no state in $LC_STATE)"; return 3; fi
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy; do
+    if pid=$(lc_pid "$name"); then printf '  %-24s pid %s\n' "$name" "$pid"; else printf '  %-24s NOT RUNNING\n' "$name"; fi
+  done
+  if running; then
+    echo "local cluster: up; export KUBECONFIG=$LC_STATE/kubeconfig"
+    lc_kubectl get nodes -o wide 2>/dev/null || true
+    lc_kubectl get pods -A 2>/dev/null || true
+    echo "HPA controller: $(cat "$LC_STATE/hpa.json" 2>/dev/null)"
+    echo "kit image: $(cat "$LC_STATE/image" 2>/dev/null)"
+    echo "guard drops (pod bridge to anything outside the cluster's ranges; uplink forwarding):"
+    iptables -t raw -L "$LC_GUARD_CHAIN" -v -n -x 2>/dev/null | awk '$3 == "DROP" {print "  raw " $0}'
+    iptables -L "$LC_GUARD_CHAIN" -v -n -x 2>/dev/null | awk '$3 == "DROP" {print "  filter " $0}'
+    return 0
+  fi
+  echo "local cluster: state in $LC_STATE but the API server does not answer (run local-cluster-down.sh)"
+  return 1
+}
+
+if [[ $cmd == status ]]; then status; exit $?; fi
+
+lc_need_root
+lc_apt_install iptables conntrack buildah debootstrap openssl bind9-dnsutils curl
+sync_s=$(seconds "$hpa_sync")
+awk -v k="$time_scale" 'BEGIN{exit !(k + 0 > 0)}' || lc_die "--time-scale: '$time_scale' is not a positive number"
+
+LC_BIN=$(scripts/local-cluster-build.sh | tail -1)
+export PATH=$LC_BIN:$PATH
+
+if running; then
+  want=$(scaled_ms "$sync_s")
+  have=$(grep -o '"sync_period_ms": *[0-9]*' "$LC_STATE/hpa.json" | grep -o '[0-9]*$')
+  [[ ${want%ms} == "$have" ]] || lc_log "note: running with an HPA sync period of ${have} ms, not ${want}; down and up again to change it"
+  lc_log "the local cluster is already up; reusing it"
+  echo "export KUBECONFIG=$LC_STATE/kubeconfig"
+  exit 0
+fi
+if [[ -d $LC_STATE ]]; then
+  lc_log "state from an earlier run in $LC_STATE; cleaning it up first"
+  scripts/local-cluster-down.sh
+fi
+
+# A failed up leaves nothing behind.
+trap 'rc=$?; if ((rc)); then lc_log "up failed (exit $rc); cleaning up (logs kept in /tmp/rdk-local-cluster-logs)"; rm -rf /tmp/rdk-local-cluster-logs; cp -r "$LC_STATE/logs" /tmp/rdk-local-cluster-logs 2>/dev/null; scripts/local-cluster-down.sh >&2 || true; fi' EXIT
+
+t0=$SECONDS
+mark() { lc_log "$1 after $((SECONDS - t0)) s"; }
+mkdir -p "$LC_STATE"/{pki,data,logs,run,cni/net.d,config} "$LC_RUN"
+chmod 700 "$LC_STATE"
+
+# Host paths outside the state folder that upstream programs write to regardless of their
+# flags; down removes the ones that did not exist before.
+host_paths=(/run/containerd /var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni /run/netns /run/mount /var/lib/containers /etc/cni)
+for p in "${host_paths[@]}"; do [[ -e $p ]] || echo "$p"; done >"$LC_STATE/created-host-paths"
+sysctl -n net.ipv4.ip_forward >"$LC_STATE/ip_forward.before"
+
+# --- images (cached by the binaries and the image definitions) ------------------------------
+infra=$RDK_CACHE/images/infra-${LC_BIN##*/bin-}
+mkdir -p "$infra"
+[[ -f $infra/pause.tar ]] || lc_image_from_scratch localhost/rdk/pause:1 "$infra/pause.tar" /pause 65535:65535 "$LC_BIN/pause"
+[[ -f $infra/coredns.tar ]] || lc_image_from_scratch localhost/rdk/coredns:1.15.0 "$infra/coredns.tar" /coredns 0:0 "$LC_BIN/coredns"
+kit_archive=$(scripts/image-build.sh --archive)
+kit_image=${kit_archive##*/}
+kit_image=${kit_image%.tar}
+kit_image=retry-debt-kit:${kit_image#retry-debt-kit-}
+echo "$kit_image" >"$LC_STATE/image"
+mark "images ready"
+
+# --- network --------------------------------------------------------------------------------
+# The node address lives on a bridge with no ports (this kernel has no dummy links).
+ip link add "$LC_NODE_BR" type bridge
+ip addr add "$LC_NODE_IP/32" dev "$LC_NODE_BR"
+ip link set "$LC_NODE_BR" up
+sysctl -qw net.ipv4.ip_forward=1
+uplinks=$(ip -o route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") print $(i + 1)}' | sort -u)
+# The pod bridge may only reach pods, Services and the node; nothing is forwarded to or from
+# the machine's uplink.
+iptables -t raw -N "$LC_GUARD_CHAIN"
+for dst in "$LC_POD_CIDR" "$LC_SVC_CIDR" "$LC_NODE_IP/32"; do iptables -t raw -A "$LC_GUARD_CHAIN" -d "$dst" -j RETURN; done
+iptables -t raw -A "$LC_GUARD_CHAIN" -j DROP
+iptables -t raw -I PREROUTING -i "$LC_POD_BR" -j "$LC_GUARD_CHAIN"
+iptables -N "$LC_GUARD_CHAIN"
+for up in $uplinks; do
+  iptables -A "$LC_GUARD_CHAIN" -i "$up" -j DROP
+  iptables -A "$LC_GUARD_CHAIN" -o "$up" -j DROP
+done
+iptables -I FORWARD -j "$LC_GUARD_CHAIN"
+
+cat >"$LC_STATE/cni/net.d/10-rdk.conflist" <<EOF
+{
+  "cniVersion": "1.1.0",
+  "name": "rdk",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "$LC_POD_BR", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+      "ipam": {
+        "type": "host-local", "dataDir": "$LC_STATE/data/cni-ipam",
+        "ranges": [[{ "subnet": "$LC_POD_CIDR", "gateway": "$LC_POD_GW" }]],
+        "routes": [{ "dst": "0.0.0.0/0" }]
+      }
+    },
+    { "type": "portmap", "capabilities": { "portMappings": true } }
+  ]
+}
+EOF
+
+# --- certificates ---------------------------------------------------------------------------
+pki=$LC_STATE/pki
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/$1.key" 2>/dev/null; }
+ca() { key "$1"; openssl req -x509 -new -key "$pki/$1.key" -subj "/CN=$2" -days 3650 -out "$pki/$1.crt" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"; }
+# cert NAME SUBJECT CA USAGE [SANS]
+cert() {
+  local name=$1 subj=$2 signer=$3 usage=$4 sans=${5-}
+  key "$name"
+  openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$usage"
+    [[ -n $sans ]] && echo "subjectAltName=$sans"
+  } >"$pki/$name.ext"
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$signer.crt" -CAkey "$pki/$signer.key" -CAcreateserial \
+    -days 3650 -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
+}
+ca ca rdk-cluster-ca
+ca front-proxy-ca rdk-front-proxy-ca
+cert apiserver "/CN=kube-apiserver" ca serverAuth \
+  "IP:$LC_NODE_IP,IP:$LC_API_SVC_IP,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" ca clientAuth
+cert kubelet-serving "/CN=$LC_NODE_NAME" ca serverAuth "IP:$LC_NODE_IP,DNS:$LC_NODE_NAME"
+cert front-proxy-client "/CN=front-proxy-client" front-proxy-ca clientAuth
+cert admin "/O=system:masters/CN=rdk-admin" ca clientAuth
+cert controller-manager "/CN=system:kube-controller-manager" ca clientAuth
+cert scheduler "/CN=system:kube-scheduler" ca clientAuth
+cert kube-proxy "/CN=system:kube-proxy" ca clientAuth
+cert kubelet "/O=system:nodes/CN=system:node:$LC_NODE_NAME" ca clientAuth
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
+openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
+chmod 600 "$pki"/*.key
+
+kubeconfig() {
+  local file=$LC_STATE/$1.kubeconfig who=$2
+  kubectl config --kubeconfig "$file" set-cluster rdk --server "https://$LC_NODE_IP:6443" \
+    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
+  kubectl config --kubeconfig "$file" set-credentials "$who" --client-certificate "$pki/$who.crt" \
+    --client-key "$pki/$who.key" --embed-certs >/dev/null
+  kubectl config --kubeconfig "$file" set-context rdk --cluster rdk --user "$who" >/dev/null
+  kubectl config --kubeconfig "$file" use-context rdk >/dev/null
+}
+for who in admin controller-manager scheduler kube-proxy kubelet; do kubeconfig "$who" "$who"; done
+mv "$LC_STATE/admin.kubeconfig" "$LC_STATE/kubeconfig"
+mark "certificates made"
+
+# --- control plane --------------------------------------------------------------------------
+lc_start etcd etcd --name rdk --data-dir "$LC_STATE/data/etcd" \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster rdk=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381
+lc_wait "etcd healthy" 30 curl -fsS http://127.0.0.1:2381/health
+
+lc_start kube-apiserver kube-apiserver \
+  --advertise-address "$LC_NODE_IP" --bind-address "$LC_NODE_IP" --secure-port 6443 \
+  --etcd-servers http://127.0.0.1:2379 \
+  --service-cluster-ip-range "$LC_SVC_CIDR" --service-node-port-range 30000-32767 \
+  --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+  --client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+  --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+  --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+  --enable-aggregator-routing=true
+lc_wait "kube-apiserver /readyz" 90 lc_kubectl get --raw /readyz
+mark "API server ready"
+
+sync_flag=$(scaled_ms "$sync_s")
+stab_flag=$(scaled_ms 300)
+delay_flag=$(scaled_ms 30)
+cpu_init_flag=$(scaled_ms 300)
+lc_start kube-controller-manager kube-controller-manager \
+  --kubeconfig "$LC_STATE/controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$LC_STATE/controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$LC_STATE/controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+  --root-ca-file "$pki/ca.crt" --service-account-private-key-file "$pki/sa.key" \
+  --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+  --horizontal-pod-autoscaler-sync-period "$sync_flag" \
+  --horizontal-pod-autoscaler-tolerance 0.1 \
+  --horizontal-pod-autoscaler-downscale-stabilization "$stab_flag" \
+  --horizontal-pod-autoscaler-initial-readiness-delay "$delay_flag" \
+  --horizontal-pod-autoscaler-cpu-initialization-period "$cpu_init_flag"
+lc_start kube-scheduler kube-scheduler --kubeconfig "$LC_STATE/scheduler.kubeconfig" \
+  --authentication-kubeconfig "$LC_STATE/scheduler.kubeconfig" \
+  --authorization-kubeconfig "$LC_STATE/scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --leader-elect=false
+cat >"$LC_STATE/hpa.json" <<EOF
+{"sync_period_ms": ${sync_flag%ms}, "sync_period_s": $(awk -v m="${sync_flag%ms}" 'BEGIN{print m / 1000}'), "tolerance": 0.1,
+ "downscale_stabilization_s": $(awk -v m="${stab_flag%ms}" 'BEGIN{print m / 1000}'),
+ "initial_readiness_delay_s": $(awk -v m="${delay_flag%ms}" 'BEGIN{print m / 1000}'),
+ "cpu_initialization_period_s": $(awk -v m="${cpu_init_flag%ms}" 'BEGIN{print m / 1000}'),
+ "time_scale": $time_scale, "kubernetes": "$LC_K8S_VERSION"}
+EOF
+
+# --- containerd and the kubelet -------------------------------------------------------------
+cat >"$LC_STATE/config/containerd.toml" <<EOF
+version = 4
+root = '$LC_STATE/data/containerd'
+state = '$LC_STATE/run/containerd'
+imports = []
+disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.internal.v1.opt', 'io.containerd.image-verifier.v1.bindir']
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = 'localhost/rdk/pause:1'
+[plugins.'io.containerd.cri.v1.runtime']
+  # This VM's root has no CAP_SYS_RESOURCE: runc cannot lower oom_score_adj below its own.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = '$LC_BIN/runc'
+  Root = '$LC_STATE/run/runc'
+  SystemdCgroup = false
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ['$LC_BIN/cni']
+  conf_dir = '$LC_STATE/cni/net.d'
+[plugins.'io.containerd.server.v1.grpc']
+  address = '$LC_STATE/run/containerd/containerd.sock'
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = '$LC_STATE/run/containerd/containerd.sock.ttrpc'
+[plugins.'io.containerd.server.v1.debug']
+  address = ''
+[plugins.'io.containerd.server.v1.metrics']
+  address = ''
+EOF
+lc_start containerd containerd --config "$LC_STATE/config/containerd.toml"
+sock=$LC_STATE/run/containerd/containerd.sock
+lc_wait "containerd socket" 30 ctr --address "$sock" version
+for archive in "$infra/pause.tar" "$infra/coredns.tar" "$kit_archive"; do
+  ctr --address "$sock" -n k8s.io images import --all-platforms "$archive" >/dev/null
+done
+mark "containerd up, images imported"
+
+echo "nameserver $LC_DNS_IP" >"$LC_STATE/config/resolv.conf"
+cat >"$LC_STATE/config/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# Kubernetes 1.35+ refuses cgroup v1 hosts unless told otherwise.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$sock
+address: $LC_NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $pki/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $pki/kubelet-serving.crt
+tlsPrivateKeyFile: $pki/kubelet-serving.key
+clusterDomain: cluster.local
+clusterDNS: [$LC_DNS_IP]
+resolvConf: $LC_STATE/config/resolv.conf
+podLogsDir: $LC_STATE/data/pod-logs
+failSwapOn: false
+serializeImagePulls: false
+EOF
+lc_start kubelet kubelet --config "$LC_STATE/config/kubelet.yaml" --kubeconfig "$LC_STATE/kubelet.kubeconfig" \
+  --hostname-override "$LC_NODE_NAME" --node-ip "$LC_NODE_IP" --root-dir "$LC_STATE/data/kubelet"
+lc_wait "node $LC_NODE_NAME Ready" 120 lc_kubectl wait --for=condition=Ready "node/$LC_NODE_NAME" --timeout=1s
+mark "node Ready"
+
+cat >"$LC_STATE/config/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clusterCIDR: $LC_POD_CIDR
+bindAddress: $LC_NODE_IP
+nodePortAddresses: [$LC_NODE_IP/32]
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+hostnameOverride: $LC_NODE_NAME
+clientConnection: {kubeconfig: $LC_STATE/kube-proxy.kubeconfig}
+# Leave the host's conntrack sysctls alone.
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+lc_start kube-proxy kube-proxy --config "$LC_STATE/config/kube-proxy.yaml"
+
+# --- CoreDNS and the record of the controller's flags ---------------------------------------
+sed "s|@DNS_IP@|$LC_DNS_IP|" k8s/local/coredns.yaml | lc_kubectl apply -f - >/dev/null
+lc_kubectl -n kube-system create configmap retry-debt-kit-cluster --from-file=hpa.json="$LC_STATE/hpa.json" \
+  --from-literal=image="$kit_image" --dry-run=client -o yaml | lc_kubectl apply -f - >/dev/null
+lc_kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null
+lc_wait "CoreDNS answering for kubernetes.default" 60 \
+  sh -c "dig +short +time=1 @$LC_DNS_IP kubernetes.default.svc.cluster.local | grep -qx $LC_API_SVC_IP"
+mark "CoreDNS answers"
+
+trap - EXIT
+echo "$((SECONDS - t0))" >"$LC_STATE/up-seconds"
+lc_log "local cluster up in $((SECONDS - t0)) s; HPA sync ${sync_flag} (time scale $time_scale); image $kit_image"
+echo "export KUBECONFIG=$LC_STATE/kubeconfig"
