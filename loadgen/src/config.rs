@@ -137,6 +137,35 @@ pub struct Config {
     #[arg(long, env = "LOADGEN_SEED")]
     pub seed: Option<u64>,
 
+    /// This loadgen is one of N that share the schedule (as the pods of a Kubernetes Indexed
+    /// Job): it sends 1/N of every rate (the schedule's and the retry budget's minimum), with
+    /// the seed `--seed` + `--instance-index`, so the N together send the schedule.
+    #[arg(long, value_name = "N", env = "LOADGEN_INSTANCES", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub instances: u32,
+
+    /// Which of the `--instances` this is, from 0 (an Indexed Job sets it from the pod's
+    /// `batch.kubernetes.io/job-completion-index` annotation).
+    #[arg(
+        long,
+        value_name = "INDEX",
+        env = "LOADGEN_INSTANCE_INDEX",
+        default_value_t = 0
+    )]
+    pub instance_index: u32,
+
+    /// Start the schedule's clock at this Unix time in seconds (after the `--connections`
+    /// warm-up), so several loadgens step together. A time already past starts at once; the
+    /// rows carry their own Unix times either way.
+    #[arg(long, value_name = "UNIX_SECONDS", env = "LOADGEN_START_AT")]
+    pub start_at: Option<f64>,
+
+    /// Also print each closed second to stdout as one JSON line (`{"row":{...}}`, with its Unix
+    /// time), and the summary as the last line (`{"summary":{...}}`), so a runner can follow
+    /// the load through the process's log (a Kubernetes pod's) with no shared file.
+    #[arg(long, env = "LOADGEN_STDOUT_ROWS")]
+    pub stdout_rows: bool,
+
     /// Speak HTTP/2 without TLS (h2c, prior knowledge); one connection per target and shard
     /// (`--threads`), a timed-out attempt resets its stream.
     #[arg(long, env = "LOADGEN_HTTP2")]
@@ -286,11 +315,26 @@ impl Plan {
 impl Config {
     /// Checks what clap cannot: a bounded run, a consistent retry policy.
     pub fn plan(&self) -> Result<Plan, LoadgenError> {
-        let schedule = match (&self.schedule, self.rate) {
+        let whole = match (&self.schedule, self.rate) {
             (Some(s), _) => s.clone(),
             (None, Some(rate)) => Schedule::constant(rate)?,
             (None, None) => return Err(LoadgenError::Config("give --rate or --schedule".into())),
         };
+        if self.instance_index >= self.instances {
+            return Err(LoadgenError::Config(format!(
+                "--instance-index {} is not below --instances {}",
+                self.instance_index, self.instances
+            )));
+        }
+        if let Some(t) = self.start_at
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(LoadgenError::Config(format!(
+                "--start-at {t}: a Unix time in seconds"
+            )));
+        }
+        let share = 1.0 / f64::from(self.instances);
+        let schedule = whole.scaled(share);
         let stop = match (self.duration, schedule.end()) {
             (Some(d), Some(end)) => d.as_secs_f64().min(end),
             (Some(d), None) => d.as_secs_f64(),
@@ -311,7 +355,9 @@ impl Config {
         }
         let budget = self
             .retry_budget
-            .map(|ratio| RetryBudget::new(ratio, self.retry_budget_min, self.retry_budget_ttl))
+            .map(|ratio| {
+                RetryBudget::new(ratio, self.retry_budget_min * share, self.retry_budget_ttl)
+            })
             .transpose()
             .map_err(LoadgenError::Config)?;
         Ok(Plan {
@@ -325,7 +371,10 @@ impl Config {
                 attempts + backoffs + DRAIN_MARGIN
             }),
             drain_on_signal: self.drain.unwrap_or(self.timeout + DRAIN_MARGIN),
-            seed: self.seed.unwrap_or_else(rand::random),
+            seed: self
+                .seed
+                .unwrap_or_else(rand::random)
+                .wrapping_add(u64::from(self.instance_index)),
             policy: RetryPolicy {
                 backoff: self.backoff,
                 budget,
@@ -418,6 +467,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--connections 4: applies to HTTP/1.1"), "{e}");
+    }
+
+    #[test]
+    fn an_instance_sends_its_share_with_its_own_seed() {
+        let c = parse(
+            "--target http://h/ --schedule 0s:300,10s:900,20s:end --seed 7 --instances 3 \
+             --instance-index 2 --retry-budget 0.2 --retry-budget-min 9",
+        )
+        .unwrap();
+        let p = c.plan().unwrap();
+        assert_eq!(p.schedule.to_string(), "0s:100,10s:300,20s:end");
+        assert_eq!(p.seed, 9);
+        assert_eq!(p.stop, 20.0);
+        let whole = parse("--target http://h/ --schedule 0s:300,20s:end --seed 7")
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert_eq!(
+            (whole.seed, whole.schedule.to_string()),
+            (7, "0s:300,20s:end".into())
+        );
+        let e = parse("--target http://h/ --rate 5 --duration 1s --instances 2 --instance-index 2")
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--instance-index 2 is not below --instances 2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub use schedule::{ArrivalKind, Schedule, ScheduleError};
 use client::Client;
 use config::Plan;
 use policy::RetryPolicy;
-use record::{AttemptOutcome, ErrorKind, Recorder, RequestOutcome};
+use record::{AttemptOutcome, ErrorKind, Recorder, RequestOutcome, StdoutLine};
 use targets::{Target, Targets};
 
 /// Why a run could not start or finish.
@@ -99,11 +99,29 @@ struct Ctx {
     stopping: AtomicBool,
     id_prefix: u32,
     next_id: AtomicU64,
+    /// With `--stdout-rows`: seconds printed so far.
+    printed: Option<AtomicUsize>,
 }
 
 impl Ctx {
     fn seconds(&self) -> f64 {
         self.recorder.start().elapsed().as_secs_f64()
+    }
+
+    /// With `--stdout-rows`, prints the seconds closed since the last call (and the partial
+    /// last second when `final_row`), one JSON line each.
+    fn print_rows(&self, final_row: bool) {
+        let Some(printed) = &self.printed else { return };
+        let rows = self
+            .recorder
+            .rows_from(printed.load(Ordering::SeqCst), final_row);
+        printed.fetch_add(rows.len(), Ordering::SeqCst);
+        let mut out = String::new();
+        for r in rows {
+            out.push_str(&StdoutLine::Row(r).json());
+            out.push('\n');
+        }
+        print_stdout(&out);
     }
 
     fn with_policy<T>(&self, f: impl FnOnce(&mut RetryPolicy, &mut SmallRng) -> T) -> Option<T> {
@@ -195,6 +213,21 @@ pub async fn run(
         shards.tell(Phase::Drain);
     }
 
+    if !signalled && let Some(at) = config.start_at {
+        let late = unix_now() - at;
+        if late > 0.0 {
+            tracing::warn!("--start-at {at}: {late:.3} s past already; starting now");
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs_f64(-late)) => {}
+                _ = shutdown.as_mut() => signalled = true,
+            }
+            if signalled {
+                shards.tell(Phase::Drain);
+            }
+        }
+    }
+
     let has_policy = plan.policy.backoff.is_some()
         || plan.policy.budget.is_some()
         || plan.policy.quota.is_some();
@@ -213,6 +246,7 @@ pub async fn run(
         stopping: AtomicBool::new(false),
         id_prefix: rand::random(),
         next_id: AtomicU64::new(0),
+        printed: config.stdout_rows.then(|| AtomicUsize::new(0)),
     });
 
     let mut background = JoinSet::new();
@@ -261,7 +295,26 @@ pub async fn run(
             source,
         })?;
     }
-    Ok(ctx.recorder.summary(meta))
+    let summary = ctx.recorder.summary(meta);
+    if ctx.printed.is_some() {
+        ctx.print_rows(true);
+        print_stdout(&(StdoutLine::Summary(Box::new(summary.clone())).json() + "\n"));
+    }
+    Ok(summary)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Writes whole lines to stdout at once (a closed pipe is not the run's failure).
+fn print_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// What `run` tells the shards; it only moves forward.
@@ -589,6 +642,7 @@ async fn ticker(ctx: Arc<Ctx>, out: Option<PathBuf>) {
     loop {
         let now = tick.tick().await;
         ctx.recorder.tick();
+        ctx.print_rows(false);
         let t = ctx.recorder.totals();
         if let Some(bar) = &bar {
             let sent = t.first_attempts - last.first_attempts;

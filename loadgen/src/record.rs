@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::Denied;
 
@@ -83,7 +83,7 @@ pub enum RequestOutcome {
 }
 
 /// Counters of one second (or, summed, of the whole run).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Row {
     pub second: u64,
     /// Arrivals the schedule made (admitted or shed).
@@ -131,6 +131,29 @@ impl Row {
         self.requests_succeeded += other.requests_succeeded;
         self.requests_failed += other.requests_failed;
         self.requests_unfinished += other.requests_unfinished;
+    }
+}
+
+/// A closed second with the Unix time it began: one `--stdout-rows` line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimedRow {
+    pub unix_time: f64,
+    #[serde(flatten)]
+    pub row: Row,
+}
+
+/// One line of `--stdout-rows` output: `{"row":{...}}` per second, `{"summary":{...}}` last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StdoutLine {
+    Row(TimedRow),
+    Summary(Box<Summary>),
+}
+
+impl StdoutLine {
+    /// The line as printed, without its newline.
+    pub fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 }
 
@@ -313,6 +336,26 @@ impl Recorder {
         total.add(&st.current);
         total.in_flight = st.in_flight;
         total
+    }
+
+    /// Closed seconds from the `first`-th on, with their Unix times; with `final_row`, the
+    /// current partial second too (at the end of the run).
+    pub fn rows_from(&self, first: usize, final_row: bool) -> Vec<TimedRow> {
+        let mut st = self.now();
+        if final_row {
+            st.current.in_flight = st.in_flight;
+            st.current.send_lag_p99_us = st.lag_this_second.value_at_quantile(0.99);
+        }
+        let partial = final_row.then_some(&st.current);
+        st.rows
+            .iter()
+            .skip(first)
+            .chain(partial)
+            .map(|r| TimedRow {
+                unix_time: self.start_unix + r.second as f64,
+                row: r.clone(),
+            })
+            .collect()
     }
 
     /// `timeseries.csv`: closed seconds, plus the current partial second when `final_row`.
@@ -545,7 +588,7 @@ impl Recorder {
 }
 
 /// Latency percentiles in seconds.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Percentiles {
     pub count: u64,
     pub p50: f64,
@@ -570,7 +613,7 @@ impl Percentiles {
 }
 
 /// What ran, copied into `summary.json`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunMeta {
     pub schedule: String,
     pub arrival_process: crate::schedule::ArrivalKind,
@@ -583,7 +626,7 @@ pub struct RunMeta {
 }
 
 /// `summary.json`. Every count is over the whole run; latencies are in seconds.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Summary {
     #[serde(flatten)]
     pub meta: RunMeta,
@@ -714,6 +757,39 @@ mod tests {
             assert!(json.get(key).is_some(), "summary.json lacks {key}");
         }
         assert!(json["request_latency_seconds"]["p99_9"].as_f64().unwrap() > 1.0);
+
+        // The --stdout-rows lines: every second with its Unix time, read back as printed.
+        let rows = rec.rows_from(1, true);
+        assert_eq!(rows.len(), 2, "seconds 1 and 2");
+        assert_eq!(rows[1].unix_time - rows[0].unix_time, 1.0);
+        // Read back as printed (floats to within JSON's decimal round trip).
+        let back = |line: StdoutLine| {
+            let text = line.json();
+            assert!(!text.contains('\n'), "{text}");
+            serde_json::from_str::<StdoutLine>(&text).unwrap()
+        };
+        let StdoutLine::Row(r) = back(StdoutLine::Row(rows[1].clone())) else {
+            panic!("a row line reads back as a row")
+        };
+        assert_eq!(r.row, rows[1].row);
+        assert!((r.unix_time - rows[1].unix_time).abs() < 1e-6);
+        let StdoutLine::Summary(again) = back(StdoutLine::Summary(Box::new(s.clone()))) else {
+            panic!("a summary line reads back as a summary")
+        };
+        assert_eq!(
+            (
+                again.first_attempts,
+                again.attempts,
+                again.failed,
+                again.meta
+            ),
+            (s.first_attempts, s.attempts, s.failed, s.meta.clone())
+        );
+        assert!(
+            StdoutLine::Row(rows[1].clone())
+                .json()
+                .starts_with("{\"row\":{\"unix_time\":")
+        );
     }
 
     #[test]

@@ -200,6 +200,22 @@ impl Schedule {
         &self.steps
     }
 
+    /// The same schedule with every rate multiplied by `factor` (> 0): one of several
+    /// loadgens that share a schedule sends `1 / N` of it.
+    pub fn scaled(&self, factor: f64) -> Schedule {
+        Schedule {
+            steps: self
+                .steps
+                .iter()
+                .map(|s| Step {
+                    rate: s.rate * factor,
+                    ..*s
+                })
+                .collect(),
+            end: self.end,
+        }
+    }
+
     /// Seconds from the start at which the schedule ends, if it has an end.
     pub fn end(&self) -> Option<f64> {
         self.end
@@ -273,7 +289,9 @@ fn one_line(s: &str) -> String {
 }
 
 /// How first attempts are spread in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ArrivalKind {
     /// Exponential gaps (a Poisson process at the scheduled rate).
