@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{RunOptions, report, run_all};
+use super::{Binaries, ClusterChoice, RunOptions, report, run_all};
 use crate::cli::SignalArg;
 use crate::experiment::{self, Case, Experiment, HpaSignal, Params};
 
@@ -84,8 +84,8 @@ impl CommonArgs {
             out: self.out.clone(),
             seed: self.seed,
             warmup_s,
-            bin_dir: self.bin_dir.clone(),
             progress: true,
+            cluster: ClusterChoice::Embedded(Binaries::locate(self.bin_dir.as_deref())?),
         })
     }
 }

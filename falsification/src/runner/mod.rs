@@ -13,6 +13,7 @@
 //! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index.
 
 pub mod command;
+pub mod embedded;
 pub mod plot;
 pub mod probe;
 pub mod record;
@@ -28,10 +29,10 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cluster::{self, EmbeddedCluster, PodEventKind, PodTemplate};
-use crate::experiment::{Abandoned, Case, Experiment, LoadEvent, Scenario, ServiceTime};
-use crate::hpa::{Decision, Hpa, Scale};
-use probe::{LoadCounters, Probe};
+use crate::cluster::{self, PodEventKind};
+use crate::experiment::{Case, Experiment, LoadEvent, Scenario};
+use crate::hpa::Decision;
+use probe::{LoadCounters, MeterGauges, PodQueue};
 use record::Sample;
 
 /// How to run: shared by `run` and `suite`.
@@ -47,10 +48,17 @@ pub struct RunOptions {
     pub seed: u64,
     /// Experiment seconds before the load event; default: the case's, at most 60 s when autoscaled.
     pub warmup_s: Option<f64>,
-    /// Where `service`, `meter` and `loadgen` are; default: beside this executable.
-    pub bin_dir: Option<PathBuf>,
     /// Show the live status line (only honoured on a terminal).
     pub progress: bool,
+    /// Where the cases run.
+    pub cluster: ClusterChoice,
+}
+
+/// Where the cases run: the embedded cluster (with the kit's binaries) or a Kubernetes
+/// cluster through its API.
+#[derive(Debug, Clone)]
+pub enum ClusterChoice {
+    Embedded(Binaries),
 }
 
 /// The three binaries of the kit the runner starts.
@@ -117,6 +125,8 @@ pub struct CaseResult {
     pub matches: String,
     /// Mean measured dead time (decision to ready), experiment seconds.
     pub dead_time_s: Option<f64>,
+    /// Which HPA scaled (see [`Description::hpa`]).
+    pub hpa: String,
     /// CPU used per wall second, runner and meter.
     pub runner_cpu: f64,
     pub meter_cpu: f64,
@@ -166,7 +176,6 @@ pub fn run_all(
     if jobs == 0 {
         bail!("--jobs must be at least 1, got 0");
     }
-    let bins = Binaries::locate(opts.bin_dir.as_deref())?;
     let stamp = time::OffsetDateTime::now_utc()
         .format(time::macros::format_description!(
             "[year][month][day]T[hour][minute][second]Z"
@@ -217,7 +226,7 @@ pub fn run_all(
                 let run = async {
                     std::fs::create_dir_all(&dir)
                         .with_context(|| format!("creating {}", dir.display()))?;
-                    run_case(e, c, &dir, opts, &bins, interrupt.clone(), &bars).await
+                    run_case(e, c, &dir, opts, interrupt.clone(), &bars).await
                 };
                 match runtime.block_on(run) {
                     Ok(r) => {
@@ -314,6 +323,48 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> String {
     out.join(",")
 }
 
+/// The service's `--service-time` and `--abandoned` for a scenario.
+pub(crate) fn service_flags(rs: &Scenario) -> (&'static str, &'static str) {
+    (
+        match rs.service {
+            crate::experiment::ServiceTime::Exponential => "exponential",
+            crate::experiment::ServiceTime::Deterministic => "deterministic",
+        },
+        match rs.abandoned {
+            crate::experiment::Abandoned::Serve => "finish",
+            crate::experiment::Abandoned::Drop => "drop-expired",
+        },
+    )
+}
+
+/// The loadgen flags of a run-time scenario, wherever the loadgen runs: schedule, timeout,
+/// retries, Poisson arrivals, seed, backoff, retry budget, deadlines.
+pub(crate) fn loadgen_args(rs: &Scenario, seed: u64) -> Vec<String> {
+    let mut args = vec![
+        format!("--schedule={}", schedule(rs, 1.0)),
+        format!("--timeout={}", micros(rs.timeout_s)),
+        format!("--retries={}", rs.retries),
+        "--arrivals=poisson".to_string(),
+        format!("--seed={seed}"),
+    ];
+    if rs.backoff.cap_s > 0.0 {
+        args.push(format!(
+            "--backoff=exp:{},{}",
+            micros(rs.backoff.base_s),
+            micros(rs.backoff.cap_s)
+        ));
+    }
+    if let Some(b) = rs.retry_budget {
+        args.push(format!("--retry-budget={}", b.ratio));
+        args.push(format!("--retry-budget-min={}", b.min_per_s));
+        args.push(format!("--retry-budget-ttl={}", micros(b.ttl_s)));
+    }
+    if rs.abandoned == crate::experiment::Abandoned::Drop {
+        args.push("--deadline".to_string());
+    }
+    args
+}
+
 pub(crate) fn spawn(command: Command, what: &Path, log: &Path) -> anyhow::Result<Child> {
     let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     cluster::spawn_child(command, log).with_context(|| format!("starting {}", what.display()))
@@ -340,17 +391,6 @@ pub fn cpu_seconds(pid: &str) -> Option<f64> {
     Some(ticks / hz)
 }
 
-async fn wait_up(probe: &Probe, url: &str, within: Duration, what: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while !probe.up(url).await {
-        if Instant::now() >= deadline {
-            bail!("{what} did not answer {url} within {within:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
-
 /// One HPA decision as recorded in `decisions.csv`.
 #[derive(Debug, Clone)]
 pub struct Sync {
@@ -368,6 +408,71 @@ pub struct Measured {
     pub wall_s: f64,
     pub runner_cpu_s: f64,
     pub meter_cpu_s: f64,
+    /// Row length, run seconds.
+    pub step: f64,
+}
+
+/// What a cluster shows at the end of a row.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    /// The loadgen's counters so far (cumulative). A cluster that learns them late (the kube
+    /// shards' logs) gives what it has, and the exact rows in [`Ended::load_rows`].
+    pub load: LoadCounters,
+    pub pods_desired: u32,
+    pub pods_ready: u32,
+    pub pods_existing: u32,
+    /// Each ready pod's queue, by pod.
+    pub queues: Vec<(String, PodQueue)>,
+    pub meter: Option<MeterGauges>,
+    /// The HPA's last decision: its recommendation (when known) and desired replicas.
+    pub hpa: Option<(Option<i32>, i32)>,
+}
+
+/// What a cluster hands back once the load has ended.
+#[derive(Debug, Default)]
+pub struct Ended {
+    pub syncs: Vec<Sync>,
+    /// Run seconds from the load event, pod, what happened.
+    pub pod_events: Vec<(f64, String, PodEventKind)>,
+    /// The loadgen's counts per row, when they are known exactly only now; they replace the
+    /// rows' live counts.
+    pub load_rows: Option<Vec<LoadCounters>>,
+    /// CPU seconds the meter used, where the runner can see it.
+    pub meter_cpu_s: f64,
+}
+
+/// How a cluster describes itself in the record.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Description {
+    /// `embedded` or `kube`.
+    pub cluster: String,
+    /// Which HPA scaled: the kit's emulation or `upstream <server version>`.
+    pub hpa: String,
+    /// Versions of what ran (binaries, image).
+    pub versions: std::collections::BTreeMap<String, String>,
+}
+
+/// The one interface the runner drives, whatever runs the case: the embedded cluster
+/// ([`embedded`]) or a Kubernetes cluster through its API ([`crate::kube`]). The runner, the
+/// record, the verdicts and the plots are the same code for both.
+pub(crate) trait Cluster {
+    /// Rows of the record, run seconds.
+    fn row_step(&self) -> f64;
+    fn describe(&self) -> Description;
+    /// Deploys the pods and the meter, starts the load; returns when the schedule's clock
+    /// starts.
+    async fn start(&mut self) -> anyhow::Result<Instant>;
+    /// When [`Cluster::advance`] is next due (an emulated HPA's sync), if ever.
+    fn next_due(&self) -> Option<Instant>;
+    /// Called at least every 50 ms: pods' readiness, an emulated HPA's due syncs. A cluster
+    /// whose own HPA scales has nothing to do here.
+    async fn advance(&mut self) -> anyhow::Result<()>;
+    async fn observe(&mut self) -> anyhow::Result<Observation>;
+    /// Ends the load (at the schedule's end, or early when `complete` is false) and collects
+    /// what the cluster recorded.
+    async fn finish(&mut self, complete: bool) -> anyhow::Result<Ended>;
+    /// Removes what the case created; called once, whatever happened before.
+    async fn teardown(&mut self) -> anyhow::Result<()>;
 }
 
 async fn run_case(
@@ -375,100 +480,62 @@ async fn run_case(
     case: &Case,
     dir: &Path,
     opts: &RunOptions,
-    bins: &Binaries,
-    mut interrupt: watch::Receiver<bool>,
+    interrupt: watch::Receiver<bool>,
     bars: &indicatif::MultiProgress,
 ) -> anyhow::Result<CaseResult> {
     let se = resolved(case, opts);
+    match &opts.cluster {
+        ClusterChoice::Embedded(bins) => {
+            let mut c = embedded::Embedded::new(&se, dir, opts, bins)?;
+            execute(&mut c, e, case, &se, dir, opts, interrupt, bars).await
+        }
+    }
+}
+
+/// Runs one case on `cluster` and writes its record; the cluster is torn down whatever happens.
+#[allow(clippy::too_many_arguments)]
+async fn execute<C: Cluster>(
+    cluster: &mut C,
+    e: &Experiment,
+    case: &Case,
+    se: &Scenario,
+    dir: &Path,
+    opts: &RunOptions,
+    interrupt: watch::Receiver<bool>,
+    bars: &indicatif::MultiProgress,
+) -> anyhow::Result<CaseResult> {
     let rs = se.time_scaled(opts.time_scale);
-    let step = row_step(opts.time_scale);
-    let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
-    let routing = tempfile::tempdir().context("creating the routing directory")?;
-    let targets = routing.path().join("targets.txt");
-    let pods_file = routing.path().join("pods.txt");
-    let probe = Probe::new(Duration::from_millis(
-        (step * 800.0).clamp(100.0, 1000.0) as u64
-    ))?;
-    report::write_config(dir, e, case, &se, &rs, opts, bins)?;
+    let description = cluster.describe();
+    report::write_config(
+        dir,
+        e,
+        case,
+        se,
+        &rs,
+        opts,
+        cluster.row_step(),
+        &description,
+    )?;
+    let measured = drive(cluster, &rs, dir, opts, interrupt, bars).await;
+    let torn_down = cluster.teardown().await;
+    let measured = measured?;
+    torn_down?;
+    report::finish(dir, e, case, se, opts, &description, &measured)
+}
 
-    let template = PodTemplate {
-        binary: bins.service.clone(),
-        rate: rs.rate_per_pod,
-        service_time: match rs.service {
-            ServiceTime::Exponential => "exponential",
-            ServiceTime::Deterministic => "deterministic",
-        }
-        .into(),
-        abandoned: match rs.abandoned {
-            Abandoned::Serve => "finish",
-            Abandoned::Drop => "drop-expired",
-        }
-        .into(),
-        ready_after: Duration::from_secs_f64(rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s)),
-        shutdown_grace: Duration::from_secs_f64(30.0 / opts.time_scale),
-        log: logs.join("pods.log"),
-    };
-    let mut cluster = EmbeddedCluster::new(template, targets.clone(), pods_file.clone())?;
-    cluster
-        .start_ready(rs.pods as usize, Duration::from_secs(20))
-        .await?;
-
-    let meter_listen = cluster::free_loopback_port()?;
-    let meter_api = cluster::free_loopback_port()?;
-    let (window, scrape) = rs
-        .hpa
-        .as_ref()
-        .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
-    let mut cmd = Command::new(&bins.meter);
-    cmd.arg("--pods-file")
-        .arg(&pods_file)
-        .arg(format!("--scrape-interval={}", micros(scrape)))
-        .arg(format!("--window={}", micros(window)))
-        .arg(format!("--listen={meter_listen}"))
-        .arg(format!("--api-listen={meter_api}"))
-        .arg("--history=1h");
-    let mut meter = spawn(cmd, &bins.meter, &logs.join("meter.log"))?;
-    wait_up(
-        &probe,
-        &format!("http://{meter_listen}/healthz"),
-        Duration::from_secs(20),
-        "meter",
-    )
-    .await?;
-
-    let loadgen_metrics = cluster::free_loopback_port()?;
-    let mut cmd = Command::new(&bins.loadgen);
-    cmd.arg("--targets-file")
-        .arg(&targets)
-        .arg(format!("--schedule={}", schedule(&rs, 1.0)))
-        .arg(format!("--timeout={}", micros(rs.timeout_s)))
-        .arg(format!("--retries={}", rs.retries))
-        .arg("--arrivals=poisson")
-        .arg(format!("--seed={}", opts.seed))
-        .arg(format!("--metrics-listen={loadgen_metrics}"))
-        .arg("--out")
-        .arg(dir.join("loadgen"));
-    if rs.backoff.cap_s > 0.0 {
-        cmd.arg(format!(
-            "--backoff=exp:{},{}",
-            micros(rs.backoff.base_s),
-            micros(rs.backoff.cap_s)
-        ));
-    }
-    if let Some(b) = rs.retry_budget {
-        cmd.arg(format!("--retry-budget={}", b.ratio))
-            .arg(format!("--retry-budget-min={}", b.min_per_s))
-            .arg(format!("--retry-budget-ttl={}", micros(b.ttl_s)));
-    }
-    if rs.abandoned == Abandoned::Drop {
-        cmd.arg("--deadline");
-    }
+/// Starts the case, samples a row every step until the schedule ends (or an interrupt), and
+/// finishes the load.
+async fn drive<C: Cluster>(
+    cluster: &mut C,
+    rs: &Scenario,
+    dir: &Path,
+    opts: &RunOptions,
+    mut interrupt: watch::Receiver<bool>,
+    bars: &indicatif::MultiProgress,
+) -> anyhow::Result<Measured> {
+    let step = cluster.row_step();
     let runner_cpu0 = cpu_seconds("thread-self").unwrap_or(0.0);
-    let meter_pid = meter.id().map(|p| p.to_string()).unwrap_or_default();
-    let meter_cpu0 = cpu_seconds(&meter_pid).unwrap_or(0.0);
-    let mut loadgen = spawn(cmd, &bins.loadgen, &logs.join("loadgen.log"))?;
-    let t0 = Instant::now();
+    let t0 = cluster.start().await?;
     let event = t0 + Duration::from_secs_f64(rs.warmup_s);
     let rel = |i: Instant| {
         if i >= event {
@@ -478,17 +545,6 @@ async fn run_case(
         }
     };
     let n_rows = ((rs.warmup_s + rs.end()) / step).ceil() as usize;
-
-    let mut hpa = match rs.autoscaler() {
-        Some(a) => Some((Hpa::new(a.spec.clone())?, a)),
-        None => None,
-    };
-    let mut desired = rs.pods as usize;
-    let mut next_sync = hpa.as_ref().map_or(f64::INFINITY, |(_, a)| {
-        let k = ((-rs.warmup_s - a.sync_at) / a.sync_period_s).ceil();
-        a.sync_at + k * a.sync_period_s
-    });
-    let mut syncs: Vec<Sync> = Vec::new();
     let mut samples: Vec<Sample> = Vec::new();
     let mut waits: Vec<HashMap<String, f64>> = Vec::new();
     let mut prev = LoadCounters::default();
@@ -499,102 +555,69 @@ async fn run_case(
     );
     let mut last_flush = Instant::now();
     let mut complete = true;
+    let far = Instant::now() + Duration::from_secs(86_400 * 365);
 
     while samples.len() < n_rows {
         let next_sample = t0 + Duration::from_secs_f64((samples.len() + 1) as f64 * step);
-        // Syncs on the grid before the warm-up began are skipped by `max`.
-        let sync_at = t0 + Duration::from_secs_f64((next_sync + rs.warmup_s).clamp(0.0, 1e9));
         let wake = next_sample
-            .min(sync_at)
+            .min(cluster.next_due().unwrap_or(far))
             .min(Instant::now() + Duration::from_millis(50));
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             _ = interrupt.changed() => { complete = false; break; }
         }
-        cluster.tick().await?;
-        if cluster.replicas() < desired {
-            // A crashed pod is replaced, as its ReplicaSet would.
-            cluster.scale_to(desired)?;
-        }
+        cluster.advance().await?;
         let now = Instant::now();
-        if let Some((h, a)) = hpa.as_mut()
-            && now >= sync_at
-        {
-            let mut readings = Vec::new();
-            for m in &a.spec.metrics {
-                readings.push(probe.external_metric(meter_api, &m.name).await);
-            }
-            let scale = Scale {
-                spec_replicas: desired as i32,
-                status_replicas: cluster.replicas() as i32,
-                ready_pods: cluster.ready() as i32,
-            };
-            let decision = h.sync(next_sync, &readings, scale)?;
-            if decision.rescale {
-                desired = decision.desired.max(0) as usize;
-                cluster.scale_to(desired)?;
-            }
-            syncs.push(Sync {
-                t: next_sync,
-                readings,
-                decision,
-            });
-            next_sync += a.sync_period_s;
-        }
         if now >= next_sample {
-            let counters = probe.loadgen(loadgen_metrics).await.unwrap_or(prev);
-            let urls = cluster.ready_urls();
-            let queues = probe.pods(&urls).await;
-            waits.push(queues.iter().map(|(u, q)| (u.clone(), q.wait_s)).collect());
-            let last = syncs.last().map(|s| &s.decision);
+            let o = cluster.observe().await?;
+            waits.push(
+                o.queues
+                    .iter()
+                    .map(|(u, q)| (u.clone(), q.wait_s))
+                    .collect(),
+            );
             let sample = Sample {
                 t: -rs.warmup_s + samples.len() as f64 * step,
-                load: counters.minus(&prev),
-                pods_desired: desired as u32,
-                pods_ready: cluster.ready() as u32,
-                pods_existing: cluster.replicas() as u32,
-                queue_total: queues.iter().map(|(_, q)| q.depth).sum(),
-                queue_max: queues.iter().map(|(_, q)| q.depth).fold(0.0, f64::max),
-                wait_max_s: queues.iter().map(|(_, q)| q.wait_s).fold(0.0, f64::max),
+                load: o.load.minus(&prev),
+                pods_desired: o.pods_desired,
+                pods_ready: o.pods_ready,
+                pods_existing: o.pods_existing,
+                queue_total: o.queues.iter().map(|(_, q)| q.depth).sum(),
+                queue_max: o.queues.iter().map(|(_, q)| q.depth).fold(0.0, f64::max),
+                wait_max_s: o.queues.iter().map(|(_, q)| q.wait_s).fold(0.0, f64::max),
                 wait_sustained_s: record::sustained(&waits),
-                meter: probe.meter(meter_listen).await,
-                hpa_recommendation: last.and_then(|d| d.recommendation),
-                hpa_desired: last.map(|d| d.desired),
+                meter: o.meter,
+                hpa_recommendation: o.hpa.and_then(|(r, _)| r),
+                hpa_desired: o.hpa.map(|(_, d)| d),
             };
-            prev = counters;
+            prev = o.load;
             samples.push(sample);
-            status.update(&sample, rel(now), &rs, opts.time_scale);
+            status.update(&sample, rel(now), rs, opts.time_scale, step);
             if last_flush.elapsed() >= Duration::from_secs(10) {
                 last_flush = Instant::now();
-                report::flush_partial(dir, &samples, &rs, opts.time_scale)?;
+                report::flush_partial(dir, &samples, rs, opts.time_scale, step)?;
             }
         }
     }
     status.finish();
-
-    // Orderly shutdown: clients first, then the meter, then the pods.
     let wall_s = t0.elapsed().as_secs_f64();
     let runner_cpu_s = cpu_seconds("thread-self").unwrap_or(0.0) - runner_cpu0;
-    let meter_cpu_s = cpu_seconds(&meter_pid).unwrap_or(0.0) - meter_cpu0;
-    stop(&mut loadgen, Duration::from_secs_f64(rs.timeout_s + 5.0)).await;
-    stop(&mut meter, Duration::from_secs(5)).await;
-    cluster.shutdown().await?;
-    let origin = rel(cluster.started());
-    let pod_events = cluster
-        .events()
-        .iter()
-        .map(|ev| (origin + ev.at_s, ev.pod.clone(), ev.kind.clone()))
-        .collect();
-    let measured = Measured {
+    let ended = cluster.finish(complete).await?;
+    if let Some(rows) = ended.load_rows {
+        for (s, load) in samples.iter_mut().zip(rows) {
+            s.load = load;
+        }
+    }
+    Ok(Measured {
         samples,
-        syncs,
-        pod_events,
+        syncs: ended.syncs,
+        pod_events: ended.pod_events,
         complete,
         wall_s,
         runner_cpu_s,
-        meter_cpu_s,
-    };
-    report::finish(dir, e, case, &se, opts, &measured)
+        meter_cpu_s: ended.meter_cpu_s,
+        step,
+    })
 }
 
 #[cfg(test)]
@@ -634,8 +657,12 @@ mod tests {
             out: PathBuf::new(),
             seed: 1,
             warmup_s: None,
-            bin_dir: None,
             progress: false,
+            cluster: ClusterChoice::Embedded(Binaries {
+                service: PathBuf::new(),
+                meter: PathBuf::new(),
+                loadgen: PathBuf::new(),
+            }),
         };
         let s = resolved(case, &opts);
         assert_eq!((s.rate_per_pod, s.rho, s.warmup_s), (25.0, 0.5, 60.0));

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::record::{self, Sample};
-use super::{Binaries, CaseResult, Measured, RunOptions, row_step};
+use super::{CaseResult, Description, Measured, RunOptions};
 use crate::cluster::PodEventKind;
 use crate::experiment::{Case, Experiment, Scenario};
 use crate::outcome::{self, Criteria, Outcome, Verdict};
@@ -31,18 +31,12 @@ struct Config<'a> {
     seed: u64,
     row_step_run_s: f64,
     initial_pods_ready: bool,
-    versions: Versions,
+    cluster: &'a str,
+    hpa: &'a str,
+    versions: &'a std::collections::BTreeMap<String, String>,
     host: Host,
     scenario_experiment_time: &'a Scenario,
     scenario_run_time: &'a Scenario,
-}
-
-#[derive(Serialize)]
-struct Versions {
-    falsification: String,
-    service: String,
-    meter: String,
-    loadgen: String,
 }
 
 #[derive(Serialize)]
@@ -52,22 +46,15 @@ struct Host {
     cpus: usize,
 }
 
-fn version(binary: &Path) -> String {
-    std::process::Command::new(binary)
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn proc_text(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
 
-/// `experiment.toml`: the resolved configuration (both time bases), versions and host.
+/// `experiment.toml`: the resolved configuration (both time bases), the cluster and its HPA,
+/// versions and host.
+#[allow(clippy::too_many_arguments)]
 pub fn write_config(
     dir: &Path,
     e: &Experiment,
@@ -75,7 +62,8 @@ pub fn write_config(
     se: &Scenario,
     rs: &Scenario,
     opts: &RunOptions,
-    bins: &Binaries,
+    step: f64,
+    description: &Description,
 ) -> anyhow::Result<()> {
     let config = Config {
         experiment: &e.id,
@@ -86,14 +74,11 @@ pub fn write_config(
         time_scale: opts.time_scale,
         rate_scale: opts.rate_scale,
         seed: opts.seed,
-        row_step_run_s: row_step(opts.time_scale),
+        row_step_run_s: step,
         initial_pods_ready: true,
-        versions: Versions {
-            falsification: env!("CARGO_PKG_VERSION").into(),
-            service: version(&bins.service),
-            meter: version(&bins.meter),
-            loadgen: version(&bins.loadgen),
-        },
+        cluster: &description.cluster,
+        hpa: &description.hpa,
+        versions: &description.versions,
         host: Host {
             hostname: proc_text("/proc/sys/kernel/hostname"),
             kernel: proc_text("/proc/sys/kernel/osrelease"),
@@ -122,9 +107,9 @@ impl Status {
         }))
     }
 
-    pub fn update(&self, s: &Sample, t_run: f64, rs: &Scenario, time_scale: f64) {
+    pub fn update(&self, s: &Sample, t_run: f64, rs: &Scenario, time_scale: f64, step: f64) {
         let Some(bar) = &self.0 else { return };
-        let per_s = 1.0 / row_step(time_scale);
+        let per_s = 1.0 / step;
         let ok = if s.load.attempts > 0.0 {
             100.0 * s.load.successes / s.load.attempts
         } else {
@@ -156,8 +141,9 @@ pub fn flush_partial(
     samples: &[Sample],
     rs: &Scenario,
     time_scale: f64,
+    step: f64,
 ) -> anyhow::Result<()> {
-    let (record, _) = measured(samples, rs, time_scale);
+    let (record, _) = measured(samples, rs, step);
     record::write(
         dir,
         "timeseries.csv",
@@ -179,8 +165,7 @@ pub fn flush_partial(
 /// proved too tight (an F2 run at S = 20 that had drained was judged "never" for a 0.12 s
 /// wait at its last row); the debt itself is a wait of the order of the timeout, and a quarter
 /// of it shifts the recovery time by at most `timeout / (4 (1 - rho))`.
-pub fn measured(samples: &[Sample], rs: &Scenario, time_scale: f64) -> (outcome::Record, Criteria) {
-    let step = row_step(time_scale);
+pub fn measured(samples: &[Sample], rs: &Scenario, step: f64) -> (outcome::Record, Criteria) {
     let lost_after = rs.attempt_offset(rs.retries) + rs.timeout_s;
     let record = record::measured_record(samples, step, rs.timeout_s, lost_after);
     let mut c = predict::criteria(rs);
@@ -249,6 +234,8 @@ struct Cpu {
 struct Summary<'a> {
     experiment: &'a str,
     case: &'a str,
+    cluster: &'a str,
+    hpa: &'a str,
     complete: bool,
     verdict: &'a str,
     reason: &'a str,
@@ -274,12 +261,13 @@ pub fn finish(
     case: &Case,
     se: &Scenario,
     opts: &RunOptions,
+    description: &Description,
     m: &Measured,
 ) -> anyhow::Result<CaseResult> {
     let s = opts.time_scale;
     let rs = se.time_scaled(s);
-    let step = row_step(s);
-    let (rec, criteria) = measured(&m.samples, &rs, s);
+    let step = m.step;
+    let (rec, criteria) = measured(&m.samples, &rs, step);
     let run_outcome = outcome::evaluate(&rec, &criteria);
     // Dead time of the pods ordered during the run (the initial ones were ready at once).
     let dead: Vec<f64> = m
@@ -341,6 +329,8 @@ pub fn finish(
     let summary = Summary {
         experiment: &e.id,
         case: &case.scenario.name,
+        cluster: &description.cluster,
+        hpa: &description.hpa,
         complete: m.complete,
         verdict: verdict_word,
         reason: &verdict.reason,
@@ -399,6 +389,7 @@ pub fn finish(
         published: case.published.clone(),
         matches: matches.into(),
         dead_time_s,
+        hpa: description.hpa.clone(),
         runner_cpu: frac(m.runner_cpu_s),
         meter_cpu: frac(m.meter_cpu_s),
     };
@@ -509,6 +500,7 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         r.verdict.to_uppercase(),
         r.reason
     );
+    let _ = writeln!(o, "- Cluster: {}; hpa: {}.", summary.cluster, summary.hpa);
     let _ = writeln!(
         o,
         "- Time scale S = {} (figures below in experiment time = run time x S), rate scale {} \
@@ -520,7 +512,7 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         rs.rho,
         rs.warmup_s * summary.time_scale,
         rs.horizon_s * summary.time_scale,
-        row_step(summary.time_scale),
+        summary.measured.row_step_run_s,
     );
     if let Some(d) = r.dead_time_s {
         let _ = writeln!(

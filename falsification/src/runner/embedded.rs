@@ -1,0 +1,304 @@
+//! The embedded cluster behind the runner's [`Cluster`] interface: `service` processes as pods
+//! ([`crate::cluster`]), one `meter` process, one `loadgen` process, and the kit's own HPA
+//! ([`crate::hpa::Hpa`]) syncing every (scaled) sync period, reading the meter's external
+//! metrics API over HTTPS as the HPA controller does.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::probe::{LoadCounters, Probe};
+use super::{
+    Binaries, Cluster, Description, Ended, Observation, RunOptions, Sync, cpu_seconds,
+    loadgen_args, micros, row_step, service_flags, spawn, stop,
+};
+use crate::cluster::{self, EmbeddedCluster, PodTemplate};
+use crate::control::AutoscalerConfig;
+use crate::experiment::Scenario;
+use crate::hpa::{Hpa, Scale};
+
+/// One case's embedded cluster, from its pods to its HPA.
+pub struct Embedded {
+    rs: Scenario,
+    dir: PathBuf,
+    seed: u64,
+    step: f64,
+    bins: Binaries,
+    probe: Probe,
+    /// The loadgen's and the meter's routing files live here while the case runs.
+    routing: tempfile::TempDir,
+    pods: EmbeddedCluster,
+    meter: Option<Child>,
+    meter_listen: SocketAddr,
+    meter_api: SocketAddr,
+    meter_cpu0: f64,
+    loadgen: Option<Child>,
+    loadgen_metrics: SocketAddr,
+    /// The loadgen's counters at the last row that read them.
+    last_load: LoadCounters,
+    t0: Instant,
+    hpa: Option<(Hpa, AutoscalerConfig)>,
+    desired: usize,
+    /// Next HPA sync, run seconds from the load event.
+    next_sync: f64,
+    syncs: Vec<Sync>,
+}
+
+impl Embedded {
+    /// A case's cluster, not started yet; `se` is the scenario in experiment time.
+    pub fn new(
+        se: &Scenario,
+        dir: &Path,
+        opts: &RunOptions,
+        bins: &Binaries,
+    ) -> anyhow::Result<Embedded> {
+        let rs = se.time_scaled(opts.time_scale);
+        let step = row_step(opts.time_scale);
+        let logs = dir.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        let routing = tempfile::tempdir().context("creating the routing directory")?;
+        let probe = Probe::new(Duration::from_millis(
+            (step * 800.0).clamp(100.0, 1000.0) as u64
+        ))?;
+        let (service_time, abandoned) = service_flags(&rs);
+        let template = PodTemplate {
+            binary: bins.service.clone(),
+            rate: rs.rate_per_pod,
+            service_time: service_time.into(),
+            abandoned: abandoned.into(),
+            ready_after: Duration::from_secs_f64(rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s)),
+            shutdown_grace: Duration::from_secs_f64(30.0 / opts.time_scale),
+            log: logs.join("pods.log"),
+        };
+        let pods = EmbeddedCluster::new(
+            template,
+            routing.path().join("targets.txt"),
+            routing.path().join("pods.txt"),
+        )?;
+        let hpa = match rs.autoscaler() {
+            Some(a) => Some((Hpa::new(a.spec.clone())?, a)),
+            None => None,
+        };
+        let next_sync = hpa.as_ref().map_or(f64::INFINITY, |(_, a)| {
+            // The first sync on the case's grid at or after the warm-up began.
+            let k = ((-rs.warmup_s - a.sync_at) / a.sync_period_s).ceil();
+            a.sync_at + k * a.sync_period_s
+        });
+        Ok(Embedded {
+            desired: rs.pods as usize,
+            rs,
+            dir: dir.to_path_buf(),
+            seed: opts.seed,
+            step,
+            bins: bins.clone(),
+            probe,
+            routing,
+            pods,
+            meter: None,
+            meter_listen: cluster::free_loopback_port()?,
+            meter_api: cluster::free_loopback_port()?,
+            meter_cpu0: 0.0,
+            loadgen: None,
+            loadgen_metrics: cluster::free_loopback_port()?,
+            last_load: LoadCounters::default(),
+            t0: Instant::now(),
+            hpa,
+            next_sync,
+            syncs: Vec::new(),
+        })
+    }
+
+    /// The instant of the next HPA sync.
+    fn sync_at(&self) -> Instant {
+        // Syncs on the grid before the warm-up began are skipped by `max`.
+        self.t0 + Duration::from_secs_f64((self.next_sync + self.rs.warmup_s).clamp(0.0, 1e9))
+    }
+
+    fn loadgen_command(&self) -> Command {
+        let mut cmd = Command::new(&self.bins.loadgen);
+        cmd.arg("--targets-file")
+            .arg(self.routing.path().join("targets.txt"))
+            .args(loadgen_args(&self.rs, self.seed))
+            .arg(format!("--metrics-listen={}", self.loadgen_metrics))
+            .arg("--out")
+            .arg(self.dir.join("loadgen"));
+        cmd
+    }
+}
+
+async fn wait_up(probe: &Probe, url: &str, within: Duration, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    while !probe.up(url).await {
+        if Instant::now() >= deadline {
+            bail!("{what} did not answer {url} within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+impl Cluster for Embedded {
+    fn row_step(&self) -> f64 {
+        self.step
+    }
+
+    fn describe(&self) -> Description {
+        let version = |binary: &Path| {
+            std::process::Command::new(binary)
+                .arg("--version")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_else(|| "unknown".into())
+        };
+        Description {
+            cluster: "embedded".into(),
+            hpa: "emulated (falsification::hpa, the kit's HPA algorithm)".into(),
+            versions: BTreeMap::from([
+                ("falsification".into(), env!("CARGO_PKG_VERSION").into()),
+                ("service".into(), version(&self.bins.service)),
+                ("meter".into(), version(&self.bins.meter)),
+                ("loadgen".into(), version(&self.bins.loadgen)),
+            ]),
+        }
+    }
+
+    async fn start(&mut self) -> anyhow::Result<Instant> {
+        self.pods
+            .start_ready(self.rs.pods as usize, Duration::from_secs(20))
+            .await?;
+        let (window, scrape) = self
+            .rs
+            .hpa
+            .as_ref()
+            .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
+        let mut cmd = Command::new(&self.bins.meter);
+        cmd.arg("--pods-file")
+            .arg(self.routing.path().join("pods.txt"))
+            .arg(format!("--scrape-interval={}", micros(scrape)))
+            .arg(format!("--window={}", micros(window)))
+            .arg(format!("--listen={}", self.meter_listen))
+            .arg(format!("--api-listen={}", self.meter_api))
+            .arg("--history=1h");
+        let logs = self.dir.join("logs");
+        let meter = spawn(cmd, &self.bins.meter, &logs.join("meter.log"))?;
+        self.meter_cpu0 = meter
+            .id()
+            .and_then(|p| cpu_seconds(&p.to_string()))
+            .unwrap_or(0.0);
+        self.meter = Some(meter);
+        wait_up(
+            &self.probe,
+            &format!("http://{}/healthz", self.meter_listen),
+            Duration::from_secs(20),
+            "meter",
+        )
+        .await?;
+        let cmd = self.loadgen_command();
+        self.loadgen = Some(spawn(cmd, &self.bins.loadgen, &logs.join("loadgen.log"))?);
+        self.t0 = Instant::now();
+        Ok(self.t0)
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.hpa.is_some().then(|| self.sync_at())
+    }
+
+    async fn advance(&mut self) -> anyhow::Result<()> {
+        self.pods.tick().await?;
+        if self.pods.replicas() < self.desired {
+            // A crashed pod is replaced, as its ReplicaSet would.
+            self.pods.scale_to(self.desired)?;
+        }
+        if self.hpa.is_none() || Instant::now() < self.sync_at() {
+            return Ok(());
+        }
+        let Some((h, a)) = self.hpa.as_mut() else {
+            return Ok(());
+        };
+        let mut readings = Vec::new();
+        for m in &a.spec.metrics {
+            readings.push(self.probe.external_metric(self.meter_api, &m.name).await);
+        }
+        let scale = Scale {
+            spec_replicas: self.desired as i32,
+            status_replicas: self.pods.replicas() as i32,
+            ready_pods: self.pods.ready() as i32,
+        };
+        let decision = h.sync(self.next_sync, &readings, scale)?;
+        if decision.rescale {
+            self.desired = decision.desired.max(0) as usize;
+            self.pods.scale_to(self.desired)?;
+        }
+        self.syncs.push(Sync {
+            t: self.next_sync,
+            readings,
+            decision,
+        });
+        self.next_sync += a.sync_period_s;
+        Ok(())
+    }
+
+    async fn observe(&mut self) -> anyhow::Result<Observation> {
+        // A loadgen that does not answer in time counts nothing new this row.
+        if let Some(load) = self.probe.loadgen(self.loadgen_metrics).await {
+            self.last_load = load;
+        }
+        let queues = self.probe.pods(&self.pods.ready_urls()).await;
+        let last = self.syncs.last().map(|s| &s.decision);
+        Ok(Observation {
+            load: self.last_load,
+            pods_desired: self.desired as u32,
+            pods_ready: self.pods.ready() as u32,
+            pods_existing: self.pods.replicas() as u32,
+            queues,
+            meter: self.probe.meter(self.meter_listen).await,
+            hpa: last.map(|d| (d.recommendation, d.desired)),
+        })
+    }
+
+    async fn finish(&mut self, _complete: bool) -> anyhow::Result<Ended> {
+        // Orderly shutdown: clients first, then the meter, then the pods.
+        let meter_cpu_s = self
+            .meter
+            .as_ref()
+            .and_then(|m| m.id())
+            .and_then(|p| cpu_seconds(&p.to_string()))
+            .map_or(0.0, |c| c - self.meter_cpu0);
+        self.teardown().await?;
+        let event = self.t0 + Duration::from_secs_f64(self.rs.warmup_s);
+        let started = self.pods.started();
+        let origin = if started >= event {
+            started.duration_since(event).as_secs_f64()
+        } else {
+            -event.duration_since(started).as_secs_f64()
+        };
+        Ok(Ended {
+            syncs: std::mem::take(&mut self.syncs),
+            pod_events: self
+                .pods
+                .events()
+                .iter()
+                .map(|ev| (origin + ev.at_s, ev.pod.clone(), ev.kind.clone()))
+                .collect(),
+            load_rows: None,
+            meter_cpu_s,
+        })
+    }
+
+    async fn teardown(&mut self) -> anyhow::Result<()> {
+        if let Some(mut l) = self.loadgen.take() {
+            stop(&mut l, Duration::from_secs_f64(self.rs.timeout_s + 5.0)).await;
+        }
+        if let Some(mut m) = self.meter.take() {
+            stop(&mut m, Duration::from_secs(5)).await;
+        }
+        self.pods.shutdown().await?;
+        Ok(())
+    }
+}
