@@ -9,7 +9,7 @@
 #
 # The tag is the git commit (as cluster-up.sh does for kind), with a hash of the binaries
 # added when the tree has uncommitted changes, so `imagePullPolicy: IfNotPresent` always
-# runs exactly this build. Env: RDK_CACHE.
+# runs exactly this build. Env: RDK_CACHE, CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/local-cluster-lib.sh
@@ -23,38 +23,41 @@ case ${1-} in
 esac
 lc_need_root
 lc_apt_install buildah debootstrap
+images=$RDK_CACHE/images
+mkdir -p "$images"
+
+# The root: bookworm minbase, ca-certificates and the kit user, as the Dockerfile's final
+# stage has them. Made once; the mirror is the one apt uses here.
+rootfs=$images/bookworm-kit-root.tar
+if [[ ! -f $rootfs ]]; then
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  dir=$(mktemp -d "$images/root.XXXXXX")
+  lc_log "debootstrap bookworm from $mirror (about 2 minutes, once)"
+  debootstrap --variant=minbase --include=ca-certificates bookworm "$dir" "$mirror" >"$images/debootstrap.log" 2>&1 ||
+    { rm -rf "$dir"; lc_die "debootstrap failed; see $images/debootstrap.log"; }
+  chmod 755 "$dir" # mktemp made it 0700; it becomes the image's /
+  chroot "$dir" useradd --system --uid 10001 --no-create-home kit
+  rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
+  tar -C "$dir" --exclude=./dev --exclude=./proc --exclude=./sys -cf "$rootfs.tmp" .
+  rm -rf "$dir"
+  mv "$rootfs.tmp" "$rootfs"
+fi
 
 bins=(service loadgen meter falsification)
 cargo build --release --locked --bins -q >&2
+release=${CARGO_TARGET_DIR:-target}/release
 tag=$(git rev-parse --short HEAD 2>/dev/null || echo dev)
 if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then
-  tag+=-$( (cd target/release && cat "${bins[@]}") | sha256sum | cut -c1-8)
+  tag+=-$( (cd "$release" && cat "${bins[@]}") | sha256sum | cut -c1-8)
 fi
 ref=retry-debt-kit:$tag
-images=$RDK_CACHE/images
 archive=$images/retry-debt-kit-$tag.tar
-mkdir -p "$images"
 
 if [[ ! -f $archive ]]; then
-  # The root: bookworm minbase, ca-certificates and the kit user, as the Dockerfile's final
-  # stage has them. Made once; the mirror is the one apt uses here.
-  rootfs=$images/bookworm-kit-root.tar
-  if [[ ! -f $rootfs ]]; then
-    mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    mirror=${mirror:-http://deb.debian.org/debian}
-    dir=$(mktemp -d "$images/root.XXXXXX")
-    lc_log "debootstrap bookworm from $mirror (about 2 minutes, once)"
-    debootstrap --variant=minbase --include=ca-certificates bookworm "$dir" "$mirror" >"$images/debootstrap.log" 2>&1 ||
-      { rm -rf "$dir"; lc_die "debootstrap failed; see $images/debootstrap.log"; }
-    chroot "$dir" useradd --system --uid 10001 --no-create-home kit
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
-    tar -C "$dir" --exclude=./dev --exclude=./proc --exclude=./sys -cf "$rootfs.tmp" .
-    rm -rf "$dir"
-    mv "$rootfs.tmp" "$rootfs"
-  fi
   c=$(lc_buildah from scratch)
   lc_buildah add "$c" "$rootfs" / >/dev/null
-  lc_buildah copy "$c" "${bins[@]/#/target/release/}" /usr/local/bin/ >/dev/null
+  lc_buildah copy "$c" "${bins[@]/#/$release/}" /usr/local/bin/ >/dev/null
   lc_buildah config --user 10001 --entrypoint '["/usr/local/bin/service"]' "$c"
   lc_buildah commit --quiet --rm "$c" "$ref" >/dev/null
   rm -f "$archive.tmp"

@@ -5,7 +5,7 @@
 # kube-proxy (iptables) and CoreDNS, plus the kit's image imported into containerd.
 #
 #   scripts/local-cluster-up.sh [--hpa-sync 15s] [--time-scale S]   bring it up (or reuse it)
-#   scripts/local-cluster-up.sh status                               say what runs
+#   scripts/local-cluster-up.sh status [--cpu SECONDS]               say what runs [and its CPU]
 #   scripts/local-cluster-down.sh                                    remove everything
 #
 # --hpa-sync is the HPA controller's sync period at S = 1 (default 15s, the upstream default).
@@ -25,9 +25,11 @@ cd "$(dirname "$0")/.."
 hpa_sync=15s
 time_scale=1
 cmd=up
+cpu_secs=0
 while (($#)); do
   case $1 in
     status) cmd=status ;;
+    --cpu) cpu_secs=${2:?--cpu needs a number of seconds}; shift ;;
     --hpa-sync) hpa_sync=${2:?--hpa-sync needs a duration, e.g. 15s}; shift ;;
     --time-scale) time_scale=${2:?--time-scale needs a number, e.g. 5}; shift ;;
     -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -53,6 +55,36 @@ seconds() {
 # A controller-manager duration flag: SECONDS / S, in milliseconds.
 scaled_ms() { awk -v s="$1" -v k="$time_scale" 'BEGIN{printf "%dms", s * 1000 / k + 0.5}'; }
 
+# CPU of the cluster's processes (by program; the shims summed) and of all pods (the kubepods
+# cgroup) over SECONDS, as % of one core.
+cpu_report() {
+  local secs=$1 d exe name hz pods0 pods1
+  declare -A t0 t1 prog
+  hz=$(getconf CLK_TCK)
+  sample() {
+    local -n into=$1
+    for d in /proc/[0-9]*; do
+      exe=$(readlink "$d/exe" 2>/dev/null) || continue
+      [[ $exe == "$LC_BIN"/* ]] || continue
+      prog[${d#/proc/}]=${exe##*/}
+      # shellcheck disable=SC2034 # a nameref to t0 or t1
+      into[${d#/proc/}]=$(awk '{print $14 + $15}' "$d/stat" 2>/dev/null || echo 0)
+    done
+  }
+  sample t0; pods0=$(cat /sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage 2>/dev/null || echo 0)
+  sleep "$secs"
+  sample t1; pods1=$(cat /sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage 2>/dev/null || echo 0)
+  for d in "${!t1[@]}"; do
+    [[ -n ${t0[$d]-} ]] && echo "${prog[$d]} $((t1[$d] - t0[$d]))"
+  done | awk -v hz="$hz" -v s="$secs" -v pods="$((pods1 - pods0))" '
+    { ticks[$1] += $2; total += $2 }
+    END {
+      for (p in ticks) printf "  %-28s %5.2f %% of one core\n", p, 100 * ticks[p] / hz / s
+      printf "  %-28s %5.2f %%\n  %-28s %5.2f %% of one core\n", "all pods (kubepods cgroup)", 100 * pods / 1e9 / s,
+        "cluster processes, total", 100 * total / hz / s
+    }'
+}
+
 running() { lc_pid kube-apiserver >/dev/null && [[ -f $LC_STATE/kubeconfig ]] && lc_kubectl get --raw /readyz >/dev/null 2>&1; }
 
 status() {
@@ -69,6 +101,7 @@ status() {
     lc_kubectl get pods -A 2>/dev/null || true
     echo "HPA controller: $(cat "$LC_STATE/hpa.json" 2>/dev/null)"
     echo "kit image: $(cat "$LC_STATE/image" 2>/dev/null)"
+    if ((cpu_secs > 0)); then echo "CPU over $cpu_secs s:"; cpu_report "$cpu_secs"; fi
     echo "guard drops (pod bridge to anything outside the cluster's ranges; uplink forwarding):"
     iptables -t raw -L "$LC_GUARD_CHAIN" -v -n -x 2>/dev/null | awk '$3 == "DROP" {print "  raw " $0}'
     iptables -L "$LC_GUARD_CHAIN" -v -n -x 2>/dev/null | awk '$3 == "DROP" {print "  filter " $0}'
@@ -102,7 +135,15 @@ if [[ -d $LC_STATE ]]; then
 fi
 
 # A failed up leaves nothing behind.
-trap 'rc=$?; if ((rc)); then lc_log "up failed (exit $rc); cleaning up (logs kept in /tmp/rdk-local-cluster-logs)"; rm -rf /tmp/rdk-local-cluster-logs; cp -r "$LC_STATE/logs" /tmp/rdk-local-cluster-logs 2>/dev/null; scripts/local-cluster-down.sh >&2 || true; fi' EXIT
+on_exit() {
+  local rc=$? logs=/tmp/rdk-local-cluster-logs
+  ((rc)) || return 0
+  lc_log "up failed (exit $rc); cleaning up (the logs are kept in $logs)"
+  rm -rf "$logs"
+  cp -r "$LC_STATE/logs" "$logs" 2>/dev/null || true
+  scripts/local-cluster-down.sh >&2 || true
+}
+trap on_exit EXIT
 
 t0=$SECONDS
 mark() { lc_log "$1 after $((SECONDS - t0)) s"; }
@@ -291,16 +332,13 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.internal.v1.opt',
   address = '$LC_STATE/run/containerd/containerd.sock'
 [plugins.'io.containerd.server.v1.ttrpc']
   address = '$LC_STATE/run/containerd/containerd.sock.ttrpc'
-[plugins.'io.containerd.server.v1.debug']
-  address = ''
-[plugins.'io.containerd.server.v1.metrics']
-  address = ''
 EOF
 lc_start containerd containerd --config "$LC_STATE/config/containerd.toml"
 sock=$LC_STATE/run/containerd/containerd.sock
+# ctr repeats containerd's cgroup v1 deprecation warning on every call: keep it in the log.
 lc_wait "containerd socket" 30 ctr --address "$sock" version
 for archive in "$infra/pause.tar" "$infra/coredns.tar" "$kit_archive"; do
-  ctr --address "$sock" -n k8s.io images import --all-platforms "$archive" >/dev/null
+  ctr --address "$sock" -n k8s.io images import --all-platforms "$archive" >/dev/null 2>>"$LC_STATE/logs/ctr.log"
 done
 mark "containerd up, images imported"
 
