@@ -15,7 +15,9 @@
 //! - [`experiment`]: F1-F4 as data (TOML) and ad-hoc scenarios.
 //! - [`predict`]: every model for a case; [`report`]: text and JSON.
 //! - [`cluster`]: the embedded cluster (`service` processes as pods, routing files, reaping).
-//! - [`runner`]: `run` / `suite` on the embedded cluster: records, verdicts, plots.
+//! - [`runner`]: `run` / `suite` / `compare`: drives a cluster through one interface; records,
+//!   verdicts, plots; the embedded cluster is `runner::embedded`.
+//! - [`kube`]: a Kubernetes cluster through its API (`--cluster kube`), and `manifests`.
 //! - [`trigger`]: `trigger`, the destructive trigger test against a staging target: plan, run, measure.
 //! - [`cli`]: the `falsification` command line (`predict`, `run`, `suite`, `trigger`).
 
@@ -27,6 +29,7 @@ pub mod des;
 pub mod experiment;
 pub mod fluid;
 pub mod hpa;
+pub mod kube;
 pub mod laws;
 pub mod metric;
 pub mod outcome;

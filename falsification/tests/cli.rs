@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use falsification::cli::{self, Cli, Command};
+use falsification::runner::command::ClusterArg;
 use falsification::{predict, report};
 
 fn args(argv: &[&str]) -> cli::PredictArgs {
@@ -19,8 +20,35 @@ fn run_and_suite_parse_with_their_defaults() {
     else {
         panic!("not run");
     };
-    assert_eq!((r.experiment.as_str(), r.common.time_scale), ("F3", 10.0));
+    // The time scale defaults per cluster: 10 embedded, the cluster's own on Kubernetes.
+    assert_eq!((r.experiment.as_str(), r.common.time_scale), ("F3", None));
     assert_eq!(r.common.rate_scale, 1.0);
+    assert_eq!(r.common.cluster, ClusterArg::Embedded);
+    let Command::Run(k) = Cli::try_parse_from([
+        "falsification",
+        "run",
+        "F3",
+        "--cluster",
+        "kube",
+        "--kubeconfig",
+        "/tmp/kc",
+        "--loadgen-shards",
+        "2",
+        "--time-scale",
+        "5",
+        "--keep",
+    ])
+    .unwrap()
+    .command
+    else {
+        panic!("not run");
+    };
+    assert_eq!(k.common.cluster, ClusterArg::Kube);
+    let t = k.common.kube.target().unwrap();
+    assert_eq!(
+        (t.namespace.as_str(), t.shards, t.hpa_sync_s, t.keep),
+        ("retry-debt-run", 2, 15.0, true)
+    );
     let Command::Suite(s) = Cli::try_parse_from(["falsification", "suite", "--only", "F2,F3"])
         .unwrap()
         .command

@@ -1,20 +1,125 @@
-//! The `run` and `suite` subcommands' flags and entry points (kept out of `cli.rs`).
+//! The `run`, `suite`, `manifests` and `compare` subcommands' flags and entry points (kept out
+//! of `cli.rs`).
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::{Binaries, ClusterChoice, RunOptions, report, run_all};
 use crate::cli::SignalArg;
 use crate::experiment::{self, Case, Experiment, HpaSignal, Params};
+use crate::kube::{self, KubeTarget};
+
+/// The embedded cluster's default time scale.
+pub const EMBEDDED_TIME_SCALE: f64 = 10.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClusterArg {
+    /// `service`, `meter` and `loadgen` processes on this machine; the kit's HPA emulation.
+    Embedded,
+    /// The Kubernetes cluster the kubeconfig reaches; the upstream HPA.
+    Kube,
+}
+
+/// Where and how to run on Kubernetes (`--cluster kube`, `manifests`, `compare`).
+#[derive(Debug, Args)]
+pub struct KubeArgs {
+    /// Kubeconfig file [default: KUBECONFIG, ~/.kube/config, or in-cluster].
+    #[arg(long, env = "FALSIFICATION_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context [default: the current one].
+    #[arg(long, env = "FALSIFICATION_CONTEXT")]
+    pub context: Option<String>,
+    /// The namespace a run creates everything in, and deletes at the end.
+    #[arg(
+        long,
+        default_value = "retry-debt-run",
+        env = "FALSIFICATION_NAMESPACE"
+    )]
+    pub namespace: String,
+    /// The HPA controller's sync period (--horizontal-pod-autoscaler-sync-period), where the
+    /// cluster does not record it (kind, real clusters; kind's config states it).
+    #[arg(long, default_value = "15s", env = "FALSIFICATION_HPA_SYNC")]
+    pub hpa_sync: String,
+    /// Loadgen pods (an Indexed Job), each 1/N of the schedule with its own seed.
+    #[arg(long, default_value_t = 1, env = "FALSIFICATION_LOADGEN_SHARDS",
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub loadgen_shards: u32,
+    /// The kit's image in the cluster [default: the one the cluster records, else
+    /// retry-debt-kit:dev].
+    #[arg(long, env = "FALSIFICATION_IMAGE")]
+    pub image: Option<String>,
+    /// Leave what the run created in the cluster, for inspection.
+    #[arg(long, env = "FALSIFICATION_KEEP")]
+    pub keep: bool,
+    /// The kit's k8s/ directory (base and overlays) [default: ./k8s, else the source tree's].
+    #[arg(long, env = "FALSIFICATION_K8S_DIR")]
+    pub k8s_dir: Option<PathBuf>,
+}
+
+impl KubeArgs {
+    pub fn target(&self) -> anyhow::Result<KubeTarget> {
+        Ok(KubeTarget {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.namespace.clone(),
+            hpa_sync_s: experiment::duration("command line", "--hpa-sync", Some(&self.hpa_sync))?,
+            shards: self.loadgen_shards,
+            image: self.image.clone(),
+            keep: self.keep,
+            k8s_dir: self.k8s_dir.clone(),
+            facts: None,
+        })
+    }
+}
+
+/// Reads the cluster once (server, nodes, the controller and the image it records), picks the
+/// time scale (the given one, else the one at which the controller's sync period is the
+/// experiment's 15 s), and checks every case against it before anything is created.
+fn kube_preflight(
+    mut target: KubeTarget,
+    time_scale: Option<f64>,
+    cases: &[(Experiment, Case)],
+) -> anyhow::Result<(KubeTarget, f64)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let facts = runtime.block_on(async {
+        let client = kube::connect(&target).await?;
+        kube::facts(&client, &target).await
+    })?;
+    let scale = time_scale.unwrap_or_else(|| facts.controller.natural_time_scale());
+    for (_, c) in cases {
+        kube::check_case(&c.scenario, scale, target.shards)?;
+    }
+    eprintln!(
+        "falsification: cluster {} ({} node(s)), image {} ({}), HPA sync {} s, tolerance {} ({}); \
+         time scale {scale}",
+        facts.server,
+        facts.nodes.len(),
+        facts.image,
+        facts.image_source,
+        facts.controller.sync_period_s,
+        facts.controller.tolerance,
+        facts.controller.source,
+    );
+    target.facts = Some(facts);
+    Ok((target, scale))
+}
 
 /// Flags shared by `run` and `suite`.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
     /// Divide every duration (timeout, dead time, spike, horizon, sync period, windows, scrape
-    /// interval, grace) by S; figures are reported in run time and experiment time.
-    #[arg(long, default_value_t = 10.0, env = "FALSIFICATION_TIME_SCALE")]
-    pub time_scale: f64,
+    /// interval, grace) by S; figures are reported in run time and experiment time
+    /// [default: 10 embedded; on a cluster, 15 s over its HPA sync period].
+    #[arg(long, env = "FALSIFICATION_TIME_SCALE")]
+    pub time_scale: Option<f64>,
+    /// Where the cases run.
+    #[arg(long, value_enum, default_value_t = ClusterArg::Embedded, env = "FALSIFICATION_CLUSTER")]
+    pub cluster: ClusterArg,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     /// Multiply every rate (pod rate and demand alike, so rho is unchanged), e.g. 0.25 to fit a
     /// small machine.
     #[arg(long, default_value_t = 1.0, env = "FALSIFICATION_RATE_SCALE")]
@@ -66,31 +171,50 @@ pub struct SuiteArgs {
 }
 
 impl CommonArgs {
-    fn overrides(&self) -> Params {
+    pub(crate) fn overrides(&self) -> Params {
         Params {
             horizon: self.horizon.clone(),
             ..Params::default()
         }
     }
 
-    fn options(&self) -> anyhow::Result<RunOptions> {
+    /// The options of a run of `cases` on `cluster`.
+    pub fn options(
+        &self,
+        cluster: ClusterArg,
+        cases: &[(Experiment, Case)],
+    ) -> anyhow::Result<RunOptions> {
         let warmup_s = match &self.warmup {
             Some(w) => Some(experiment::duration("command line", "--warmup", Some(w))?),
             None => None,
         };
+        let (time_scale, cluster) = match cluster {
+            ClusterArg::Embedded => (
+                self.time_scale.unwrap_or(EMBEDDED_TIME_SCALE),
+                ClusterChoice::Embedded(Binaries::locate(self.bin_dir.as_deref())?),
+            ),
+            ClusterArg::Kube => {
+                let (target, scale) = kube_preflight(self.kube.target()?, self.time_scale, cases)?;
+                (scale, ClusterChoice::Kube(Box::new(target)))
+            }
+        };
         Ok(RunOptions {
-            time_scale: self.time_scale,
+            time_scale,
             rate_scale: self.rate_scale,
             out: self.out.clone(),
             seed: self.seed,
             warmup_s,
             progress: true,
-            cluster: ClusterChoice::Embedded(Binaries::locate(self.bin_dir.as_deref())?),
+            cluster,
         })
     }
 }
 
-fn cases(e: &Experiment, signal: Option<SignalArg>, name: Option<&str>) -> Vec<(Experiment, Case)> {
+pub(crate) fn cases(
+    e: &Experiment,
+    signal: Option<SignalArg>,
+    name: Option<&str>,
+) -> Vec<(Experiment, Case)> {
     let want = signal.map(|s| match s {
         SignalArg::First => HpaSignal::First,
         SignalArg::Ingress => HpaSignal::Ingress,
@@ -105,7 +229,7 @@ fn cases(e: &Experiment, signal: Option<SignalArg>, name: Option<&str>) -> Vec<(
 }
 
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
-    let opts = common.options()?;
+    let opts = common.options(common.cluster, list)?;
     let s = run_all(label, list, &opts, common.jobs)?;
     print!("{}", report::text(&s.dir, &s.results));
     if !s.failures.is_empty() {
@@ -123,10 +247,15 @@ fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> any
     Ok(())
 }
 
-/// `falsification run`.
-pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let e = experiment::load_with(&args.experiment, &args.common.overrides())?;
-    let list = cases(&e, args.signal, args.case.as_deref());
+/// The cases of an experiment that `--signal` and `--case` select; refuses none.
+pub(crate) fn selected(
+    experiment: &str,
+    overrides: &Params,
+    signal: Option<SignalArg>,
+    case: Option<&str>,
+) -> anyhow::Result<Vec<(Experiment, Case)>> {
+    let e = experiment::load_with(experiment, overrides)?;
+    let list = cases(&e, signal, case);
     if list.is_empty() {
         anyhow::bail!(
             "{}: no case matches --signal/--case (cases: {})",
@@ -138,7 +267,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
                 .join(", ")
         );
     }
-    execute(&e.id, &list, &args.common)
+    Ok(list)
+}
+
+/// `falsification run`.
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let list = selected(
+        &args.experiment,
+        &args.common.overrides(),
+        args.signal,
+        args.case.as_deref(),
+    )?;
+    execute(&list[0].0.id, &list, &args.common)
 }
 
 /// `falsification suite`.
@@ -156,4 +296,89 @@ pub fn suite(args: &SuiteArgs) -> anyhow::Result<()> {
         list.extend(cases(&e, None, None));
     }
     execute("suite", &list, &args.common)
+}
+
+#[derive(Debug, Args)]
+pub struct ManifestsArgs {
+    /// F1, F2, F3, F4 or a path to an experiment .toml.
+    pub experiment: String,
+    /// Only the cases whose HPA scales on this signal.
+    #[arg(long, value_enum, env = "FALSIFICATION_SIGNAL")]
+    pub signal: Option<SignalArg>,
+    /// Only the case of this name.
+    #[arg(long, env = "FALSIFICATION_CASE")]
+    pub case: Option<String>,
+    /// As `run`'s [default: 15 s over the HPA sync period].
+    #[arg(long, env = "FALSIFICATION_TIME_SCALE")]
+    pub time_scale: Option<f64>,
+    #[arg(long, default_value_t = 1.0, env = "FALSIFICATION_RATE_SCALE")]
+    pub rate_scale: f64,
+    #[arg(long, default_value_t = 1, env = "FALSIFICATION_SEED")]
+    pub seed: u64,
+    /// Read the cluster (its recorded controller and image), as a run does; without it the
+    /// flags' values are printed.
+    #[arg(long, env = "FALSIFICATION_READ_CLUSTER")]
+    pub read_cluster: bool,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// `falsification manifests`: the objects a run of each selected case applies, as YAML in
+/// apply order (the client CA's data and the loadgen's start time are set at run time).
+pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
+    let list = selected(
+        &args.experiment,
+        &Params::default(),
+        args.signal,
+        args.case.as_deref(),
+    )?;
+    let (target, time_scale) = if args.read_cluster {
+        kube_preflight(args.kube.target()?, args.time_scale, &list)?
+    } else {
+        let mut t = args.kube.target()?;
+        let facts = kube::offline_facts(&t);
+        let scale = args
+            .time_scale
+            .unwrap_or_else(|| facts.controller.natural_time_scale());
+        for (_, c) in &list {
+            kube::check_case(&c.scenario, scale, t.shards)?;
+        }
+        t.facts = Some(facts);
+        (t, scale)
+    };
+    let facts = target
+        .facts
+        .clone()
+        .unwrap_or_else(|| kube::offline_facts(&target));
+    let opts = RunOptions {
+        time_scale,
+        rate_scale: args.rate_scale,
+        out: PathBuf::new(),
+        seed: args.seed,
+        warmup_s: None,
+        progress: false,
+        cluster: ClusterChoice::Kube(Box::new(target.clone())),
+    };
+    let mut out = String::new();
+    for (e, c) in &list {
+        let mut se = super::resolved(c, &opts);
+        facts.controller.apply(&mut se, time_scale);
+        let (_, m) = kube::plan(&target, &facts, &se, &opts)?;
+        out += &format!(
+            "# {} {} at time scale {time_scale}: what `falsification run --cluster kube` applies \
+             (image {} from {}; HPA sync {} s from {}).\n# At run time the ConfigMap {} gets the \
+             aggregator's client CA, and the Job loadgen gets --start-at (the shards' common \
+             start); without it each shard starts when its pod does.\n",
+            e.id,
+            c.scenario.name,
+            facts.image,
+            facts.image_source,
+            facts.controller.sync_period_s,
+            facts.controller.source,
+            kube::manifests::CLIENT_CA,
+        );
+        out += &m.yaml()?;
+    }
+    print!("{out}");
+    Ok(())
 }

@@ -13,6 +13,7 @@
 //! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index.
 
 pub mod command;
+pub mod compare;
 pub mod embedded;
 pub mod plot;
 pub mod probe;
@@ -59,6 +60,7 @@ pub struct RunOptions {
 #[derive(Debug, Clone)]
 pub enum ClusterChoice {
     Embedded(Binaries),
+    Kube(Box<crate::kube::KubeTarget>),
 }
 
 /// The three binaries of the kit the runner starts.
@@ -435,7 +437,7 @@ pub struct Ended {
     /// Run seconds from the load event, pod, what happened.
     pub pod_events: Vec<(f64, String, PodEventKind)>,
     /// The loadgen's counts per row, when they are known exactly only now; they replace the
-    /// rows' live counts.
+    /// rows' live counts (rows past the record, the loadgen's drain, are left out).
     pub load_rows: Option<Vec<LoadCounters>>,
     /// CPU seconds the meter used, where the runner can see it.
     pub meter_cpu_s: f64,
@@ -487,6 +489,10 @@ async fn run_case(
     match &opts.cluster {
         ClusterChoice::Embedded(bins) => {
             let mut c = embedded::Embedded::new(&se, dir, opts, bins)?;
+            execute(&mut c, e, case, &se, dir, opts, interrupt, bars).await
+        }
+        ClusterChoice::Kube(k) => {
+            let (se, mut c) = crate::kube::KubeCluster::new(k, e, case, &se, dir, opts).await?;
             execute(&mut c, e, case, &se, dir, opts, interrupt, bars).await
         }
     }

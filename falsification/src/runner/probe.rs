@@ -35,6 +35,16 @@ pub struct PodQueue {
     pub wait_s: f64,
 }
 
+impl PodQueue {
+    /// From a pod's `/metrics`.
+    pub fn parse(text: &str) -> PodQueue {
+        PodQueue {
+            depth: sum(text, "retrydebt_queue_depth", ""),
+            wait_s: sum(text, "retrydebt_wait_seconds", ""),
+        }
+    }
+}
+
 /// The loadgen's counters at a sample (cumulative since its start).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LoadCounters {
@@ -79,6 +89,16 @@ pub struct MeterGauges {
     pub ingress_rate: f64,
 }
 
+impl MeterGauges {
+    /// From the meter's `/metrics`.
+    pub fn parse(text: &str) -> MeterGauges {
+        MeterGauges {
+            first_attempt_rate: sum(text, "retrydebt_meter_first_attempt_rate", ""),
+            ingress_rate: sum(text, "retrydebt_meter_ingress_rate", ""),
+        }
+    }
+}
+
 /// HTTP clients for the parts: plain for pods, loadgen and meter gauges; HTTPS that accepts the
 /// meter's self-signed certificate (as the APIService's `insecureSkipTLSVerify` does).
 #[derive(Clone)]
@@ -115,10 +135,7 @@ impl Probe {
 
     pub async fn meter(&self, addr: std::net::SocketAddr) -> Option<MeterGauges> {
         let text = self.text(format!("http://{addr}/metrics")).await?;
-        Some(MeterGauges {
-            first_attempt_rate: sum(&text, "retrydebt_meter_first_attempt_rate", ""),
-            ingress_rate: sum(&text, "retrydebt_meter_ingress_rate", ""),
-        })
+        Some(MeterGauges::parse(&text))
     }
 
     /// Every pod's queue by base URL, scraped concurrently; pods that do not answer are left out.
@@ -129,11 +146,7 @@ impl Probe {
             let base = base.clone();
             set.spawn(async move {
                 let text = me.text(format!("{base}/metrics")).await?;
-                let q = PodQueue {
-                    depth: sum(&text, "retrydebt_queue_depth", ""),
-                    wait_s: sum(&text, "retrydebt_wait_seconds", ""),
-                };
-                Some((base, q))
+                Some((base, PodQueue::parse(&text)))
             });
         }
         let mut out = Vec::with_capacity(bases.len());

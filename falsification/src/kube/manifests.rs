@@ -1,0 +1,792 @@
+//! The objects a kube run applies: the `k8s/` overlay of the case's signal rendered by
+//! `kubectl kustomize` (the one source of the manifests), parsed into typed objects, with the
+//! experiment's values set on them (namespace, image, replicas, pod rate, dead time, grace,
+//! meter window, HPA metrics, targets and behavior), plus the loadgen as an Indexed Job.
+//! Everything here but [`render`] is pure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::{
+    ExternalMetricSource, HPAScalingPolicy, HPAScalingRules, HorizontalPodAutoscaler,
+    HorizontalPodAutoscalerBehavior, MetricIdentifier, MetricSpec, MetricTarget,
+};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, Container, EnvVar, EnvVarSource, Namespace, ObjectFieldSelector,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SecurityContext, Service, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde::Serialize;
+
+use crate::experiment::{HpaSignal, Scenario};
+use crate::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
+use crate::runner::{loadgen_args, micros, service_flags};
+
+/// The field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "retry-debt-kit";
+/// The label that marks what a run created.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "retry-debt-kit");
+/// Name of the meter's copy of the aggregator's client CA, and its key.
+pub const CLIENT_CA: &str = "meter-client-ca";
+pub const CLIENT_CA_KEY: &str = "requestheader-client-ca-file";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("running `kubectl kustomize {}`: {source} (kubectl must be on PATH)", dir.display())]
+    Kubectl {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`kubectl kustomize {}` failed: {stderr}", dir.display())]
+    Kustomize { dir: PathBuf, stderr: String },
+    #[error("the rendered manifests: {0}")]
+    Parse(String),
+    #[error("the rendered manifests have no {0}")]
+    Missing(&'static str),
+    #[error("the rendered manifests have an object the runner does not know: {0}")]
+    Unknown(String),
+}
+
+/// The `k8s/` directory: `K8S_DIR`-like flag, else `./k8s`, else the one beside this crate's
+/// source (a run from the repository or from anywhere after `cargo install --path`).
+pub fn k8s_dir(flag: Option<&Path>) -> PathBuf {
+    match flag {
+        Some(p) => p.to_path_buf(),
+        None if Path::new("k8s/base/kustomization.yaml").is_file() => PathBuf::from("k8s"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../k8s"),
+    }
+}
+
+/// The overlay of a case: the HPA's signal, `first` for a fixed-capacity case (its HPA is
+/// dropped).
+pub fn overlay(se: &Scenario) -> &'static str {
+    match se.hpa.as_ref().map(|h| h.signal) {
+        Some(HpaSignal::Ingress) => "ingress",
+        Some(HpaSignal::Paired) => "paired",
+        Some(HpaSignal::First) | None => "first",
+    }
+}
+
+/// `kubectl kustomize <k8s>/overlays/<overlay>`: the overlay's YAML.
+pub fn render(k8s: &Path, overlay: &str) -> Result<String, ManifestError> {
+    let dir = k8s.join("overlays").join(overlay);
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .map_err(|source| ManifestError::Kubectl {
+            dir: dir.clone(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(ManifestError::Kustomize {
+            dir,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    String::from_utf8(out.stdout).map_err(|e| ManifestError::Parse(e.to_string()))
+}
+
+/// The experiment's values, run time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Values {
+    pub namespace: String,
+    pub image: String,
+    pub pods: u32,
+    pub rate_per_pod: f64,
+    pub service_time: &'static str,
+    pub abandoned: &'static str,
+    /// The service's `--ready-after` (the dead time), run seconds.
+    pub ready_after_s: f64,
+    /// The service's `--shutdown-grace`, run seconds.
+    pub shutdown_grace_s: f64,
+    pub metric_window_s: f64,
+    pub scrape_interval_s: f64,
+    pub hpa: Option<HpaValues>,
+    pub loadgen: LoadgenValues,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HpaValues {
+    pub min: i32,
+    pub max: i32,
+    /// External metric name and AverageValue target per pod.
+    pub metrics: Vec<(String, f64)>,
+    /// Whole run seconds (checked by [`super::scale::scaled_behavior`]).
+    pub behavior: Behavior,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadgenValues {
+    pub shards: u32,
+    /// The schedule, timeout, retries and policy flags ([`loadgen_args`]).
+    pub args: Vec<String>,
+    /// When the shards start their schedule (Unix seconds); set at run time only.
+    pub start_at: Option<f64>,
+}
+
+impl Values {
+    /// The values of a run-time scenario `rs` whose behavior, scaled and checked, is
+    /// `behavior`.
+    pub fn new(
+        rs: &Scenario,
+        namespace: &str,
+        image: &str,
+        seed: u64,
+        shards: u32,
+        behavior: Option<Behavior>,
+        shutdown_grace_s: f64,
+    ) -> Values {
+        let (service_time, abandoned) = service_flags(rs);
+        let autoscaler = rs.autoscaler();
+        Values {
+            namespace: namespace.into(),
+            image: image.into(),
+            pods: rs.pods,
+            rate_per_pod: rs.rate_per_pod,
+            service_time,
+            abandoned,
+            ready_after_s: rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s),
+            shutdown_grace_s,
+            metric_window_s: rs.hpa.as_ref().map_or(3.0, |h| h.metric_window_s),
+            scrape_interval_s: rs.hpa.as_ref().map_or(0.1, |h| h.scrape_interval_s),
+            hpa: autoscaler.zip(behavior).map(|(a, behavior)| HpaValues {
+                min: a.spec.min_replicas,
+                max: a.spec.max_replicas,
+                metrics: a
+                    .spec
+                    .metrics
+                    .iter()
+                    .map(|m| {
+                        let (crate::hpa::Target::AverageValue(v) | crate::hpa::Target::Value(v)) =
+                            m.target;
+                        (m.name.clone(), v)
+                    })
+                    .collect(),
+                behavior,
+            }),
+            loadgen: LoadgenValues {
+                shards,
+                args: loadgen_args(rs, seed),
+                start_at: None,
+            },
+        }
+    }
+}
+
+/// Everything a run applies, typed, in the order it is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifests {
+    pub namespace: Namespace,
+    /// The aggregator's client CA for the meter: its data is copied at run time.
+    pub client_ca: ConfigMap,
+    pub service_accounts: Vec<ServiceAccount>,
+    pub services: Vec<Service>,
+    pub service: Deployment,
+    pub meter: Deployment,
+    pub api_service: APIService,
+    pub cluster_role: ClusterRole,
+    pub binding: ClusterRoleBinding,
+    pub hpa: Option<HorizontalPodAutoscaler>,
+    /// Applied once the pods are ready, with its start time.
+    pub loadgen: Job,
+}
+
+fn parse_as<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, ManifestError> {
+    serde_json::from_value(v).map_err(|e| ManifestError::Parse(e.to_string()))
+}
+
+impl Manifests {
+    /// Parses an overlay's YAML and sets `values` on it.
+    pub fn new(yaml: &str, values: &Values) -> Result<Manifests, ManifestError> {
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| ManifestError::Parse(e.to_string()))?;
+        let mut namespace = None;
+        let mut service_accounts = Vec::new();
+        let mut services = Vec::new();
+        let mut deployments: BTreeMap<String, Deployment> = BTreeMap::new();
+        let (mut api_service, mut cluster_role, mut binding, mut hpa) = (None, None, None, None);
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            match kind.as_str() {
+                "Namespace" => namespace = Some(parse_as::<Namespace>(doc)?),
+                "ServiceAccount" => service_accounts.push(parse_as(doc)?),
+                "Service" => services.push(parse_as(doc)?),
+                "Deployment" => {
+                    let d: Deployment = parse_as(doc)?;
+                    deployments.insert(d.metadata.name.clone().unwrap_or_default(), d);
+                }
+                "APIService" => api_service = Some(parse_as(doc)?),
+                "ClusterRole" => cluster_role = Some(parse_as(doc)?),
+                "ClusterRoleBinding" => binding = Some(parse_as(doc)?),
+                "HorizontalPodAutoscaler" => hpa = Some(parse_as(doc)?),
+                _ => {
+                    return Err(ManifestError::Unknown(format!(
+                        "{kind} {}",
+                        doc["metadata"]["name"]
+                    )));
+                }
+            }
+        }
+        let mut m = Manifests {
+            namespace: namespace.ok_or(ManifestError::Missing("Namespace"))?,
+            client_ca: ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(CLIENT_CA.into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            },
+            service_accounts,
+            services,
+            service: deployments
+                .remove("service")
+                .ok_or(ManifestError::Missing("Deployment service"))?,
+            meter: deployments
+                .remove("meter")
+                .ok_or(ManifestError::Missing("Deployment meter"))?,
+            api_service: api_service.ok_or(ManifestError::Missing("APIService"))?,
+            cluster_role: cluster_role.ok_or(ManifestError::Missing("ClusterRole"))?,
+            binding: binding.ok_or(ManifestError::Missing("ClusterRoleBinding"))?,
+            hpa,
+            loadgen: Job::default(),
+        };
+        if let Some(extra) = deployments.keys().next() {
+            return Err(ManifestError::Unknown(format!("Deployment {extra}")));
+        }
+        m.set(values)?;
+        Ok(m)
+    }
+
+    fn set(&mut self, v: &Values) -> Result<(), ManifestError> {
+        let ns = v.namespace.as_str();
+        let in_ns = |meta: &mut ObjectMeta| meta.namespace = Some(ns.to_string());
+        let managed = |meta: &mut ObjectMeta| {
+            meta.labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+        };
+        self.namespace.metadata.name = Some(ns.into());
+        managed(&mut self.namespace.metadata);
+        in_ns(&mut self.client_ca.metadata);
+        self.service_accounts
+            .iter_mut()
+            .for_each(|s| in_ns(&mut s.metadata));
+        self.services
+            .iter_mut()
+            .for_each(|s| in_ns(&mut s.metadata));
+        for m in [
+            &mut self.api_service.metadata,
+            &mut self.cluster_role.metadata,
+            &mut self.binding.metadata,
+        ] {
+            managed(m);
+        }
+        if let Some(s) = self
+            .api_service
+            .spec
+            .as_mut()
+            .and_then(|s| s.service.as_mut())
+        {
+            s.namespace = Some(ns.into());
+        }
+
+        // The pods under test.
+        in_ns(&mut self.service.metadata);
+        let spec = self
+            .service
+            .spec
+            .as_mut()
+            .ok_or(ManifestError::Missing("Deployment service spec"))?;
+        spec.replicas = Some(v.pods as i32);
+        let pod = spec
+            .template
+            .spec
+            .as_mut()
+            .ok_or(ManifestError::Missing("Deployment service pod spec"))?;
+        // A little beyond the pod's own grace, as the base leaves 10 s beyond 30 s.
+        pod.termination_grace_period_seconds = Some((v.shutdown_grace_s * 4.0 / 3.0).ceil() as i64);
+        let c = pod
+            .containers
+            .first_mut()
+            .ok_or(ManifestError::Missing("service container"))?;
+        c.image = Some(v.image.clone());
+        set_args(
+            c,
+            &[
+                ("--rate", v.rate_per_pod.to_string()),
+                ("--service-time", v.service_time.into()),
+                ("--abandoned", v.abandoned.into()),
+                ("--ready-after", micros(v.ready_after_s)),
+                ("--shutdown-grace", micros(v.shutdown_grace_s)),
+            ],
+        )?;
+
+        // The meter scrapes this namespace's pods.
+        in_ns(&mut self.meter.metadata);
+        let c = self
+            .meter
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.spec.as_mut())
+            .and_then(|p| p.containers.first_mut())
+            .ok_or(ManifestError::Missing("meter container"))?;
+        c.image = Some(v.image.clone());
+        set_args(
+            c,
+            &[
+                (
+                    "--pods-dns",
+                    format!("service-pods.{ns}.svc.cluster.local:8080"),
+                ),
+                ("--scrape-interval", micros(v.scrape_interval_s)),
+                ("--window", micros(v.metric_window_s)),
+            ],
+        )?;
+
+        match (&v.hpa, self.hpa.as_mut()) {
+            (Some(h), Some(hpa)) => {
+                in_ns(&mut hpa.metadata);
+                let spec = &mut hpa.spec;
+                spec.min_replicas = Some(h.min);
+                spec.max_replicas = h.max;
+                spec.metrics = Some(h.metrics.iter().map(|(n, t)| external(n, *t)).collect());
+                spec.behavior = Some(HorizontalPodAutoscalerBehavior {
+                    scale_up: Some(rules(&h.behavior.scale_up)),
+                    scale_down: Some(rules(&h.behavior.scale_down)),
+                });
+            }
+            // A fixed-capacity case runs without the overlay's HPA.
+            (None, _) => self.hpa = None,
+            (Some(_), None) => return Err(ManifestError::Missing("HorizontalPodAutoscaler")),
+        }
+        self.loadgen = loadgen_job(v);
+        Ok(())
+    }
+
+    /// The objects as YAML documents in apply order: what `falsification manifests` prints.
+    pub fn yaml(&self) -> Result<String, ManifestError> {
+        fn doc<T: Serialize>(out: &mut String, v: &T) -> Result<(), ManifestError> {
+            out.push_str("---\n");
+            out.push_str(
+                &serde_saphyr::to_string(v).map_err(|e| ManifestError::Parse(e.to_string()))?,
+            );
+            Ok(())
+        }
+        let mut out = String::new();
+        doc(&mut out, &self.namespace)?;
+        doc(&mut out, &self.client_ca)?;
+        for s in &self.service_accounts {
+            doc(&mut out, s)?;
+        }
+        for s in &self.services {
+            doc(&mut out, s)?;
+        }
+        doc(&mut out, &self.service)?;
+        doc(&mut out, &self.meter)?;
+        doc(&mut out, &self.api_service)?;
+        doc(&mut out, &self.cluster_role)?;
+        doc(&mut out, &self.binding)?;
+        if let Some(h) = &self.hpa {
+            doc(&mut out, h)?;
+        }
+        doc(&mut out, &self.loadgen)?;
+        Ok(out)
+    }
+}
+
+/// Replaces the value of each `--flag=value` argument (each must be there: the base's flags
+/// are the contract).
+fn set_args(c: &mut Container, values: &[(&str, String)]) -> Result<(), ManifestError> {
+    let args = c.args.get_or_insert_with(Vec::new);
+    for (flag, value) in values {
+        let prefix = format!("{flag}=");
+        let arg = args
+            .iter_mut()
+            .find(|a| a.starts_with(&prefix))
+            .ok_or_else(|| {
+                ManifestError::Parse(format!("container {} has no {flag}= argument", c.name))
+            })?;
+        *arg = format!("{prefix}{value}");
+    }
+    Ok(())
+}
+
+fn external(name: &str, average_value: f64) -> MetricSpec {
+    MetricSpec {
+        type_: "External".into(),
+        external: Some(ExternalMetricSource {
+            metric: MetricIdentifier {
+                name: name.into(),
+                selector: None,
+            },
+            target: MetricTarget {
+                type_: "AverageValue".into(),
+                average_value: Some(Quantity(quantity(average_value))),
+                ..MetricTarget::default()
+            },
+        }),
+        ..MetricSpec::default()
+    }
+}
+
+/// A number as a Kubernetes quantity: whole numbers as they are, others in milli-units.
+pub fn quantity(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        format!("{}m", (v * 1000.0).round() as i64)
+    }
+}
+
+fn rules(r: &ScalingRules) -> HPAScalingRules {
+    HPAScalingRules {
+        stabilization_window_seconds: Some(r.stabilization_window_s.round() as i32),
+        select_policy: Some(
+            match r.select {
+                SelectPolicy::Max => "Max",
+                SelectPolicy::Min => "Min",
+                SelectPolicy::Disabled => "Disabled",
+            }
+            .into(),
+        ),
+        policies: Some(
+            r.policies
+                .iter()
+                .map(|p| HPAScalingPolicy {
+                    type_: match p.kind {
+                        PolicyKind::Pods => "Pods",
+                        PolicyKind::Percent => "Percent",
+                    }
+                    .into(),
+                    value: p.value,
+                    period_seconds: p.period_s.round() as i32,
+                })
+                .collect(),
+        ),
+        tolerance: None,
+    }
+}
+
+/// The labels of every loadgen pod.
+pub fn loadgen_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".into(), "loadgen".into()),
+        ("app.kubernetes.io/part-of".into(), "retry-debt-kit".into()),
+    ])
+}
+
+/// The loadgen as an Indexed Job of `shards` pods, each 1/N of the schedule with its own seed
+/// (`--instances`, `--instance-index` from the completion index), to the ClusterIP Service,
+/// printing its rows to stdout for the runner to follow.
+pub fn loadgen_job(v: &Values) -> Job {
+    let l = &v.loadgen;
+    let mut args = vec![format!(
+        "--target=http://service.{}.svc.cluster.local/work",
+        v.namespace
+    )];
+    args.extend(l.args.iter().cloned());
+    args.push(format!("--instances={}", l.shards));
+    args.push("--stdout-rows".into());
+    if let Some(t) = l.start_at {
+        args.push(format!("--start-at={t:.3}"));
+    }
+    Job {
+        metadata: ObjectMeta {
+            name: Some("loadgen".into()),
+            namespace: Some(v.namespace.clone()),
+            labels: Some(loadgen_labels()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            completion_mode: Some("Indexed".into()),
+            completions: Some(l.shards as i32),
+            parallelism: Some(l.shards as i32),
+            backoff_limit: Some(0),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(loadgen_labels()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    containers: vec![Container {
+                        name: "loadgen".into(),
+                        image: Some(v.image.clone()),
+                        image_pull_policy: Some("IfNotPresent".into()),
+                        command: Some(vec!["/usr/local/bin/loadgen".into()]),
+                        args: Some(args),
+                        env: Some(vec![
+                            EnvVar {
+                                name: "LOADGEN_INSTANCE_INDEX".into(),
+                                value_from: Some(EnvVarSource {
+                                    field_ref: Some(ObjectFieldSelector {
+                                        field_path: "metadata.annotations['batch.kubernetes.io/job-completion-index']".into(),
+                                        ..ObjectFieldSelector::default()
+                                    }),
+                                    ..EnvVarSource::default()
+                                }),
+                                ..EnvVar::default()
+                            },
+                            EnvVar {
+                                name: "RUST_LOG".into(),
+                                value: Some("warn".into()),
+                                ..EnvVar::default()
+                            },
+                        ]),
+                        resources: Some(ResourceRequirements {
+                            requests: Some(BTreeMap::from([
+                                ("cpu".into(), Quantity("100m".into())),
+                                ("memory".into(), Quantity("64Mi".into())),
+                            ])),
+                            limits: Some(BTreeMap::from([(
+                                "memory".into(),
+                                Quantity("1Gi".into()),
+                            )])),
+                            ..ResourceRequirements::default()
+                        }),
+                        security_context: Some(SecurityContext {
+                            allow_privilege_escalation: Some(false),
+                            read_only_root_filesystem: Some(true),
+                            run_as_non_root: Some(true),
+                            capabilities: Some(Capabilities {
+                                drop: Some(vec!["ALL".into()]),
+                                ..Capabilities::default()
+                            }),
+                            ..SecurityContext::default()
+                        }),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::load;
+    use crate::kube::scale::scaled_behavior;
+
+    /// The base's files as one stream, as the overlays render them before kustomize sets the
+    /// namespace and labels (which the runner sets again) and patches the HPA's metrics (which
+    /// the runner sets from the case): the tests need no kubectl.
+    fn base_yaml() -> String {
+        [
+            include_str!("../../../k8s/base/namespace.yaml"),
+            include_str!("../../../k8s/base/service.yaml"),
+            include_str!("../../../k8s/base/meter.yaml"),
+            include_str!("../../../k8s/base/apiservice.yaml"),
+            include_str!("../../../k8s/base/hpa.yaml"),
+        ]
+        .join("\n---\n")
+    }
+
+    #[test]
+    fn every_overlay_renders_and_parses_where_kubectl_is() {
+        if std::process::Command::new("kubectl")
+            .arg("version")
+            .arg("--client")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no kubectl on PATH to render the overlays");
+            return;
+        }
+        for (case, name) in [(0, "first"), (1, "ingress")] {
+            let yaml = render(&k8s_dir(None), name).unwrap();
+            let m = Manifests::new(&yaml, &values(case, 5.0)).unwrap();
+            assert_eq!(m.namespace.metadata.name.as_deref(), Some("rdk-test"));
+            assert!(!m.yaml().unwrap().contains("namespace: retry-debt\n"));
+        }
+    }
+
+    fn values(case: usize, s: f64) -> Values {
+        let se = load("F3").unwrap().cases[case].scenario.clone();
+        let rs = se.time_scaled(s);
+        let behavior = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, s).unwrap();
+        Values::new(
+            &rs,
+            "rdk-test",
+            "retry-debt-kit:abc",
+            7,
+            2,
+            Some(behavior),
+            30.0 / s,
+        )
+    }
+
+    fn args(c: &Container) -> Vec<String> {
+        c.args.clone().unwrap_or_default()
+    }
+
+    #[test]
+    fn f3_ingress_at_scale_5_sets_every_value() {
+        let v = values(1, 5.0);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        assert_eq!(m.namespace.metadata.name.as_deref(), Some("rdk-test"));
+        let svc = m.service.spec.as_ref().unwrap();
+        assert_eq!(svc.replicas, Some(4));
+        let pod = svc.template.spec.as_ref().unwrap();
+        assert_eq!(pod.termination_grace_period_seconds, Some(8));
+        let a = args(&pod.containers[0]);
+        for want in [
+            "--rate=100",
+            "--ready-after=18000000us",
+            "--shutdown-grace=6000000us",
+            "--abandoned=finish",
+            "--service-time=exponential",
+        ] {
+            assert!(a.contains(&want.to_string()), "{want} in {a:?}");
+        }
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("retry-debt-kit:abc")
+        );
+        let meter = args(
+            &m.meter
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0],
+        );
+        assert!(
+            meter.contains(&"--window=6000000us".to_string()),
+            "{meter:?}"
+        );
+        assert!(
+            meter.contains(&"--scrape-interval=200000us".to_string()),
+            "{meter:?}"
+        );
+        assert!(
+            meter.contains(&"--pods-dns=service-pods.rdk-test.svc.cluster.local:8080".to_string())
+        );
+        let hpa = &m.hpa.as_ref().unwrap().spec;
+        assert_eq!((hpa.min_replicas, hpa.max_replicas), (Some(4), 50));
+        let metrics = hpa.metrics.as_ref().unwrap();
+        assert_eq!(metrics.len(), 1);
+        let ext = metrics[0].external.as_ref().unwrap();
+        assert_eq!(ext.metric.name, "ingress_rate");
+        assert_eq!(ext.target.average_value, Some(Quantity("50".into())));
+        let b = hpa.behavior.as_ref().unwrap();
+        let down = b.scale_down.as_ref().unwrap();
+        assert_eq!(down.stabilization_window_seconds, Some(60));
+        assert_eq!(down.policies.as_ref().unwrap()[0].period_seconds, 3);
+        let up = b.scale_up.as_ref().unwrap();
+        assert_eq!(up.stabilization_window_seconds, Some(0));
+        assert_eq!(up.policies.as_ref().unwrap()[1].period_seconds, 3);
+        assert_eq!(
+            m.api_service
+                .spec
+                .as_ref()
+                .unwrap()
+                .service
+                .as_ref()
+                .unwrap()
+                .namespace
+                .as_deref(),
+            Some("rdk-test")
+        );
+        for s in &m.services {
+            assert_eq!(s.metadata.namespace.as_deref(), Some("rdk-test"));
+        }
+    }
+
+    #[test]
+    fn the_loadgen_is_an_indexed_job_of_shards_to_the_cluster_ip_service() {
+        let mut v = values(0, 5.0);
+        v.loadgen.start_at = Some(1_800_000_000.5);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        let spec = m.loadgen.spec.as_ref().unwrap();
+        assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+        assert_eq!((spec.completions, spec.parallelism), (Some(2), Some(2)));
+        let c = &spec.template.spec.as_ref().unwrap().containers[0];
+        let a = args(c);
+        assert_eq!(
+            a[0],
+            "--target=http://service.rdk-test.svc.cluster.local/work"
+        );
+        for want in [
+            "--instances=2",
+            "--stdout-rows",
+            "--seed=7",
+            "--timeout=2000000us",
+            "--start-at=1800000000.500",
+        ] {
+            assert!(a.contains(&want.to_string()), "{want} in {a:?}");
+        }
+        // 200/s base, 5x after the case's 600 s warm-up (120 s run).
+        assert!(
+            a.contains(&"--schedule=0us:200,120000000us:1000,326000000us:end".to_string()),
+            "{a:?}"
+        );
+        let env = c.env.as_ref().unwrap();
+        assert!(
+            env[0]
+                .value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path
+                .contains("job-completion-index")
+        );
+    }
+
+    #[test]
+    fn a_fixed_capacity_case_drops_the_hpa_and_paired_keeps_both_metrics() {
+        let se = load("F2").unwrap().cases[0].scenario.time_scaled(5.0);
+        let v = Values::new(&se, "ns", "img", 1, 1, None, 6.0);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        assert!(m.hpa.is_none());
+        let yaml = m.yaml().unwrap();
+        assert!(!yaml.contains("HorizontalPodAutoscaler"));
+        assert!(yaml.contains("kind: Job"));
+
+        let se = load("F4").unwrap().cases[0].scenario.clone();
+        let b = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
+        assert_eq!(overlay(&se), "paired");
+        let v = Values::new(&se.time_scaled(5.0), "ns", "img", 1, 1, Some(b), 6.0);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        let names: Vec<String> = m
+            .hpa
+            .unwrap()
+            .spec
+            .metrics
+            .unwrap()
+            .iter()
+            .map(|x| x.external.as_ref().unwrap().metric.name.clone())
+            .collect();
+        assert_eq!(names, ["first_attempt_rate", "ingress_rate"]);
+    }
+
+    #[test]
+    fn printed_yaml_reads_back_as_the_same_objects() {
+        let v = values(1, 5.0);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        let yaml = m.yaml().unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        assert_eq!(docs.len(), 13, "{yaml}");
+        assert!(
+            yaml.contains(
+                "fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']"
+            ) || yaml.contains("job-completion-index")
+        );
+        assert_eq!(quantity(50.0), "50");
+        assert_eq!(quantity(12.5), "12500m");
+    }
+}

@@ -1,0 +1,971 @@
+//! A Kubernetes cluster behind the runner's [`Cluster`] interface, through its API (kube-rs):
+//! the `k8s/` overlay of the case applied server-side into one namespace, the upstream HPA
+//! scaling, the loadgen as an Indexed Job of shards whose logs the runner follows, every row
+//! sampled from the API (HPA status, Deployment, pods, the meter and the pods' queues through
+//! the API server's proxy), and everything the run created deleted at the end.
+//!
+//! Layout: [`manifests`] renders and sets the objects, [`scale`] checks a time scale against
+//! the cluster's controller and the pods' open-files limit, [`shards`] merges the shards' logs.
+//! This file does the I/O.
+
+pub mod manifests;
+pub mod scale;
+pub mod shards;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ::kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use ::kube::config::{KubeConfigOptions, Kubeconfig};
+use ::kube::{Client, Resource, ResourceExt};
+use anyhow::{Context, bail};
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde::Serialize;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::cluster::PodEventKind;
+use crate::experiment::{Case, Experiment, Scenario};
+use crate::hpa::{Decision, Reason};
+use crate::runner::probe::{self, MeterGauges, PodQueue};
+use crate::runner::record::write;
+use crate::runner::{Cluster, Description, Ended, Observation, RunOptions, Sync, row_step};
+use manifests::{FIELD_MANAGER, MANAGED_BY, Manifests, Values};
+use scale::ControllerAssumed;
+use shards::ShardLog;
+
+/// Where and how to run on Kubernetes (the `--cluster kube` flags).
+#[derive(Debug, Clone, Default)]
+pub struct KubeTarget {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: String,
+    /// `--hpa-sync`, run seconds: the controller's sync period where the cluster records none.
+    pub hpa_sync_s: f64,
+    pub shards: u32,
+    /// `--image`; default the one the cluster records, else `retry-debt-kit:dev`.
+    pub image: Option<String>,
+    pub keep: bool,
+    pub k8s_dir: Option<PathBuf>,
+    /// What [`facts`] found, once read.
+    pub facts: Option<ClusterFacts>,
+}
+
+/// What the runner knows of the cluster: `cluster.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterFacts {
+    /// The API server's `gitVersion`.
+    pub server: String,
+    pub platform: String,
+    pub nodes: Vec<NodeFacts>,
+    pub controller: ControllerAssumed,
+    pub image: String,
+    pub image_source: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeFacts {
+    pub name: String,
+    pub kubelet: String,
+    pub os_image: String,
+    pub container_runtime: String,
+    pub cpu: String,
+    pub ready: bool,
+}
+
+/// The ConfigMap in which the one-machine cluster records its controller flags and image.
+const RECORD: (&str, &str) = ("kube-system", "retry-debt-kit-cluster");
+const DEFAULT_IMAGE: &str = "retry-debt-kit:dev";
+
+/// A client for the target's kubeconfig and context (the usual inference otherwise: KUBECONFIG,
+/// ~/.kube/config, in-cluster).
+pub async fn connect(t: &KubeTarget) -> anyhow::Result<Client> {
+    let options = KubeConfigOptions {
+        context: t.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match (&t.kubeconfig, &t.context) {
+        (Some(path), _) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            ::kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        (None, Some(_)) => ::kube::Config::from_kubeconfig(&options).await?,
+        (None, None) => ::kube::Config::infer()
+            .await
+            .context("no kubeconfig (pass --kubeconfig or set KUBECONFIG)")?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Reads the server version, the nodes and the controller settings the cluster records.
+pub async fn facts(client: &Client, t: &KubeTarget) -> anyhow::Result<ClusterFacts> {
+    let version = client
+        .apiserver_version()
+        .await
+        .context("the Kubernetes API server does not answer")?;
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|n| {
+            let status = n.status.unwrap_or_default();
+            let info = status.node_info.unwrap_or_default();
+            NodeFacts {
+                name: n.metadata.name.unwrap_or_default(),
+                kubelet: info.kubelet_version,
+                os_image: info.os_image,
+                container_runtime: info.container_runtime_version,
+                cpu: status
+                    .allocatable
+                    .and_then(|a| a.get("cpu").map(|q| q.0.clone()))
+                    .unwrap_or_default(),
+                ready: status
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"),
+            }
+        })
+        .collect();
+    let record = Api::<ConfigMap>::namespaced(client.clone(), RECORD.0)
+        .get_opt(RECORD.1)
+        .await?
+        .and_then(|c| c.data)
+        .unwrap_or_default();
+    let recorded = match record.get("hpa.json") {
+        Some(json) => Some(
+            serde_json::from_str(json)
+                .with_context(|| format!("{}/{} hpa.json", RECORD.0, RECORD.1))?,
+        ),
+        None => None,
+    };
+    let (image, image_source) = match (&t.image, record.get("image")) {
+        (Some(i), _) => (i.clone(), "--image".to_string()),
+        (None, Some(i)) => (
+            i.trim().to_string(),
+            format!("ConfigMap {}/{} (image)", RECORD.0, RECORD.1),
+        ),
+        (None, None) => (DEFAULT_IMAGE.into(), "default".into()),
+    };
+    Ok(ClusterFacts {
+        server: version.git_version,
+        platform: version.platform,
+        nodes,
+        controller: ControllerAssumed::new(recorded, t.hpa_sync_s),
+        image,
+        image_source,
+    })
+}
+
+/// What the runner assumes with no cluster to ask (`manifests` without a kubeconfig): the
+/// flags' controller and image.
+pub fn offline_facts(t: &KubeTarget) -> ClusterFacts {
+    ClusterFacts {
+        server: "unknown (no cluster read)".into(),
+        platform: String::new(),
+        nodes: Vec::new(),
+        controller: ControllerAssumed::new(None, t.hpa_sync_s),
+        image: t.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into()),
+        image_source: if t.image.is_some() {
+            "--image"
+        } else {
+            "default"
+        }
+        .into(),
+    }
+}
+
+/// Checks a case against the cluster before anything is created: whole-second behavior at
+/// this scale and sockets per loadgen shard. `se` is the case in experiment time.
+pub fn check_case(se: &Scenario, time_scale: f64, shards: u32) -> Result<(), scale::ScaleError> {
+    if let Some(h) = &se.hpa {
+        scale::scaled_behavior(&h.behavior, time_scale)?;
+    }
+    scale::check_sockets(&se.time_scaled(time_scale), shards).map(|_| ())
+}
+
+/// The values and objects of a case as a run applies them (the loadgen's start time aside).
+pub fn plan(
+    t: &KubeTarget,
+    facts: &ClusterFacts,
+    se: &Scenario,
+    opts: &RunOptions,
+) -> anyhow::Result<(Values, Manifests)> {
+    let rs = se.time_scaled(opts.time_scale);
+    let behavior = match &se.hpa {
+        Some(h) => Some(scale::scaled_behavior(&h.behavior, opts.time_scale)?),
+        None => None,
+    };
+    let values = Values::new(
+        &rs,
+        &t.namespace,
+        &facts.image,
+        opts.seed,
+        t.shards,
+        behavior,
+        30.0 / opts.time_scale,
+    );
+    let k8s = manifests::k8s_dir(t.k8s_dir.as_deref());
+    let yaml = manifests::render(&k8s, manifests::overlay(se))?;
+    let m = Manifests::new(&yaml, &values)?;
+    Ok((values, m))
+}
+
+/// One pod of the Deployment as the runner has seen it.
+struct PodTrack {
+    /// Run seconds from the load event when it was first seen.
+    seen_at: f64,
+    ready: bool,
+    terminating: bool,
+    restarts: i32,
+}
+
+/// What `cluster.json` holds: the facts, what the run assumed and did, and its cleanup.
+#[derive(Debug, Clone, Serialize)]
+struct ClusterRecord {
+    #[serde(flatten)]
+    facts: ClusterFacts,
+    hpa: String,
+    namespace: String,
+    time_scale: f64,
+    /// The HPA sync period the predictions use, experiment seconds.
+    sync_period_experiment_s: Option<f64>,
+    loadgen_shards: u32,
+    sockets_per_shard: f64,
+    /// How late the last shard started after the agreed start, run seconds.
+    shard_start_lateness_s: Option<f64>,
+    merge: Option<shards::MergeCheck>,
+    created_cluster_scoped: Vec<String>,
+    cleanup: Option<String>,
+}
+
+/// One case on a Kubernetes cluster.
+pub struct KubeCluster {
+    client: Client,
+    target: KubeTarget,
+    rs: Scenario,
+    values: Values,
+    manifests: Manifests,
+    dir: PathBuf,
+    step: f64,
+    record: ClusterRecord,
+    t0: Instant,
+    t0_unix: f64,
+    logs: Arc<Mutex<Vec<ShardLog>>>,
+    followers: Vec<JoinHandle<()>>,
+    pods: HashMap<String, PodTrack>,
+    events: Vec<(f64, String, PodEventKind)>,
+    syncs: Vec<Sync>,
+    last_hpa: Option<(i32, Vec<Option<f64>>)>,
+    created: Vec<String>,
+    applied: bool,
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl KubeCluster {
+    /// A case's cluster, not started: connects, renders the case's objects. Returns the case
+    /// as this cluster runs it (the controller's sync period and tolerance; experiment time).
+    pub async fn new(
+        t: &KubeTarget,
+        _e: &Experiment,
+        _case: &Case,
+        se: &Scenario,
+        dir: &Path,
+        opts: &RunOptions,
+    ) -> anyhow::Result<(Scenario, KubeCluster)> {
+        let client = connect(t).await?;
+        let facts = match &t.facts {
+            Some(f) => f.clone(),
+            None => facts(&client, t).await?,
+        };
+        let mut se = se.clone();
+        facts.controller.apply(&mut se, opts.time_scale);
+        let (values, manifests) = plan(t, &facts, &se, opts)?;
+        let rs = se.time_scaled(opts.time_scale);
+        let sockets = scale::check_sockets(&rs, t.shards)?;
+        std::fs::create_dir_all(dir.join("loadgen"))?;
+        let record = ClusterRecord {
+            hpa: format!("upstream {}", facts.server),
+            facts,
+            namespace: t.namespace.clone(),
+            time_scale: opts.time_scale,
+            sync_period_experiment_s: se.hpa.as_ref().map(|h| h.sync_period_s),
+            loadgen_shards: t.shards,
+            sockets_per_shard: sockets,
+            shard_start_lateness_s: None,
+            merge: None,
+            created_cluster_scoped: Vec::new(),
+            cleanup: None,
+        };
+        let c = KubeCluster {
+            client,
+            target: t.clone(),
+            values,
+            manifests,
+            dir: dir.to_path_buf(),
+            // The shards count whole seconds: rows are never shorter.
+            step: row_step(opts.time_scale).max(1.0),
+            record,
+            t0: Instant::now(),
+            t0_unix: unix_now(),
+            logs: Arc::new(Mutex::new(vec![ShardLog::default(); t.shards as usize])),
+            followers: Vec::new(),
+            pods: HashMap::new(),
+            events: Vec::new(),
+            syncs: Vec::new(),
+            last_hpa: None,
+            created: Vec::new(),
+            applied: false,
+            rs,
+        };
+        c.write_record()?;
+        Ok((se, c))
+    }
+
+    fn ns(&self) -> &str {
+        &self.target.namespace
+    }
+
+    fn write_record(&self) -> anyhow::Result<()> {
+        write(
+            &self.dir,
+            "cluster.json",
+            &crate::runner::record::json(&self.record),
+        )?;
+        Ok(())
+    }
+
+    /// Run seconds from the load event.
+    fn now_rel(&self) -> f64 {
+        Instant::now().duration_since(self.t0).as_secs_f64() - self.rs.warmup_s
+    }
+
+    async fn apply_ns<K>(&self, obj: &K) -> anyhow::Result<()>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        Api::<K>::namespaced(self.client.clone(), self.ns())
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(obj),
+            )
+            .await
+            .with_context(|| format!("applying {} {name}", K::kind(&())))?;
+        Ok(())
+    }
+
+    async fn apply_cluster<K>(&self, obj: &K) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        Api::<K>::all(self.client.clone())
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(obj),
+            )
+            .await
+            .with_context(|| format!("applying {} {name}", K::kind(&())))?;
+        Ok(())
+    }
+
+    /// Applies a cluster-scoped object only when absent (then it is ours to delete), leaving
+    /// one that exists as it is.
+    async fn ensure<K>(&mut self, obj: &K) -> anyhow::Result<()>
+    where
+        K: Resource<DynamicType = ()>
+            + Clone
+            + Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        if Api::<K>::all(self.client.clone())
+            .get_opt(&name)
+            .await?
+            .is_none()
+        {
+            self.apply_cluster(obj).await?;
+            self.created.push(format!("{}/{name}", K::kind(&())));
+        }
+        Ok(())
+    }
+
+    /// Applies everything but the loadgen, refusing to take over what is not the kit's.
+    async fn deploy(&mut self) -> anyhow::Result<()> {
+        let ns = self.ns().to_string();
+        let name = self
+            .manifests
+            .api_service
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        let existing = Api::<APIService>::all(self.client.clone())
+            .get_opt(&name)
+            .await?;
+        let owner = existing
+            .as_ref()
+            .and_then(|a| a.spec.as_ref())
+            .and_then(|s| s.service.as_ref())
+            .and_then(|s| s.namespace.clone());
+        if let Some(owner) = &owner
+            && owner != &ns
+        {
+            bail!(
+                "APIService {name} already points at namespace {owner} (KEDA? prometheus-adapter? \
+                 scripts/deploy.sh?): refusing to replace it; only one external metrics API can \
+                 exist in a cluster"
+            );
+        }
+        if let Some(n) = Api::<Namespace>::all(self.client.clone())
+            .get_opt(&ns)
+            .await?
+            && n.labels().get(MANAGED_BY.0).map(String::as_str) != Some(MANAGED_BY.1)
+        {
+            bail!("namespace {ns} exists and is not the kit's: pass another --namespace");
+        }
+        self.applied = true;
+        let m = self.manifests.clone();
+        self.apply_cluster(&m.namespace).await?;
+        let auth = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
+            .get("extension-apiserver-authentication")
+            .await
+            .context("reading kube-system/extension-apiserver-authentication")?;
+        let ca = auth
+            .data
+            .and_then(|d| d.get(manifests::CLIENT_CA_KEY).cloned())
+            .context("kube-system/extension-apiserver-authentication has no requestheader-client-ca-file")?;
+        let mut client_ca = m.client_ca.clone();
+        client_ca.data = Some(BTreeMap::from([(manifests::CLIENT_CA_KEY.into(), ca)]));
+        self.apply_ns(&client_ca).await?;
+        for s in &m.service_accounts {
+            self.apply_ns(s).await?;
+        }
+        for s in &m.services {
+            self.apply_ns(s).await?;
+        }
+        self.apply_ns(&m.service).await?;
+        self.apply_ns(&m.meter).await?;
+        if owner.is_none() {
+            self.created.push(format!("APIService/{name}"));
+        }
+        self.apply_cluster(&m.api_service).await?;
+        self.ensure::<ClusterRole>(&m.cluster_role).await?;
+        self.ensure::<ClusterRoleBinding>(&m.binding).await?;
+        if let Some(h) = &m.hpa {
+            self.apply_ns(h).await?;
+        }
+        self.record.created_cluster_scoped = self.created.clone();
+        self.write_record()
+    }
+
+    /// Waits until the initial pods and the meter are ready and the aggregator serves the
+    /// meter's API.
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let within = Duration::from_secs_f64(120.0 + self.values.ready_after_s);
+        let deadline = Instant::now() + within;
+        let deployments = Api::<Deployment>::namespaced(self.client.clone(), self.ns());
+        let services = Api::<APIService>::all(self.client.clone());
+        let api_name = self
+            .manifests
+            .api_service
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        loop {
+            let ready = |d: &Deployment| {
+                d.status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0)
+            };
+            let pods = ready(&deployments.get("service").await?);
+            let meter = ready(&deployments.get("meter").await?);
+            let available = services
+                .get_opt(&api_name)
+                .await?
+                .and_then(|a| a.status)
+                .and_then(|s| s.conditions)
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Available" && c.status == "True")
+                });
+            if pods >= self.values.pods as i32 && meter >= 1 && available {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "not ready within {within:?}: {pods} of {} service pods ready, meter ready {}, \
+                     APIService {api_name} available {available} (kubectl -n {} get pods,apiservice)",
+                    self.values.pods,
+                    meter >= 1,
+                    self.ns()
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Starts the loadgen shards at a common time and follows their logs.
+    async fn start_loadgen(&mut self) -> anyhow::Result<()> {
+        let lead = 10.0;
+        self.values.loadgen.start_at = Some(unix_now() + lead);
+        let job = manifests::loadgen_job(&self.values);
+        self.apply_ns(&job).await?;
+        let start_at = self.values.loadgen.start_at.unwrap_or_default();
+        let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns());
+        let lp = ListParams::default().labels("app.kubernetes.io/name=loadgen");
+        let deadline = Instant::now() + Duration::from_secs_f64(lead + 120.0);
+        let running = loop {
+            let list = pods.list(&lp).await?.items;
+            let running: Vec<Pod> = list
+                .into_iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .collect();
+            if running.len() >= self.target.shards as usize {
+                break running;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} of {} loadgen pods running after {:.0} s (kubectl -n {} describe job loadgen)",
+                    running.len(),
+                    self.target.shards,
+                    lead + 120.0,
+                    self.ns()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        self.record.shard_start_lateness_s = Some((unix_now() - start_at).max(0.0));
+        for p in running {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let index: usize = p
+                .annotations()
+                .get("batch.kubernetes.io/job-completion-index")
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(0);
+            let api = pods.clone();
+            let logs = self.logs.clone();
+            self.followers.push(tokio::spawn(async move {
+                let lp = LogParams {
+                    follow: true,
+                    ..LogParams::default()
+                };
+                let push = |line: &str| {
+                    if let Some(l) = logs
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_mut(index)
+                    {
+                        l.push(line);
+                    }
+                };
+                match api.log_stream(&name, &lp).await {
+                    Ok(stream) => {
+                        let mut lines = std::pin::pin!(stream.lines());
+                        while let Some(Ok(line)) = lines.next().await {
+                            push(&line);
+                        }
+                    }
+                    Err(e) => push(&format!("following the log of {name}: {e}")),
+                }
+            }));
+        }
+        self.t0_unix = start_at;
+        let ahead = start_at - unix_now();
+        self.t0 = if ahead >= 0.0 {
+            Instant::now() + Duration::from_secs_f64(ahead)
+        } else {
+            Instant::now()
+                .checked_sub(Duration::from_secs_f64(-ahead))
+                .unwrap_or_else(Instant::now)
+        };
+        Ok(())
+    }
+
+    async fn proxy(&self, path: &str) -> Option<String> {
+        let req = http::Request::get(path).body(Vec::new()).ok()?;
+        tokio::time::timeout(Duration::from_secs(1), self.client.request_text(req))
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// Pod phases and readiness as events; returns (existing, ready, ready pod names).
+    fn track(&mut self, pods: Vec<Pod>) -> (u32, u32, Vec<String>) {
+        let now = self.now_rel();
+        let mut seen = Vec::new();
+        let mut ready_names = Vec::new();
+        let (mut existing, mut ready) = (0, 0);
+        for p in pods {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let terminating = p.metadata.deletion_timestamp.is_some();
+            let status = p.status.unwrap_or_default();
+            let is_ready = status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let restarts = status
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.restart_count)
+                .sum::<i32>();
+            seen.push(name.clone());
+            let t = self.pods.entry(name.clone()).or_insert_with(|| {
+                self.events.push((now, name.clone(), PodEventKind::Ordered));
+                PodTrack {
+                    seen_at: now,
+                    ready: false,
+                    terminating: false,
+                    restarts: 0,
+                }
+            });
+            if is_ready && !t.ready {
+                t.ready = true;
+                self.events.push((
+                    now,
+                    name.clone(),
+                    PodEventKind::Ready {
+                        dead_time_s: now - t.seen_at,
+                    },
+                ));
+            }
+            if restarts > t.restarts {
+                t.restarts = restarts;
+                self.events
+                    .push((now, name.clone(), PodEventKind::Crashed { code: None }));
+            }
+            if terminating && !t.terminating {
+                t.terminating = true;
+                self.events
+                    .push((now, name.clone(), PodEventKind::Terminating));
+            }
+            if !terminating {
+                existing += 1;
+                if is_ready {
+                    ready += 1;
+                    ready_names.push(name);
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|k| !seen.contains(k))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.pods.remove(&name);
+            self.events
+                .push((now, name, PodEventKind::Exited { code: None }));
+        }
+        (existing, ready, ready_names)
+    }
+
+    /// The HPA's status as a decision, recorded when it changed.
+    fn note_hpa(&mut self, hpa: &HorizontalPodAutoscaler) -> Option<(Option<i32>, i32)> {
+        let status = hpa.status.as_ref()?;
+        let names: Vec<String> = self
+            .values
+            .hpa
+            .as_ref()
+            .map(|h| h.metrics.iter().map(|(n, _)| n.clone()).collect())
+            .unwrap_or_default();
+        let current = status.current_replicas.unwrap_or(0);
+        let readings: Vec<Option<f64>> = names
+            .iter()
+            .map(|n| {
+                status
+                    .current_metrics
+                    .as_ref()?
+                    .iter()
+                    .filter_map(|m| m.external.as_ref())
+                    .find(|e| &e.metric.name == n)
+                    .and_then(|e| e.current.average_value.as_ref())
+                    .and_then(|q| probe::quantity(&q.0))
+                    // The status holds the average over the current replicas: the sum is what
+                    // the meter served.
+                    .map(|avg| avg * f64::from(current))
+            })
+            .collect();
+        let desired = status.desired_replicas;
+        let key = (desired, readings.clone());
+        if self.last_hpa.as_ref() != Some(&key) {
+            let previous = self.last_hpa.as_ref().map_or(current, |(d, _)| *d);
+            self.syncs.push(Sync {
+                t: self.now_rel(),
+                readings: readings.clone(),
+                decision: Decision {
+                    desired,
+                    proposals: vec![None; names.len()],
+                    recommendation: None,
+                    stabilized: None,
+                    reason: reason(status.conditions.as_deref().unwrap_or_default()),
+                    rescale: desired != previous,
+                },
+            });
+            self.last_hpa = Some(key);
+        }
+        Some((None, desired))
+    }
+
+    /// Deletes the loadgen Job (its pods get SIGTERM and print their summaries).
+    async fn stop_loadgen(&self) {
+        let _ = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(self.client.clone(), self.ns())
+            .delete("loadgen", &DeleteParams::background())
+            .await;
+    }
+}
+
+/// The upstream HPA's conditions as the kit's decision reasons.
+fn reason(
+    conditions: &[k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerCondition],
+) -> Reason {
+    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
+    if let Some(c) = find("ScalingActive")
+        && c.status == "False"
+    {
+        return if c.reason.as_deref() == Some("ScalingDisabled") {
+            Reason::ScalingDisabled
+        } else {
+            Reason::MetricsUnavailable
+        };
+    }
+    match find("ScalingLimited").and_then(|c| c.reason.as_deref()) {
+        Some("TooFewReplicas") => Reason::TooFewReplicas,
+        Some("TooManyReplicas") => Reason::TooManyReplicas,
+        Some("ScaleUpLimit") => Reason::ScaleUpLimit,
+        Some("ScaleDownLimit") => Reason::ScaleDownLimit,
+        _ => Reason::DesiredWithinRange,
+    }
+}
+
+impl Cluster for KubeCluster {
+    fn row_step(&self) -> f64 {
+        self.step
+    }
+
+    fn describe(&self) -> Description {
+        Description {
+            cluster: format!("kube (namespace {})", self.ns()),
+            hpa: self.record.hpa.clone(),
+            versions: BTreeMap::from([
+                ("falsification".into(), env!("CARGO_PKG_VERSION").into()),
+                ("image".into(), self.values.image.clone()),
+                ("kubernetes".into(), self.record.facts.server.clone()),
+            ]),
+        }
+    }
+
+    async fn start(&mut self) -> anyhow::Result<Instant> {
+        self.deploy().await?;
+        self.wait_ready().await?;
+        // The initial pods were deployed before the experiment, as the embedded ones are.
+        let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns())
+            .list(&ListParams::default().labels("app.kubernetes.io/name=service"))
+            .await?
+            .items;
+        self.start_loadgen().await?;
+        self.track(pods);
+        self.events.clear();
+        Ok(self.t0)
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        None
+    }
+
+    async fn advance(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    async fn observe(&mut self) -> anyhow::Result<Observation> {
+        let ns = self.ns().to_string();
+        let hpa_api = Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), &ns);
+        let dep_api = Api::<Deployment>::namespaced(self.client.clone(), &ns);
+        let pod_api = Api::<Pod>::namespaced(self.client.clone(), &ns);
+        let lp = ListParams::default().labels("app.kubernetes.io/name=service");
+        let meter_path = format!("/api/v1/namespaces/{ns}/services/meter:metrics/proxy/metrics");
+        let has_hpa = self.manifests.hpa.is_some();
+        let (hpa, dep, pods, meter) = tokio::join!(
+            async {
+                if has_hpa {
+                    hpa_api.get_opt("service").await.ok().flatten()
+                } else {
+                    None
+                }
+            },
+            dep_api.get("service"),
+            pod_api.list(&lp),
+            self.proxy(&meter_path),
+        );
+        let desired = dep?.spec.and_then(|s| s.replicas).unwrap_or(0);
+        let (existing, ready, names) = self.track(pods?.items);
+        let me = &*self;
+        let queues = futures::future::join_all(names.iter().map(|n| {
+            let path = format!("/api/v1/namespaces/{ns}/pods/{n}:8080/proxy/metrics");
+            async move {
+                let text = me.proxy(&path).await?;
+                Some((n.clone(), PodQueue::parse(&text)))
+            }
+        }))
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+        let hpa = hpa.and_then(|h| self.note_hpa(&h));
+        let load = shards::total(&self.logs.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(Observation {
+            load,
+            pods_desired: desired.max(0) as u32,
+            pods_ready: ready,
+            pods_existing: existing,
+            queues,
+            meter: meter.map(|t| MeterGauges::parse(&t)),
+            hpa,
+        })
+    }
+
+    async fn finish(&mut self, complete: bool) -> anyhow::Result<Ended> {
+        if !complete {
+            self.stop_loadgen().await;
+        }
+        // Each shard drains its requests in flight, then prints its summary.
+        let drain = self.rs.attempt_offset(self.rs.retries) + self.rs.timeout_s + 30.0;
+        let deadline = Instant::now() + Duration::from_secs_f64(drain);
+        while Instant::now() < deadline {
+            let done = {
+                let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+                logs.iter().all(|l| l.summary.is_some())
+            } || self.followers.iter().all(|f| f.is_finished());
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for f in self.followers.drain(..) {
+            f.abort();
+        }
+        let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let rows = ((self.rs.warmup_s + self.rs.end()) / self.step).ceil() as usize;
+        let merged = shards::merge(&logs, self.t0_unix, self.step, rows);
+        for (i, l) in logs.iter().enumerate() {
+            let mut text = String::new();
+            for r in &l.rows {
+                text += &(loadgen::record::StdoutLine::Row(r.clone()).json() + "\n");
+            }
+            if let Some(s) = &l.summary {
+                text += &(loadgen::record::StdoutLine::Summary(Box::new(s.clone())).json() + "\n");
+            }
+            for o in &l.other {
+                text += &format!("{o}\n");
+            }
+            write(
+                &self.dir.join("loadgen"),
+                &format!("shard-{i}.jsonl"),
+                &text,
+            )?;
+        }
+        self.record.merge = Some(shards::check(&merged, &logs));
+        self.write_record()?;
+        Ok(Ended {
+            syncs: std::mem::take(&mut self.syncs),
+            pod_events: std::mem::take(&mut self.events),
+            load_rows: Some(merged),
+            meter_cpu_s: 0.0,
+        })
+    }
+
+    async fn teardown(&mut self) -> anyhow::Result<()> {
+        for f in self.followers.drain(..) {
+            f.abort();
+        }
+        if !self.applied {
+            return Ok(());
+        }
+        let ns = self.ns().to_string();
+        if self.target.keep {
+            self.record.cleanup = Some(format!(
+                "kept (--keep): namespace {ns} and {:?}; delete with `kubectl delete namespace {ns}`",
+                self.created
+            ));
+            return self.write_record();
+        }
+        self.stop_loadgen().await;
+        let namespaces = Api::<Namespace>::all(self.client.clone());
+        let _ = namespaces.delete(&ns, &DeleteParams::foreground()).await;
+        for what in self.created.clone() {
+            let (kind, name) = what.split_once('/').unwrap_or_default();
+            let result = match kind {
+                "APIService" => Api::<APIService>::all(self.client.clone())
+                    .delete(name, &DeleteParams::default())
+                    .await
+                    .map(|_| ()),
+                "ClusterRole" => Api::<ClusterRole>::all(self.client.clone())
+                    .delete(name, &DeleteParams::default())
+                    .await
+                    .map(|_| ()),
+                _ => Api::<ClusterRoleBinding>::all(self.client.clone())
+                    .delete(name, &DeleteParams::default())
+                    .await
+                    .map(|_| ()),
+            };
+            if let Err(e) = result {
+                eprintln!("falsification: deleting {what}: {e}");
+            }
+        }
+        // Pods take their grace period; the namespace goes once they have.
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let gone = loop {
+            if namespaces.get_opt(&ns).await?.is_none() {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        self.record.cleanup = Some(if gone {
+            format!(
+                "namespace {ns} and {:?} deleted; checked gone",
+                self.created
+            )
+        } else {
+            format!("namespace {ns} still terminating after 180 s (kubectl get namespace {ns})")
+        });
+        self.write_record()?;
+        if !gone {
+            bail!("namespace {ns} was not gone 180 s after its deletion");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! What a time scale means on a real cluster, as pure checks: the HPA's `behavior` periods and
+//! windows are whole seconds, the controller's sync period and tolerance are the cluster's
+//! (controller-manager flags, not the experiment's), and one loadgen pod holds a socket per
+//! attempt in flight under a 20,000 open-files limit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::Scenario;
+use crate::hpa::Behavior;
+
+/// What the one-machine cluster records about its controller in ConfigMap
+/// `kube-system/retry-debt-kit-cluster`, key `hpa.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedHpa {
+    pub sync_period_s: f64,
+    pub tolerance: f64,
+    pub downscale_stabilization_s: f64,
+    pub initial_readiness_delay_s: f64,
+    pub cpu_initialization_period_s: f64,
+    pub time_scale: f64,
+    pub kubernetes: String,
+}
+
+/// The controller settings a run assumes, and where they came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ControllerAssumed {
+    /// `--horizontal-pod-autoscaler-sync-period`, run seconds.
+    pub sync_period_s: f64,
+    /// `--horizontal-pod-autoscaler-tolerance`.
+    pub tolerance: f64,
+    /// `ConfigMap kube-system/retry-debt-kit-cluster` or `--hpa-sync (upstream defaults otherwise)`.
+    pub source: String,
+    /// The whole record, when the cluster has one.
+    pub recorded: Option<RecordedHpa>,
+}
+
+impl ControllerAssumed {
+    /// From the cluster's record when present, else the `--hpa-sync` flag and the upstream
+    /// default tolerance (kind's config states both; a real cluster's operator knows them).
+    pub fn new(recorded: Option<RecordedHpa>, hpa_sync_s: f64) -> ControllerAssumed {
+        match recorded {
+            Some(r) => ControllerAssumed {
+                sync_period_s: r.sync_period_s,
+                tolerance: r.tolerance,
+                source: "ConfigMap kube-system/retry-debt-kit-cluster (hpa.json)".into(),
+                recorded: Some(r),
+            },
+            None => ControllerAssumed {
+                sync_period_s: hpa_sync_s,
+                tolerance: crate::hpa::DEFAULT_TOLERANCE,
+                source: "--hpa-sync and the upstream default tolerance (no \
+                         kube-system/retry-debt-kit-cluster ConfigMap)"
+                    .into(),
+                recorded: None,
+            },
+        }
+    }
+
+    /// The time scale at which this controller's sync period is the experiment's 15 s: the
+    /// default `--time-scale` on a cluster.
+    pub fn natural_time_scale(&self) -> f64 {
+        self.recorded.as_ref().map_or(
+            crate::hpa::DEFAULT_SYNC_PERIOD_S / self.sync_period_s,
+            |r| r.time_scale,
+        )
+    }
+
+    /// The case as this cluster runs it, in experiment time: the HPA syncs every
+    /// `sync_period_s x S` experiment seconds with the cluster's tolerance, whatever the case
+    /// file says (predictions then model what ran).
+    pub fn apply(&self, se: &mut Scenario, time_scale: f64) {
+        if let Some(h) = se.hpa.as_mut() {
+            h.sync_period_s = self.sync_period_s * time_scale;
+            h.tolerance = self.tolerance;
+        }
+    }
+}
+
+/// A time scale the cluster cannot run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScaleError {
+    #[error(
+        "--time-scale {scale}: the HPA's behavior {what} of {experiment_s} s would be {run_s} s, \
+         and behavior periods and windows are whole seconds; scales that work for this case: {works}"
+    )]
+    NotWhole {
+        scale: f64,
+        what: &'static str,
+        experiment_s: f64,
+        run_s: f64,
+        works: String,
+    },
+    #[error(
+        "one loadgen pod would hold about {sockets:.0} sockets (A {a} x {rate:.0}/s x timeout \
+         {timeout_s} s / {shards} shards), too close to the 20,000 open-files limit of a pod \
+         (at most {max:.0}): use --loadgen-shards {need} or more, or a larger --time-scale"
+    )]
+    Sockets {
+        sockets: f64,
+        a: f64,
+        rate: f64,
+        timeout_s: f64,
+        shards: u32,
+        max: f64,
+        need: u32,
+    },
+}
+
+/// A pod's open-files limit on the machines the kit runs on (SPEC), and the share of it one
+/// loadgen shard may plan to use: connections fail as `open_files` beyond the limit, and a
+/// trapped run holds every attempt for its whole timeout.
+pub const OPEN_FILES_LIMIT: f64 = 20_000.0;
+pub const SOCKETS_PER_SHARD: f64 = OPEN_FILES_LIMIT / 2.0;
+
+/// Every period and window of `behavior` in experiment seconds, named.
+fn durations(b: &Behavior) -> Vec<(&'static str, f64)> {
+    let mut out = vec![
+        (
+            "scaleUp stabilization window",
+            b.scale_up.stabilization_window_s,
+        ),
+        (
+            "scaleDown stabilization window",
+            b.scale_down.stabilization_window_s,
+        ),
+    ];
+    out.extend(
+        b.scale_up
+            .policies
+            .iter()
+            .map(|p| ("scaleUp policy period", p.period_s)),
+    );
+    out.extend(
+        b.scale_down
+            .policies
+            .iter()
+            .map(|p| ("scaleDown policy period", p.period_s)),
+    );
+    out
+}
+
+fn whole(x: f64) -> bool {
+    (x - x.round()).abs() < 1e-9
+}
+
+/// Whether a period or window of `d` experiment seconds is whole at scale `s` (a policy period
+/// at least 1 s; a window may be 0).
+fn fits(what: &str, d: f64, s: f64) -> bool {
+    let r = d / s;
+    whole(r) && (r >= 1.0 || (d == 0.0 && what.contains("window")))
+}
+
+/// `behavior` divided by `scale`, checked whole seconds (a policy period at least 1 s);
+/// the error lists the whole-number scales up to the longest period that work.
+pub fn scaled_behavior(b: &Behavior, scale: f64) -> Result<Behavior, ScaleError> {
+    let ok = |s: f64| durations(b).iter().all(|(what, d)| fits(what, *d, s));
+    if let Some((what, d)) = durations(b)
+        .into_iter()
+        .find(|(what, d)| !fits(what, *d, scale))
+    {
+        let longest = durations(b).iter().map(|(_, d)| *d).fold(1.0, f64::max);
+        let works: Vec<String> = (1..=longest as u32)
+            .map(f64::from)
+            .filter(|s| ok(*s))
+            .map(|s| s.to_string())
+            .collect();
+        return Err(ScaleError::NotWhole {
+            scale,
+            what,
+            experiment_s: d,
+            run_s: d / scale,
+            works: works.join(", "),
+        });
+    }
+    Ok(b.time_scaled(scale))
+}
+
+/// Refuses a shard count whose pods would hold too many sockets: with every attempt failing,
+/// a loadgen holds about `A x lambda x tau_out` of them (run time, so the time scale divides
+/// the timeout and not the rate).
+pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
+    let a = rs.amplification();
+    let peak = rs.base_rate()
+        * match rs.event {
+            crate::experiment::LoadEvent::Spike { k, .. }
+            | crate::experiment::LoadEvent::Step { k } => k.max(1.0),
+            crate::experiment::LoadEvent::None => 1.0,
+        };
+    let sockets = a * peak * rs.timeout_s / f64::from(shards);
+    if sockets > SOCKETS_PER_SHARD {
+        let need = (a * peak * rs.timeout_s / SOCKETS_PER_SHARD).ceil() as u32;
+        return Err(ScaleError::Sockets {
+            sockets,
+            a,
+            rate: peak,
+            timeout_s: rs.timeout_s,
+            shards,
+            max: SOCKETS_PER_SHARD,
+            need,
+        });
+    }
+    Ok(sockets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::load;
+
+    fn f3() -> Scenario {
+        load("F3").unwrap().cases[0].scenario.clone()
+    }
+
+    #[test]
+    fn whole_second_scales_pass_and_others_list_the_ones_that_work() {
+        let b = &f3().hpa.unwrap().behavior;
+        let at5 = scaled_behavior(b, 5.0).unwrap();
+        assert_eq!(at5.scale_down.stabilization_window_s, 60.0);
+        assert_eq!(at5.scale_up.policies[0].period_s, 3.0);
+        for s in [1.0, 3.0, 15.0] {
+            assert!(scaled_behavior(b, s).is_ok(), "{s}");
+        }
+        let e = scaled_behavior(b, 10.0).unwrap_err().to_string();
+        assert!(e.contains("1.5 s"), "{e}");
+        assert!(
+            e.contains("scales that work for this case: 1, 3, 5, 15"),
+            "{e}"
+        );
+        // 30 would make a 15 s period half a second.
+        assert!(scaled_behavior(b, 30.0).is_err());
+    }
+
+    #[test]
+    fn the_cluster_record_wins_over_the_flag_and_sets_the_default_scale() {
+        let recorded = RecordedHpa {
+            sync_period_s: 3.0,
+            tolerance: 0.1,
+            downscale_stabilization_s: 60.0,
+            initial_readiness_delay_s: 6.0,
+            cpu_initialization_period_s: 60.0,
+            time_scale: 5.0,
+            kubernetes: "v1.36.4".into(),
+        };
+        let c = ControllerAssumed::new(Some(recorded), 15.0);
+        assert_eq!((c.sync_period_s, c.natural_time_scale()), (3.0, 5.0));
+        let kind = ControllerAssumed::new(None, 15.0);
+        assert_eq!((kind.sync_period_s, kind.natural_time_scale()), (15.0, 1.0));
+        let mut se = f3();
+        ControllerAssumed::new(None, 2.0).apply(&mut se, 5.0);
+        assert_eq!(se.hpa.unwrap().sync_period_s, 10.0);
+        let json = r#"{"sync_period_s": 3, "tolerance": 0.1, "downscale_stabilization_s": 60,
+            "initial_readiness_delay_s": 6, "cpu_initialization_period_s": 60,
+            "time_scale": 5, "kubernetes": "v1.36.4"}"#;
+        let r: RecordedHpa = serde_json::from_str(json).unwrap();
+        assert_eq!(r.time_scale, 5.0);
+    }
+
+    #[test]
+    fn sockets_per_shard_name_the_shards_that_fit() {
+        // F3 at S = 1: 3 x 1,000/s x 10 s = 30,000 sockets in one pod.
+        let rs = f3();
+        let e = check_sockets(&rs, 1).unwrap_err().to_string();
+        assert!(e.contains("--loadgen-shards 3"), "{e}");
+        assert_eq!(check_sockets(&rs, 3).unwrap(), 10_000.0);
+        // At S = 5 one shard holds 6,000.
+        assert_eq!(check_sockets(&rs.time_scaled(5.0), 1).unwrap(), 6_000.0);
+    }
+}

@@ -1,0 +1,252 @@
+//! The loadgen shards' logs, as pure functions: one line per closed second
+//! ([`loadgen::record::StdoutLine`]), merged by second into the runner's rows, and the
+//! shards' own summaries to check the merge against.
+
+use loadgen::record::{StdoutLine, TimedRow};
+use serde::Serialize;
+
+use crate::runner::probe::LoadCounters;
+
+/// What one shard printed so far.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ShardLog {
+    pub rows: Vec<TimedRow>,
+    pub summary: Option<loadgen::Summary>,
+    /// Lines that were not the loadgen's (a warning, say), kept for the record.
+    pub other: Vec<String>,
+}
+
+impl ShardLog {
+    /// Takes one line of the shard's stdout.
+    pub fn push(&mut self, line: &str) {
+        match serde_json::from_str::<StdoutLine>(line) {
+            Ok(StdoutLine::Row(r)) => self.rows.push(r),
+            Ok(StdoutLine::Summary(s)) => self.summary = Some(*s),
+            Err(_) => self.other.push(line.to_string()),
+        }
+    }
+
+    /// The shard's counters over the rows it printed.
+    pub fn totals(&self) -> LoadCounters {
+        self.rows.iter().fold(LoadCounters::default(), |acc, r| {
+            plus(&acc, &counters(&r.row))
+        })
+    }
+}
+
+/// A loadgen row as the runner counts it.
+pub fn counters(r: &loadgen::Row) -> LoadCounters {
+    LoadCounters {
+        first_attempts: r.first_attempts as f64,
+        attempts: r.attempts.iter().sum::<u64>() as f64,
+        successes: r.successes.iter().sum::<u64>() as f64,
+        timeouts: r.timeouts as f64,
+        failed: r.requests_failed as f64,
+    }
+}
+
+/// A summary's totals as the runner counts them.
+pub fn summary_counters(s: &loadgen::Summary) -> LoadCounters {
+    LoadCounters {
+        first_attempts: s.first_attempts as f64,
+        attempts: s.attempts as f64,
+        successes: s.successes_by_number.iter().sum::<u64>() as f64,
+        timeouts: s.timeouts as f64,
+        failed: s.failed as f64,
+    }
+}
+
+fn plus(a: &LoadCounters, b: &LoadCounters) -> LoadCounters {
+    LoadCounters {
+        first_attempts: a.first_attempts + b.first_attempts,
+        attempts: a.attempts + b.attempts,
+        successes: a.successes + b.successes,
+        timeouts: a.timeouts + b.timeouts,
+        failed: a.failed + b.failed,
+    }
+}
+
+/// Every shard's seconds merged into runner rows of `step` run seconds from `t0_unix`, at
+/// least `rows` of them: a second goes to the row its start falls in (nearest); a second
+/// before the first row goes to it, and the seconds after the last (the shards' drain once the
+/// schedule has ended) to rows beyond it, which the record leaves out as the embedded cluster
+/// does, so the totals of all rows are the shards' totals.
+pub fn merge(shards: &[ShardLog], t0_unix: f64, step: f64, rows: usize) -> Vec<LoadCounters> {
+    let mut out = vec![LoadCounters::default(); rows];
+    for r in shards.iter().flat_map(|s| &s.rows) {
+        let i = ((r.unix_time - t0_unix) / step).round().max(0.0) as usize;
+        if i >= out.len() {
+            out.resize(i + 1, LoadCounters::default());
+        }
+        out[i] = plus(&out[i], &counters(&r.row));
+    }
+    out
+}
+
+/// The sum of every shard's counters so far.
+pub fn total(shards: &[ShardLog]) -> LoadCounters {
+    shards
+        .iter()
+        .fold(LoadCounters::default(), |acc, s| plus(&acc, &s.totals()))
+}
+
+/// How the merged rows compare with the shards' own summaries (in `cluster.json`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MergeCheck {
+    pub shards: usize,
+    pub summaries: usize,
+    /// First attempts, attempts, successes, timeouts, failed requests.
+    pub merged: [f64; 5],
+    pub summed_summaries: [f64; 5],
+    pub equal: bool,
+}
+
+fn five(c: &LoadCounters) -> [f64; 5] {
+    [
+        c.first_attempts,
+        c.attempts,
+        c.successes,
+        c.timeouts,
+        c.failed,
+    ]
+}
+
+/// Whether the merged rows add up to the sum of the summaries the shards printed.
+pub fn check(merged: &[LoadCounters], shards: &[ShardLog]) -> MergeCheck {
+    let m = merged
+        .iter()
+        .fold(LoadCounters::default(), |acc, c| plus(&acc, c));
+    let s = shards
+        .iter()
+        .filter_map(|s| s.summary.as_ref())
+        .fold(LoadCounters::default(), |acc, x| {
+            plus(&acc, &summary_counters(x))
+        });
+    let summaries = shards.iter().filter(|s| s.summary.is_some()).count();
+    MergeCheck {
+        shards: shards.len(),
+        summaries,
+        merged: five(&m),
+        summed_summaries: five(&s),
+        equal: summaries == shards.len() && five(&m) == five(&s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(second: u64, first: u64, retries: u64, timeouts: u64, failed: u64) -> loadgen::Row {
+        loadgen::Row {
+            second,
+            arrivals: first,
+            first_attempts: first,
+            attempts: vec![first, retries],
+            successes: vec![first - timeouts.min(first), 0],
+            timeouts,
+            requests_failed: failed,
+            ..loadgen::Row::default()
+        }
+    }
+
+    /// A shard's log as it prints it: rows from `start`, then its summary.
+    fn shard(start: f64, rows: &[loadgen::Row]) -> ShardLog {
+        let mut log = ShardLog::default();
+        for r in rows {
+            let line = StdoutLine::Row(TimedRow {
+                unix_time: start + r.second as f64,
+                row: r.clone(),
+            });
+            log.push(&line.json());
+        }
+        let t = log.totals();
+        let summary = loadgen::Summary {
+            meta: loadgen::RunMeta {
+                schedule: "0s:1".into(),
+                arrival_process: loadgen::ArrivalKind::Poisson,
+                seed: 1,
+                timeout_seconds: 1.0,
+                retries: 1,
+                retry_on: vec![],
+                http2: false,
+                open_files_limit: 20_000,
+            },
+            started_unix: start,
+            elapsed_seconds: rows.len() as f64,
+            arrivals: t.first_attempts as u64,
+            first_attempts: t.first_attempts as u64,
+            attempts: t.attempts as u64,
+            attempts_by_number: vec![],
+            successes_by_number: vec![t.successes as u64],
+            succeeded: 0,
+            failed: t.failed as u64,
+            unfinished: 0,
+            timeouts: t.timeouts as u64,
+            errors: Default::default(),
+            denied_budget: 0,
+            denied_quota: 0,
+            shed: 0,
+            peak_in_flight: 0,
+            attempt_latency_seconds: percentiles(),
+            request_latency_seconds: percentiles(),
+            send_lag_seconds: percentiles(),
+            timeout_lateness_seconds: percentiles(),
+            max_rss_bytes: None,
+        };
+        log.push(&StdoutLine::Summary(Box::new(summary)).json());
+        log.push("loadgen: 10 first attempts, ... (stderr-like line)");
+        log
+    }
+
+    fn percentiles() -> loadgen::Percentiles {
+        serde_json::from_str(r#"{"count":0,"p50":0,"p90":0,"p99":0,"p99_9":0,"max":0}"#).unwrap()
+    }
+
+    #[test]
+    fn two_shards_merge_by_second_and_add_up_to_their_summaries() {
+        let t0 = 1_800_000_000.0;
+        // Shard 0 starts on time; shard 1 0.2 s late and runs one second past the last row.
+        let a = shard(
+            t0,
+            &[row(0, 10, 0, 0, 0), row(1, 12, 3, 3, 0), row(2, 9, 6, 5, 2)],
+        );
+        let b = shard(
+            t0 + 0.2,
+            &[
+                row(0, 11, 0, 0, 0),
+                row(1, 10, 2, 2, 0),
+                row(2, 10, 5, 4, 1),
+                row(3, 0, 1, 1, 1),
+            ],
+        );
+        assert_eq!(a.rows.len(), 3);
+        assert_eq!(b.other.len(), 1);
+        let shards = [a, b];
+        let merged = merge(&shards, t0, 1.0, 3);
+        assert_eq!(merged[0].first_attempts, 21.0);
+        assert_eq!(merged[1].attempts, 12.0 + 3.0 + 10.0 + 2.0);
+        // The late shard's fourth second (its drain) lands in a row past the record's three.
+        assert_eq!(merged.len(), 4);
+        assert_eq!(merged[2].failed, 2.0 + 1.0);
+        assert_eq!(merged[3].failed, 1.0);
+        let c = check(&merged, &shards);
+        assert!(c.equal, "{c:?}");
+        assert_eq!(c.summaries, 2);
+        assert_eq!(c.merged[0], 62.0);
+        assert_eq!(total(&shards).first_attempts, 62.0);
+        // A shard whose summary never came is not a match.
+        let mut cut = shards.to_vec();
+        cut[1].summary = None;
+        assert!(!check(&merge(&cut, t0, 1.0, 3), &cut).equal);
+    }
+
+    #[test]
+    fn rows_before_the_first_row_are_kept() {
+        let t0 = 100.0;
+        let early = shard(98.0, &[row(0, 5, 0, 0, 0), row(1, 5, 0, 0, 0)]);
+        let merged = merge(std::slice::from_ref(&early), t0, 0.5, 4);
+        assert_eq!(merged[0].first_attempts, 10.0);
+        assert_eq!(merged.len(), 4);
+        assert_eq!(merge(&[early], t0, 1.0, 0).len(), 1);
+    }
+}

@@ -1,0 +1,317 @@
+//! `falsification compare`: the same cases under the kit's HPA emulation (embedded cluster) and
+//! under the upstream HPA (a Kubernetes cluster), side by side: desired and ready pods over
+//! time, recovery, peak and final pods, lost demand, dead time, each against a stated band.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use clap::Args;
+use plotters::style::RGBColor;
+use serde::Serialize;
+
+use super::command::{ClusterArg, CommonArgs, selected};
+use super::report::{BAND, LOST_BAND};
+use super::{CaseResult, ClusterChoice, plot, record, run_all};
+use crate::cli::SignalArg;
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// F3, F4 or a path to an experiment .toml.
+    pub experiment: String,
+    /// Only the cases whose HPA scales on this signal.
+    #[arg(long, value_enum, env = "FALSIFICATION_SIGNAL")]
+    pub signal: Option<SignalArg>,
+    /// Only the case of this name.
+    #[arg(long, env = "FALSIFICATION_CASE")]
+    pub case: Option<String>,
+    /// The flags of `run`; --cluster is ignored (both run), --time-scale applies to both.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// One figure of a case under both HPAs.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Figure {
+    pub figure: String,
+    pub emulated: String,
+    pub upstream: String,
+    pub within_band: bool,
+}
+
+/// The figures of one case (experiment time) and whether each is within the band.
+pub fn figures(emulated: &CaseResult, upstream: &CaseResult, time_scale: f64) -> Vec<Figure> {
+    let (m, u) = (&emulated.measured, &upstream.measured);
+    let close =
+        |a: f64, b: f64, floor: f64| (a - b).abs() <= (BAND * a.abs().max(b.abs())).max(floor);
+    let secs = |v: Option<f64>| v.map_or("never".to_string(), |s| format!("{s:.0} s"));
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
+    // Two rows of the coarser (kube: 1 s run) record, in experiment seconds.
+    let row_slack = 2.0 * time_scale;
+    vec![
+        Figure {
+            figure: "recovery".into(),
+            emulated: secs(m.recovery_s),
+            upstream: secs(u.recovery_s),
+            within_band: match (m.recovery_s, u.recovery_s) {
+                (Some(a), Some(b)) => close(a, b, row_slack),
+                (None, None) => true,
+                _ => false,
+            },
+        },
+        Figure {
+            figure: "trapped".into(),
+            emulated: m.trapped.to_string(),
+            upstream: u.trapped.to_string(),
+            within_band: m.trapped == u.trapped,
+        },
+        Figure {
+            figure: "peak pods".into(),
+            emulated: m.peak_pods.to_string(),
+            upstream: u.peak_pods.to_string(),
+            within_band: close(f64::from(m.peak_pods), f64::from(u.peak_pods), 1.0),
+        },
+        Figure {
+            figure: "final pods".into(),
+            emulated: m.final_pods.to_string(),
+            upstream: u.final_pods.to_string(),
+            within_band: close(f64::from(m.final_pods), f64::from(u.final_pods), 1.0),
+        },
+        Figure {
+            figure: "lost demand".into(),
+            emulated: pct(m.lost_fraction),
+            upstream: pct(u.lost_fraction),
+            within_band: match (m.lost_fraction, u.lost_fraction) {
+                (Some(a), Some(b)) => (a - b).abs() <= LOST_BAND,
+                _ => true,
+            },
+        },
+        Figure {
+            figure: "dead time (decision to ready)".into(),
+            emulated: secs(emulated.dead_time_s),
+            upstream: secs(upstream.dead_time_s),
+            // Reported, not judged: the predictions of each run use its own.
+            within_band: true,
+        },
+    ]
+}
+
+/// `(t_exp_s, pods_desired, pods_ready)` of a record's `timeseries.csv`.
+fn pods_over_time(dir: &Path) -> anyhow::Result<Vec<(f64, f64, f64)>> {
+    let path = dir.join("timeseries.csv");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(t), Some(d), Some(r)) = (col("t_exp_s"), col("pods_desired"), col("pods_ready"))
+    else {
+        anyhow::bail!("{}: not a run's timeseries.csv", path.display());
+    };
+    Ok(lines
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((
+                f.get(t)?.parse().ok()?,
+                f.get(d)?.parse().ok()?,
+                f.get(r)?.parse().ok()?,
+            ))
+        })
+        .collect())
+}
+
+const EMULATED: RGBColor = RGBColor(31, 119, 180);
+const UPSTREAM: RGBColor = RGBColor(214, 39, 40);
+const EMULATED_READY: RGBColor = RGBColor(120, 170, 220);
+const UPSTREAM_READY: RGBColor = RGBColor(240, 140, 130);
+
+/// `falsification compare`.
+pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
+    let list = selected(
+        &args.experiment,
+        &args.common.overrides(),
+        args.signal,
+        args.case.as_deref(),
+    )?;
+    let kube_opts = args.common.options(ClusterArg::Kube, &list)?;
+    let ClusterChoice::Kube(target) = &kube_opts.cluster else {
+        unreachable!("options for ClusterArg::Kube are kube options")
+    };
+    let facts = target
+        .facts
+        .clone()
+        .context("the cluster's facts are read before a kube run")?;
+    // The emulation runs what the cluster runs: its sync period and tolerance, the same scale.
+    let emulated_list: Vec<_> = list
+        .iter()
+        .map(|(e, c)| {
+            let mut c = c.clone();
+            facts
+                .controller
+                .apply(&mut c.scenario, kube_opts.time_scale);
+            (e.clone(), c)
+        })
+        .collect();
+    let mut emb_opts = args.common.options(ClusterArg::Embedded, &emulated_list)?;
+    emb_opts.time_scale = kube_opts.time_scale;
+    let id = &list[0].0.id;
+    let emulated = run_all(
+        &format!("compare-{id}-emulated"),
+        &emulated_list,
+        &emb_opts,
+        1,
+    )?;
+    let upstream = run_all(&format!("compare-{id}-upstream"), &list, &kube_opts, 1)?;
+    let dir = upstream.dir.with_file_name(format!(
+        "{}-vs-emulated",
+        upstream
+            .dir
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let mut md = format!(
+        "# {id}: the kit's HPA emulation vs the upstream HPA ({})\n\n\
+         Time scale S = {}, HPA sync {} s and tolerance {} on both ({}). Figures in experiment \
+         time. Band: {:.0}% (at least one pod; at least two rows, {:.0} s, for recovery) for \
+         times and pods, {:.0} points for lost demand; a figure outside it is a defect of the \
+         emulation or a difference explained below.\n\n\
+         Records: {} (emulated), {} (upstream).\n",
+        facts.server,
+        kube_opts.time_scale,
+        facts.controller.sync_period_s * kube_opts.time_scale,
+        facts.controller.tolerance,
+        facts.controller.source,
+        BAND * 100.0,
+        2.0 * kube_opts.time_scale,
+        LOST_BAND * 100.0,
+        emulated.dir.display(),
+        upstream.dir.display(),
+    );
+    let mut all = Vec::new();
+    for (em, up) in emulated.results.iter().zip(&upstream.results) {
+        let f = figures(em, up, kube_opts.time_scale);
+        let _ = writeln!(
+            md,
+            "\n## {} {}\n\n| figure | emulated (embedded) | upstream (kube) | within band |\n|---|---|---|---|",
+            em.experiment, em.case
+        );
+        for x in &f {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
+                x.figure,
+                x.emulated,
+                x.upstream,
+                if x.within_band { "yes" } else { "**no**" }
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nVerdicts: emulated {}, upstream {}. Plot: `pods-{}.svg`.",
+            em.verdict, up.verdict, em.case
+        );
+        let (a, b) = (pods_over_time(&em.dir)?, pods_over_time(&up.dir)?);
+        let series = |v: &[(f64, f64, f64)], ready: bool| -> Vec<(f64, f64)> {
+            v.iter()
+                .map(|(t, d, r)| (*t, if ready { *r } else { *d }))
+                .collect()
+        };
+        plot::chart(
+            &dir.join(format!("pods-{}.svg", em.case)),
+            &format!(
+                "{} {}: pods, emulated vs upstream HPA",
+                em.experiment, em.case
+            ),
+            "pods",
+            &[
+                ("desired, emulated", EMULATED, series(&a, false)),
+                ("ready, emulated", EMULATED_READY, series(&a, true)),
+                ("desired, upstream", UPSTREAM, series(&b, false)),
+                ("ready, upstream", UPSTREAM_READY, series(&b, true)),
+            ],
+        )?;
+        all.push((em.case.clone(), f));
+    }
+    if emulated.results.len() != upstream.results.len() {
+        let _ = writeln!(
+            md,
+            "\nNot every case ran on both: {} emulated, {} upstream (see the failures above).",
+            emulated.results.len(),
+            upstream.results.len()
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nKnown differences: the upstream dead time adds scheduling and container start to \
+         the pods' --ready-after (each run's prediction uses its own measured dead time); the \
+         upstream HPA's first sync falls anywhere in its period, the emulation's at the case's \
+         phase; kube-proxy picks a ready pod per connection at random, as the embedded loadgen \
+         does per new connection; the upstream record's rows are 1 s of run time."
+    );
+    record::write(&dir, "compare.md", &md)?;
+    record::write(&dir, "compare.json", &record::json(&all))?;
+    print!("{md}");
+    println!("\ncomparison: {}", dir.join("compare.md").display());
+    for s in [&emulated, &upstream] {
+        if !s.failures.is_empty() {
+            anyhow::bail!(
+                "{} case(s) failed: {}",
+                s.failures.len(),
+                s.failures.join("; ")
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+
+    fn result(recovery: Option<f64>, peak: u32, lost: f64) -> CaseResult {
+        let o = Outcome {
+            recovery_s: recovery,
+            trapped: recovery.is_none(),
+            peak_pods: peak,
+            final_pods: 20,
+            lost_fraction: Some(lost),
+            triggered: true,
+        };
+        CaseResult {
+            experiment: "F3".into(),
+            case: "ingress".into(),
+            dir: Default::default(),
+            complete: true,
+            verdict: "held".into(),
+            reason: String::new(),
+            measured: o,
+            fluid_pooled: o,
+            fluid_per_pod: o,
+            published: Default::default(),
+            matches: "both".into(),
+            dead_time_s: Some(92.0),
+            hpa: String::new(),
+            runner_cpu: 0.0,
+            meter_cpu: 0.0,
+        }
+    }
+
+    #[test]
+    fn figures_within_and_outside_the_band() {
+        let f = figures(
+            &result(Some(700.0), 50, 0.30),
+            &result(Some(760.0), 48, 0.33),
+            5.0,
+        );
+        assert!(f.iter().all(|x| x.within_band), "{f:?}");
+        let f = figures(&result(Some(700.0), 50, 0.30), &result(None, 30, 0.99), 5.0);
+        let out: Vec<&str> = f
+            .iter()
+            .filter(|x| !x.within_band)
+            .map(|x| x.figure.as_str())
+            .collect();
+        assert_eq!(out, ["recovery", "trapped", "peak pods", "lost demand"]);
+    }
+}
