@@ -261,6 +261,8 @@ lc_start etcd etcd --name rdk --data-dir "$LC_STATE/data/etcd" \
   --initial-cluster rdk=http://127.0.0.1:2380 --listen-metrics-urls http://127.0.0.1:2381
 lc_wait "etcd healthy" 30 curl -fsS http://127.0.0.1:2381/health
 
+# The API server reaches the kubelet (logs, exec) by the node's address: a host name would go
+# to the machine's own resolver, off the machine.
 lc_start kube-apiserver kube-apiserver \
   --advertise-address "$LC_NODE_IP" --bind-address "$LC_NODE_IP" --secure-port 6443 \
   --etcd-servers http://127.0.0.1:2379 \
@@ -274,7 +276,8 @@ lc_start kube-apiserver kube-apiserver \
   --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
   --requestheader-extra-headers-prefix X-Remote-Extra- \
   --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
-  --enable-aggregator-routing=true
+  --enable-aggregator-routing=true \
+  --kubelet-preferred-address-types InternalIP
 lc_wait "kube-apiserver /readyz" 90 lc_kubectl get --raw /readyz
 mark "API server ready"
 
