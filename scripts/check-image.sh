@@ -5,10 +5,12 @@
 #   scripts/check-image.sh [ARCHIVE]   (default: build or reuse it with image-build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/local-cluster-lib.sh
+. scripts/local-cluster-lib.sh
 fail() { echo "check-image: $*" >&2; exit 1; }
 
 archive=${1:-$(scripts/image-build.sh --archive)}
-command -v jq >/dev/null || fail "jq is not on PATH"
+lc_apt_install jq
 
 # What the Dockerfile says: the binaries its build stage copies out, its final USER and
 # ENTRYPOINT, and that /out/ lands in /usr/local/bin/.
