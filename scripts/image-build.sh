@@ -55,6 +55,7 @@ ref=retry-debt-kit:$tag
 archive=$images/retry-debt-kit-$tag.tar
 
 if [[ ! -f $archive ]]; then
+  t0=$SECONDS
   c=$(lc_buildah from scratch)
   lc_buildah add "$c" "$rootfs" / >/dev/null
   lc_buildah copy "$c" "${bins[@]/#/$release/}" /usr/local/bin/ >/dev/null
@@ -65,6 +66,6 @@ if [[ ! -f $archive ]]; then
   lc_buildah push --quiet "$ref" "docker-archive:$archive.tmp:docker.io/library/$ref"
   lc_buildah rmi "$ref" >/dev/null
   mv "$archive.tmp" "$archive"
-  lc_log "built $ref -> $archive"
+  lc_log "built $ref -> $archive ($((SECONDS - t0)) s of buildah)"
 fi
 if [[ $want == archive ]]; then echo "$archive"; else echo "$ref"; fi
