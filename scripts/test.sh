@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The kit's tests, on a fresh machine: installs what they need when it is missing (promtool
+# checks the metrics of the pod, loadgen and meter; shellcheck checks scripts/; kubectl with
+# kustomize renders the manifests), then runs every test of the workspace.
+#   scripts/test.sh [extra cargo test arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v shellcheck >/dev/null || need_apt+=(shellcheck)
+if ((${#need_apt[@]})); then
+  sudo=()
+  [[ $(id -u) == 0 ]] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+command -v kubectl >/dev/null || { echo "test.sh: kubectl is not on PATH (the meter's tests and the manifest checks render with kubectl kustomize)" >&2; exit 1; }
+
+cargo test --workspace --locked "$@"
