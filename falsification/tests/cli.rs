@@ -21,7 +21,10 @@ fn run_and_suite_parse_with_their_defaults() {
         panic!("not run");
     };
     // The time scale defaults per cluster: 10 embedded, the cluster's own on Kubernetes.
-    assert_eq!((r.experiment.as_str(), r.common.time_scale), ("F3", None));
+    assert_eq!(
+        (r.select.experiment.as_str(), r.common.time_scale),
+        ("F3", None)
+    );
     assert_eq!(r.common.rate_scale, 1.0);
     assert_eq!(r.common.cluster, ClusterArg::Embedded);
     let Command::Run(k) = Cli::try_parse_from([

@@ -189,12 +189,19 @@ pub struct Manifests {
     pub services: Vec<Service>,
     pub service: Deployment,
     pub meter: Deployment,
+    /// The HPA and what it needs to read the meter; none for a fixed-capacity case.
+    pub autoscaling: Option<Autoscaling>,
+    /// Applied once the pods are ready, with its start time.
+    pub loadgen: Job,
+}
+
+/// The external metrics API registration, the HPA controller's right to read it, and the HPA.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Autoscaling {
     pub api_service: APIService,
     pub cluster_role: ClusterRole,
     pub binding: ClusterRoleBinding,
-    pub hpa: Option<HorizontalPodAutoscaler>,
-    /// Applied once the pods are ready, with its start time.
-    pub loadgen: Job,
+    pub hpa: HorizontalPodAutoscaler,
 }
 
 fn parse_as<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, ManifestError> {
@@ -250,10 +257,12 @@ impl Manifests {
             meter: deployments
                 .remove("meter")
                 .ok_or(ManifestError::Missing("Deployment meter"))?,
-            api_service: api_service.ok_or(ManifestError::Missing("APIService"))?,
-            cluster_role: cluster_role.ok_or(ManifestError::Missing("ClusterRole"))?,
-            binding: binding.ok_or(ManifestError::Missing("ClusterRoleBinding"))?,
-            hpa,
+            autoscaling: Some(Autoscaling {
+                api_service: api_service.ok_or(ManifestError::Missing("APIService"))?,
+                cluster_role: cluster_role.ok_or(ManifestError::Missing("ClusterRole"))?,
+                binding: binding.ok_or(ManifestError::Missing("ClusterRoleBinding"))?,
+                hpa: hpa.ok_or(ManifestError::Missing("HorizontalPodAutoscaler"))?,
+            }),
             loadgen: Job::default(),
         };
         if let Some(extra) = deployments.keys().next() {
@@ -280,21 +289,6 @@ impl Manifests {
         self.services
             .iter_mut()
             .for_each(|s| in_ns(&mut s.metadata));
-        for m in [
-            &mut self.api_service.metadata,
-            &mut self.cluster_role.metadata,
-            &mut self.binding.metadata,
-        ] {
-            managed(m);
-        }
-        if let Some(s) = self
-            .api_service
-            .spec
-            .as_mut()
-            .and_then(|s| s.service.as_mut())
-        {
-            s.namespace = Some(ns.into());
-        }
 
         // The pods under test.
         in_ns(&mut self.service.metadata);
@@ -349,10 +343,20 @@ impl Manifests {
             ],
         )?;
 
-        match (&v.hpa, self.hpa.as_mut()) {
-            (Some(h), Some(hpa)) => {
-                in_ns(&mut hpa.metadata);
-                let spec = &mut hpa.spec;
+        match (&v.hpa, self.autoscaling.as_mut()) {
+            (Some(h), Some(a)) => {
+                for m in [
+                    &mut a.api_service.metadata,
+                    &mut a.cluster_role.metadata,
+                    &mut a.binding.metadata,
+                ] {
+                    managed(m);
+                }
+                if let Some(s) = a.api_service.spec.as_mut().and_then(|s| s.service.as_mut()) {
+                    s.namespace = Some(ns.into());
+                }
+                in_ns(&mut a.hpa.metadata);
+                let spec = &mut a.hpa.spec;
                 spec.min_replicas = Some(h.min);
                 spec.max_replicas = h.max;
                 spec.metrics = Some(h.metrics.iter().map(|(n, t)| external(n, *t)).collect());
@@ -361,8 +365,9 @@ impl Manifests {
                     scale_down: Some(rules(&h.behavior.scale_down)),
                 });
             }
-            // A fixed-capacity case runs without the overlay's HPA.
-            (None, _) => self.hpa = None,
+            // A fixed-capacity case runs without the overlay's HPA and the external metrics
+            // API (the meter's gauges are read through the API server's service proxy).
+            (None, _) => self.autoscaling = None,
             (Some(_), None) => return Err(ManifestError::Missing("HorizontalPodAutoscaler")),
         }
         self.loadgen = loadgen_job(v);
@@ -389,11 +394,11 @@ impl Manifests {
         }
         doc(&mut out, &self.service)?;
         doc(&mut out, &self.meter)?;
-        doc(&mut out, &self.api_service)?;
-        doc(&mut out, &self.cluster_role)?;
-        doc(&mut out, &self.binding)?;
-        if let Some(h) = &self.hpa {
-            doc(&mut out, h)?;
+        if let Some(a) = &self.autoscaling {
+            doc(&mut out, &a.api_service)?;
+            doc(&mut out, &a.cluster_role)?;
+            doc(&mut out, &a.binding)?;
+            doc(&mut out, &a.hpa)?;
         }
         doc(&mut out, &self.loadgen)?;
         Ok(out)
@@ -674,7 +679,7 @@ mod tests {
         assert!(
             meter.contains(&"--pods-dns=service-pods.rdk-test.svc.cluster.local:8080".to_string())
         );
-        let hpa = &m.hpa.as_ref().unwrap().spec;
+        let hpa = &m.autoscaling.as_ref().unwrap().hpa.spec;
         assert_eq!((hpa.min_replicas, hpa.max_replicas), (Some(4), 50));
         let metrics = hpa.metrics.as_ref().unwrap();
         assert_eq!(metrics.len(), 1);
@@ -689,7 +694,10 @@ mod tests {
         assert_eq!(up.stabilization_window_seconds, Some(0));
         assert_eq!(up.policies.as_ref().unwrap()[1].period_seconds, 3);
         assert_eq!(
-            m.api_service
+            m.autoscaling
+                .as_ref()
+                .unwrap()
+                .api_service
                 .spec
                 .as_ref()
                 .unwrap()
@@ -752,9 +760,10 @@ mod tests {
         let se = load("F2").unwrap().cases[0].scenario.time_scaled(5.0);
         let v = Values::new(&se, "ns", "img", 1, 1, None, 6.0);
         let m = Manifests::new(&base_yaml(), &v).unwrap();
-        assert!(m.hpa.is_none());
+        assert!(m.autoscaling.is_none());
         let yaml = m.yaml().unwrap();
         assert!(!yaml.contains("HorizontalPodAutoscaler"));
+        assert!(!yaml.contains("APIService"));
         assert!(yaml.contains("kind: Job"));
 
         let se = load("F4").unwrap().cases[0].scenario.clone();
@@ -763,8 +772,9 @@ mod tests {
         let v = Values::new(&se.time_scaled(5.0), "ns", "img", 1, 1, Some(b), 6.0);
         let m = Manifests::new(&base_yaml(), &v).unwrap();
         let names: Vec<String> = m
-            .hpa
+            .autoscaling
             .unwrap()
+            .hpa
             .spec
             .metrics
             .unwrap()

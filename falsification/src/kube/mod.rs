@@ -356,53 +356,23 @@ impl KubeCluster {
 
     async fn apply_ns<K>(&self, obj: &K) -> anyhow::Result<()>
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Serialize
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
-        let name = obj.meta().name.clone().unwrap_or_default();
-        Api::<K>::namespaced(self.client.clone(), self.ns())
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(obj),
-            )
-            .await
-            .with_context(|| format!("applying {} {name}", K::kind(&())))?;
-        Ok(())
+        apply(Api::namespaced(self.client.clone(), self.ns()), obj).await
     }
 
     async fn apply_cluster<K>(&self, obj: &K) -> anyhow::Result<()>
     where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + Serialize
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Object,
     {
-        let name = obj.meta().name.clone().unwrap_or_default();
-        Api::<K>::all(self.client.clone())
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(obj),
-            )
-            .await
-            .with_context(|| format!("applying {} {name}", K::kind(&())))?;
-        Ok(())
+        apply(Api::all(self.client.clone()), obj).await
     }
 
     /// Applies a cluster-scoped object only when absent (then it is ours to delete), leaving
     /// one that exists as it is.
     async fn ensure<K>(&mut self, obj: &K) -> anyhow::Result<()>
     where
-        K: Resource<DynamicType = ()>
-            + Clone
-            + Serialize
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Object,
     {
         let name = obj.meta().name.clone().unwrap_or_default();
         if Api::<K>::all(self.client.clone())
@@ -419,30 +389,30 @@ impl KubeCluster {
     /// Applies everything but the loadgen, refusing to take over what is not the kit's.
     async fn deploy(&mut self) -> anyhow::Result<()> {
         let ns = self.ns().to_string();
-        let name = self
-            .manifests
-            .api_service
-            .metadata
-            .name
-            .clone()
-            .unwrap_or_default();
-        let existing = Api::<APIService>::all(self.client.clone())
-            .get_opt(&name)
-            .await?;
-        let owner = existing
-            .as_ref()
-            .and_then(|a| a.spec.as_ref())
-            .and_then(|s| s.service.as_ref())
-            .and_then(|s| s.namespace.clone());
-        if let Some(owner) = &owner
-            && owner != &ns
-        {
-            bail!(
-                "APIService {name} already points at namespace {owner} (KEDA? prometheus-adapter? \
-                 scripts/deploy.sh?): refusing to replace it; only one external metrics API can \
-                 exist in a cluster"
-            );
-        }
+        let m = self.manifests.clone();
+        // Only one external metrics API can exist in a cluster.
+        let api_owner = match &m.autoscaling {
+            Some(a) => {
+                let name = a.api_service.metadata.name.clone().unwrap_or_default();
+                let owner = Api::<APIService>::all(self.client.clone())
+                    .get_opt(&name)
+                    .await?
+                    .and_then(|a| a.spec)
+                    .and_then(|s| s.service)
+                    .and_then(|s| s.namespace);
+                if let Some(owner) = &owner
+                    && owner != &ns
+                {
+                    bail!(
+                        "APIService {name} already points at namespace {owner} (KEDA? \
+                         prometheus-adapter? scripts/deploy.sh?): refusing to replace it; only one \
+                         external metrics API can exist in a cluster"
+                    );
+                }
+                Some(owner)
+            }
+            None => None,
+        };
         if let Some(n) = Api::<Namespace>::all(self.client.clone())
             .get_opt(&ns)
             .await?
@@ -451,7 +421,6 @@ impl KubeCluster {
             bail!("namespace {ns} exists and is not the kit's: pass another --namespace");
         }
         self.applied = true;
-        let m = self.manifests.clone();
         self.apply_cluster(&m.namespace).await?;
         let auth = Api::<ConfigMap>::namespaced(self.client.clone(), "kube-system")
             .get("extension-apiserver-authentication")
@@ -460,7 +429,9 @@ impl KubeCluster {
         let ca = auth
             .data
             .and_then(|d| d.get(manifests::CLIENT_CA_KEY).cloned())
-            .context("kube-system/extension-apiserver-authentication has no requestheader-client-ca-file")?;
+            .context(
+                "kube-system/extension-apiserver-authentication has no requestheader-client-ca-file",
+            )?;
         let mut client_ca = m.client_ca.clone();
         client_ca.data = Some(BTreeMap::from([(manifests::CLIENT_CA_KEY.into(), ca)]));
         self.apply_ns(&client_ca).await?;
@@ -472,14 +443,15 @@ impl KubeCluster {
         }
         self.apply_ns(&m.service).await?;
         self.apply_ns(&m.meter).await?;
-        if owner.is_none() {
-            self.created.push(format!("APIService/{name}"));
-        }
-        self.apply_cluster(&m.api_service).await?;
-        self.ensure::<ClusterRole>(&m.cluster_role).await?;
-        self.ensure::<ClusterRoleBinding>(&m.binding).await?;
-        if let Some(h) = &m.hpa {
-            self.apply_ns(h).await?;
+        if let Some(a) = &m.autoscaling {
+            if api_owner.flatten().is_none() {
+                let name = a.api_service.metadata.name.clone().unwrap_or_default();
+                self.created.push(format!("APIService/{name}"));
+            }
+            self.apply_cluster(&a.api_service).await?;
+            self.ensure::<ClusterRole>(&a.cluster_role).await?;
+            self.ensure::<ClusterRoleBinding>(&a.binding).await?;
+            self.apply_ns(&a.hpa).await?;
         }
         self.record.created_cluster_scoped = self.created.clone();
         self.write_record()
@@ -494,11 +466,9 @@ impl KubeCluster {
         let services = Api::<APIService>::all(self.client.clone());
         let api_name = self
             .manifests
-            .api_service
-            .metadata
-            .name
-            .clone()
-            .unwrap_or_default();
+            .autoscaling
+            .as_ref()
+            .and_then(|a| a.api_service.metadata.name.clone());
         loop {
             let ready = |d: &Deployment| {
                 d.status
@@ -508,22 +478,26 @@ impl KubeCluster {
             };
             let pods = ready(&deployments.get("service").await?);
             let meter = ready(&deployments.get("meter").await?);
-            let available = services
-                .get_opt(&api_name)
-                .await?
-                .and_then(|a| a.status)
-                .and_then(|s| s.conditions)
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c.type_ == "Available" && c.status == "True")
-                });
+            // A fixed-capacity case registers no external metrics API.
+            let available = match &api_name {
+                Some(name) => services
+                    .get_opt(name)
+                    .await?
+                    .and_then(|a| a.status)
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c.type_ == "Available" && c.status == "True")
+                    }),
+                None => true,
+            };
             if pods >= self.values.pods as i32 && meter >= 1 && available {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!(
                     "not ready within {within:?}: {pods} of {} service pods ready, meter ready {}, \
-                     APIService {api_name} available {available} (kubectl -n {} get pods,apiservice)",
+                     external metrics API available {available} (kubectl -n {} get pods,apiservice)",
                     self.values.pods,
                     meter >= 1,
                     self.ns()
@@ -545,6 +519,17 @@ impl KubeCluster {
         let deadline = Instant::now() + Duration::from_secs_f64(lead + 120.0);
         let running = loop {
             let list = pods.list(&lp).await?.items;
+            if let Some(failed) = list
+                .iter()
+                .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+            {
+                let name = failed.metadata.name.clone().unwrap_or_default();
+                let log = pods
+                    .logs(&name, &LogParams::default())
+                    .await
+                    .unwrap_or_default();
+                bail!("loadgen pod {name} failed: {}", log.trim());
+            }
             let running: Vec<Pod> = list
                 .into_iter()
                 .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
@@ -746,6 +731,34 @@ impl KubeCluster {
     }
 }
 
+/// A typed Kubernetes object the runner applies.
+trait Object:
+    Resource<DynamicType = ()> + Clone + Serialize + serde::de::DeserializeOwned + std::fmt::Debug
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
+/// Server-side apply of `obj` with the kit's field manager.
+async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<()> {
+    let name = obj.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .with_context(|| format!("applying {} {name}", K::kind(&())))?;
+    Ok(())
+}
+
 /// The upstream HPA's conditions as the kit's decision reasons.
 fn reason(
     conditions: &[k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerCondition],
@@ -815,7 +828,7 @@ impl Cluster for KubeCluster {
         let pod_api = Api::<Pod>::namespaced(self.client.clone(), &ns);
         let lp = ListParams::default().labels("app.kubernetes.io/name=service");
         let meter_path = format!("/api/v1/namespaces/{ns}/services/meter:metrics/proxy/metrics");
-        let has_hpa = self.manifests.hpa.is_some();
+        let has_hpa = self.manifests.autoscaling.is_some();
         let (hpa, dep, pods, meter) = tokio::join!(
             async {
                 if has_hpa {

@@ -147,8 +147,9 @@ pub struct CommonArgs {
     pub bin_dir: Option<PathBuf>,
 }
 
+/// Which cases of one experiment (`run`, `manifests`, `compare`).
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct Selection {
     /// F1, F2, F3, F4 or a path to an experiment .toml.
     pub experiment: String,
     /// Only the cases whose HPA scales on this signal (F3: first or ingress; F4: paired).
@@ -157,6 +158,32 @@ pub struct RunArgs {
     /// Only the case of this name (e.g. rho-30).
     #[arg(long, env = "FALSIFICATION_CASE")]
     pub case: Option<String>,
+}
+
+impl Selection {
+    /// The selected cases with `overrides` applied; refuses a selection of none.
+    pub(crate) fn cases(&self, overrides: &Params) -> anyhow::Result<Vec<(Experiment, Case)>> {
+        let e = experiment::load_with(&self.experiment, overrides)?;
+        let list = cases(&e, self.signal, self.case.as_deref());
+        if list.is_empty() {
+            anyhow::bail!(
+                "{}: no case matches --signal/--case (cases: {})",
+                e.id,
+                e.cases
+                    .iter()
+                    .map(|c| c.scenario.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(list)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub select: Selection,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -247,37 +274,9 @@ fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> any
     Ok(())
 }
 
-/// The cases of an experiment that `--signal` and `--case` select; refuses none.
-pub(crate) fn selected(
-    experiment: &str,
-    overrides: &Params,
-    signal: Option<SignalArg>,
-    case: Option<&str>,
-) -> anyhow::Result<Vec<(Experiment, Case)>> {
-    let e = experiment::load_with(experiment, overrides)?;
-    let list = cases(&e, signal, case);
-    if list.is_empty() {
-        anyhow::bail!(
-            "{}: no case matches --signal/--case (cases: {})",
-            e.id,
-            e.cases
-                .iter()
-                .map(|c| c.scenario.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    Ok(list)
-}
-
 /// `falsification run`.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let list = selected(
-        &args.experiment,
-        &args.common.overrides(),
-        args.signal,
-        args.case.as_deref(),
-    )?;
+    let list = args.select.cases(&args.common.overrides())?;
     execute(&list[0].0.id, &list, &args.common)
 }
 
@@ -300,14 +299,8 @@ pub fn suite(args: &SuiteArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Args)]
 pub struct ManifestsArgs {
-    /// F1, F2, F3, F4 or a path to an experiment .toml.
-    pub experiment: String,
-    /// Only the cases whose HPA scales on this signal.
-    #[arg(long, value_enum, env = "FALSIFICATION_SIGNAL")]
-    pub signal: Option<SignalArg>,
-    /// Only the case of this name.
-    #[arg(long, env = "FALSIFICATION_CASE")]
-    pub case: Option<String>,
+    #[command(flatten)]
+    pub select: Selection,
     /// As `run`'s [default: 15 s over the HPA sync period].
     #[arg(long, env = "FALSIFICATION_TIME_SCALE")]
     pub time_scale: Option<f64>,
@@ -326,12 +319,7 @@ pub struct ManifestsArgs {
 /// `falsification manifests`: the objects a run of each selected case applies, as YAML in
 /// apply order (the client CA's data and the loadgen's start time are set at run time).
 pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
-    let list = selected(
-        &args.experiment,
-        &Params::default(),
-        args.signal,
-        args.case.as_deref(),
-    )?;
+    let list = args.select.cases(&Params::default())?;
     let (target, time_scale) = if args.read_cluster {
         kube_preflight(args.kube.target()?, args.time_scale, &list)?
     } else {

@@ -10,21 +10,14 @@ use clap::Args;
 use plotters::style::RGBColor;
 use serde::Serialize;
 
-use super::command::{ClusterArg, CommonArgs, selected};
+use super::command::{ClusterArg, CommonArgs, Selection};
 use super::report::{BAND, LOST_BAND};
 use super::{CaseResult, ClusterChoice, plot, record, run_all};
-use crate::cli::SignalArg;
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// F3, F4 or a path to an experiment .toml.
-    pub experiment: String,
-    /// Only the cases whose HPA scales on this signal.
-    #[arg(long, value_enum, env = "FALSIFICATION_SIGNAL")]
-    pub signal: Option<SignalArg>,
-    /// Only the case of this name.
-    #[arg(long, env = "FALSIFICATION_CASE")]
-    pub case: Option<String>,
+    #[command(flatten)]
+    pub select: Selection,
     /// The flags of `run`; --cluster is ignored (both run), --time-scale applies to both.
     #[command(flatten)]
     pub common: CommonArgs,
@@ -127,12 +120,7 @@ const UPSTREAM_READY: RGBColor = RGBColor(240, 140, 130);
 
 /// `falsification compare`.
 pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
-    let list = selected(
-        &args.experiment,
-        &args.common.overrides(),
-        args.signal,
-        args.case.as_deref(),
-    )?;
+    let list = args.select.cases(&args.common.overrides())?;
     let kube_opts = args.common.options(ClusterArg::Kube, &list)?;
     let ClusterChoice::Kube(target) = &kube_opts.cluster else {
         unreachable!("options for ClusterArg::Kube are kube options")

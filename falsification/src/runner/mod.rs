@@ -541,7 +541,12 @@ async fn drive<C: Cluster>(
 ) -> anyhow::Result<Measured> {
     let step = cluster.row_step();
     let runner_cpu0 = cpu_seconds("thread-self").unwrap_or(0.0);
-    let t0 = cluster.start().await?;
+    // Deploying on a cluster takes a while: an interrupt then ends the case (and the caller
+    // tears down what was created) with no record of load.
+    let t0 = tokio::select! {
+        t0 = cluster.start() => t0?,
+        _ = interrupt.changed() => bail!("interrupted while the cluster was starting"),
+    };
     let event = t0 + Duration::from_secs_f64(rs.warmup_s);
     let rel = |i: Instant| {
         if i >= event {
