@@ -266,6 +266,9 @@ pub struct KubeCluster {
     events: Vec<(f64, String, PodEventKind)>,
     syncs: Vec<Sync>,
     last_hpa: Option<(i32, Vec<Option<f64>>)>,
+    /// The Deployment's replicas and the pods' counts at the last row that read them: a read
+    /// that fails (the API server busy for a moment) repeats them rather than ending the case.
+    last_counts: (u32, u32, u32, Vec<String>),
     created: Vec<String>,
     applied: bool,
 }
@@ -328,6 +331,7 @@ impl KubeCluster {
             events: Vec::new(),
             syncs: Vec::new(),
             last_hpa: None,
+            last_counts: (0, 0, 0, Vec::new()),
             created: Vec::new(),
             applied: false,
             rs,
@@ -841,8 +845,14 @@ impl Cluster for KubeCluster {
             pod_api.list(&lp),
             self.proxy(&meter_path),
         );
-        let desired = dep?.spec.and_then(|s| s.replicas).unwrap_or(0);
-        let (existing, ready, names) = self.track(pods?.items);
+        if let Ok(d) = dep {
+            self.last_counts.0 = d.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as u32;
+        }
+        if let Ok(p) = pods {
+            let (existing, ready, names) = self.track(p.items);
+            (self.last_counts.1, self.last_counts.2, self.last_counts.3) = (existing, ready, names);
+        }
+        let (desired, existing, ready, names) = self.last_counts.clone();
         let me = &*self;
         let queues = futures::future::join_all(names.iter().map(|n| {
             let path = format!("/api/v1/namespaces/{ns}/pods/{n}:8080/proxy/metrics");
@@ -859,7 +869,7 @@ impl Cluster for KubeCluster {
         let load = shards::total(&self.logs.lock().unwrap_or_else(|p| p.into_inner()));
         Ok(Observation {
             load,
-            pods_desired: desired.max(0) as u32,
+            pods_desired: desired,
             pods_ready: ready,
             pods_existing: existing,
             queues,
