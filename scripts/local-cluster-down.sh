@@ -42,8 +42,9 @@ if [[ -d $LC_RUN ]]; then
 fi
 for pid in $(strays); do kill -KILL "$pid" 2>/dev/null || true; done
 # Containers whose shim is gone (a killed session) still run in the pods' cgroups.
-find /sys/fs/cgroup/*/kubepods* -name tasks -exec cat {} + 2>/dev/null | sort -u |
-  while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done
+for pid in $(find /sys/fs/cgroup/*/kubepods* -name tasks -exec cat {} + 2>/dev/null | sort -u); do
+  kill -KILL "$pid" 2>/dev/null || true
+done
 sleep 0.2
 
 # iptables: kube-proxy's own cleanup, then every chain named for the cluster (kube-proxy's and
