@@ -8,11 +8,12 @@
 //! the cluster's controller and the pods' open-files limit, [`shards`] merges the shards' logs.
 //! This file does the I/O.
 
+pub mod books;
 pub mod manifests;
 pub mod scale;
 pub mod shards;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,12 +32,11 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::cluster::PodEventKind;
 use crate::experiment::{Case, Experiment, Scenario};
-use crate::hpa::{Decision, Reason};
-use crate::runner::probe::{self, MeterGauges, PodQueue};
+use crate::runner::probe::{MeterGauges, PodQueue};
 use crate::runner::record::write;
-use crate::runner::{Cluster, Description, Ended, Observation, RunOptions, Sync, row_step};
+use crate::runner::{Cluster, Description, Ended, Observation, RunOptions, row_step};
+use books::{HpaBook, PodBook};
 use manifests::{FIELD_MANAGER, MANAGED_BY, Manifests, Values};
 use scale::ControllerAssumed;
 use shards::ShardLog;
@@ -220,15 +220,6 @@ pub fn plan(
     Ok((values, m))
 }
 
-/// One pod of the Deployment as the runner has seen it.
-struct PodTrack {
-    /// Run seconds from the load event when it was first seen.
-    seen_at: f64,
-    ready: bool,
-    terminating: bool,
-    restarts: i32,
-}
-
 /// What `cluster.json` holds: the facts, what the run assumed and did, and its cleanup.
 #[derive(Debug, Clone, Serialize)]
 struct ClusterRecord {
@@ -262,10 +253,8 @@ pub struct KubeCluster {
     t0_unix: f64,
     logs: Arc<Mutex<Vec<ShardLog>>>,
     followers: Vec<JoinHandle<()>>,
-    pods: HashMap<String, PodTrack>,
-    events: Vec<(f64, String, PodEventKind)>,
-    syncs: Vec<Sync>,
-    last_hpa: Option<(i32, Vec<Option<f64>>)>,
+    pods: PodBook,
+    hpa_book: HpaBook,
     /// The Deployment's replicas and the pods' counts at the last row that read them: a read
     /// that fails (the API server busy for a moment) repeats them rather than ending the case.
     last_counts: (u32, u32, u32, Vec<String>),
@@ -327,10 +316,8 @@ impl KubeCluster {
             t0_unix: unix_now(),
             logs: Arc::new(Mutex::new(vec![ShardLog::default(); t.shards as usize])),
             followers: Vec::new(),
-            pods: HashMap::new(),
-            events: Vec::new(),
-            syncs: Vec::new(),
-            last_hpa: None,
+            pods: PodBook::default(),
+            hpa_book: HpaBook::default(),
             last_counts: (0, 0, 0, Vec::new()),
             created: Vec::new(),
             applied: false,
@@ -607,126 +594,6 @@ impl KubeCluster {
             .ok()
     }
 
-    /// Pod phases and readiness as events; returns (existing, ready, ready pod names).
-    fn track(&mut self, pods: Vec<Pod>) -> (u32, u32, Vec<String>) {
-        let now = self.now_rel();
-        let mut seen = Vec::new();
-        let mut ready_names = Vec::new();
-        let (mut existing, mut ready) = (0, 0);
-        for p in pods {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let terminating = p.metadata.deletion_timestamp.is_some();
-            let status = p.status.unwrap_or_default();
-            let is_ready = status
-                .conditions
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            let restarts = status
-                .container_statuses
-                .unwrap_or_default()
-                .iter()
-                .map(|c| c.restart_count)
-                .sum::<i32>();
-            seen.push(name.clone());
-            let t = self.pods.entry(name.clone()).or_insert_with(|| {
-                self.events.push((now, name.clone(), PodEventKind::Ordered));
-                PodTrack {
-                    seen_at: now,
-                    ready: false,
-                    terminating: false,
-                    restarts: 0,
-                }
-            });
-            if is_ready && !t.ready {
-                t.ready = true;
-                self.events.push((
-                    now,
-                    name.clone(),
-                    PodEventKind::Ready {
-                        dead_time_s: now - t.seen_at,
-                    },
-                ));
-            }
-            if restarts > t.restarts {
-                t.restarts = restarts;
-                self.events
-                    .push((now, name.clone(), PodEventKind::Crashed { code: None }));
-            }
-            if terminating && !t.terminating {
-                t.terminating = true;
-                self.events
-                    .push((now, name.clone(), PodEventKind::Terminating));
-            }
-            if !terminating {
-                existing += 1;
-                if is_ready {
-                    ready += 1;
-                    ready_names.push(name);
-                }
-            }
-        }
-        let gone: Vec<String> = self
-            .pods
-            .keys()
-            .filter(|k| !seen.contains(k))
-            .cloned()
-            .collect();
-        for name in gone {
-            self.pods.remove(&name);
-            self.events
-                .push((now, name, PodEventKind::Exited { code: None }));
-        }
-        (existing, ready, ready_names)
-    }
-
-    /// The HPA's status as a decision, recorded when it changed.
-    fn note_hpa(&mut self, hpa: &HorizontalPodAutoscaler) -> Option<(Option<i32>, i32)> {
-        let status = hpa.status.as_ref()?;
-        let names: Vec<String> = self
-            .values
-            .hpa
-            .as_ref()
-            .map(|h| h.metrics.iter().map(|(n, _)| n.clone()).collect())
-            .unwrap_or_default();
-        let current = status.current_replicas.unwrap_or(0);
-        let readings: Vec<Option<f64>> = names
-            .iter()
-            .map(|n| {
-                status
-                    .current_metrics
-                    .as_ref()?
-                    .iter()
-                    .filter_map(|m| m.external.as_ref())
-                    .find(|e| &e.metric.name == n)
-                    .and_then(|e| e.current.average_value.as_ref())
-                    .and_then(|q| probe::quantity(&q.0))
-                    // The status holds the average over the current replicas: the sum is what
-                    // the meter served.
-                    .map(|avg| avg * f64::from(current))
-            })
-            .collect();
-        let desired = status.desired_replicas;
-        let key = (desired, readings.clone());
-        if self.last_hpa.as_ref() != Some(&key) {
-            let previous = self.last_hpa.as_ref().map_or(current, |(d, _)| *d);
-            self.syncs.push(Sync {
-                t: self.now_rel(),
-                readings: readings.clone(),
-                decision: Decision {
-                    desired,
-                    proposals: vec![None; names.len()],
-                    recommendation: None,
-                    stabilized: None,
-                    reason: reason(status.conditions.as_deref().unwrap_or_default()),
-                    rescale: desired != previous,
-                },
-            });
-            self.last_hpa = Some(key);
-        }
-        Some((None, desired))
-    }
-
     /// Deletes the loadgen Job (its pods get SIGTERM and print their summaries).
     async fn stop_loadgen(&self) {
         let _ = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(self.client.clone(), self.ns())
@@ -763,29 +630,6 @@ async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The upstream HPA's conditions as the kit's decision reasons.
-fn reason(
-    conditions: &[k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerCondition],
-) -> Reason {
-    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
-    if let Some(c) = find("ScalingActive")
-        && c.status == "False"
-    {
-        return if c.reason.as_deref() == Some("ScalingDisabled") {
-            Reason::ScalingDisabled
-        } else {
-            Reason::MetricsUnavailable
-        };
-    }
-    match find("ScalingLimited").and_then(|c| c.reason.as_deref()) {
-        Some("TooFewReplicas") => Reason::TooFewReplicas,
-        Some("TooManyReplicas") => Reason::TooManyReplicas,
-        Some("ScaleUpLimit") => Reason::ScaleUpLimit,
-        Some("ScaleDownLimit") => Reason::ScaleDownLimit,
-        _ => Reason::DesiredWithinRange,
-    }
-}
-
 impl Cluster for KubeCluster {
     fn row_step(&self) -> f64 {
         self.step
@@ -812,8 +656,8 @@ impl Cluster for KubeCluster {
             .await?
             .items;
         self.start_loadgen().await?;
-        self.track(pods);
-        self.events.clear();
+        self.pods.update(self.now_rel(), &pods);
+        self.pods.events.clear();
         Ok(self.t0)
     }
 
@@ -849,8 +693,9 @@ impl Cluster for KubeCluster {
             self.last_counts.0 = d.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as u32;
         }
         if let Ok(p) = pods {
-            let (existing, ready, names) = self.track(p.items);
-            (self.last_counts.1, self.last_counts.2, self.last_counts.3) = (existing, ready, names);
+            let c = self.pods.update(self.now_rel(), &p.items);
+            (self.last_counts.1, self.last_counts.2, self.last_counts.3) =
+                (c.existing, c.ready, c.ready_names);
         }
         let (desired, existing, ready, names) = self.last_counts.clone();
         let me = &*self;
@@ -865,7 +710,14 @@ impl Cluster for KubeCluster {
         .into_iter()
         .flatten()
         .collect();
-        let hpa = hpa.and_then(|h| self.note_hpa(&h));
+        let names: Vec<String> = self
+            .values
+            .hpa
+            .as_ref()
+            .map(|h| h.metrics.iter().map(|(n, _)| n.clone()).collect())
+            .unwrap_or_default();
+        let now = self.now_rel();
+        let hpa = hpa.and_then(|h| self.hpa_book.update(now, &h, &names));
         let load = shards::total(&self.logs.lock().unwrap_or_else(|p| p.into_inner()));
         Ok(Observation {
             load,
@@ -921,8 +773,8 @@ impl Cluster for KubeCluster {
         self.record.merge = Some(shards::check(&merged, &logs));
         self.write_record()?;
         Ok(Ended {
-            syncs: std::mem::take(&mut self.syncs),
-            pod_events: std::mem::take(&mut self.events),
+            syncs: std::mem::take(&mut self.hpa_book.syncs),
+            pod_events: std::mem::take(&mut self.pods.events),
             load_rows: Some(merged),
             meter_cpu_s: 0.0,
         })
