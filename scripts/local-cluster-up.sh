@@ -137,7 +137,7 @@ fi
 # The loopback ports the cluster's programs listen on must be free (etcd, the controllers'
 # and the kubelet's and kube-proxy's health and metrics ports).
 for port in 2379 2380 2381 10248 10249 10256 10257 10259; do
-  owner=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'users:(("[^"]*' | cut -d'"' -f2 | head -1)
+  owner=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'users:(("[^"]*' | cut -d'"' -f2 | head -1 || true)
   [[ -z $owner ]] || lc_die "port $port is in use by '$owner'; the cluster needs it on 127.0.0.1 (stop that, or run local-cluster-down.sh if it is an old cluster)"
 done
 # A failed up leaves nothing behind.
