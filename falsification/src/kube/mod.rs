@@ -252,7 +252,8 @@ pub struct KubeCluster {
     t0: Instant,
     t0_unix: f64,
     logs: Arc<Mutex<Vec<ShardLog>>>,
-    followers: Vec<JoinHandle<()>>,
+    /// Each shard's index and the task following its log.
+    followers: Vec<(usize, JoinHandle<()>)>,
     pods: PodBook,
     hpa_book: HpaBook,
     /// The Deployment's replicas and the pods' counts at the last row that read them: a read
@@ -549,7 +550,7 @@ impl KubeCluster {
                 .unwrap_or(0);
             let api = pods.clone();
             let logs = self.logs.clone();
-            self.followers.push(tokio::spawn(async move {
+            let follow = tokio::spawn(async move {
                 let lp = LogParams {
                     follow: true,
                     ..LogParams::default()
@@ -572,7 +573,8 @@ impl KubeCluster {
                     }
                     Err(e) => push(&format!("following the log of {name}: {e}")),
                 }
-            }));
+            });
+            self.followers.push((index, follow));
         }
         self.t0_unix = start_at;
         let ahead = start_at - unix_now();
@@ -592,6 +594,24 @@ impl KubeCluster {
             .await
             .ok()?
             .ok()
+    }
+
+    /// Refuses to go on once a shard's log has ended without its summary: its loadgen exited
+    /// (bad flags, an image without them) and the run would count no load.
+    fn check_shards(&self) -> anyhow::Result<()> {
+        let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, f) in &self.followers {
+            if f.is_finished()
+                && let Some(l) = logs.get(*i)
+                && l.summary.is_none()
+            {
+                bail!(
+                    "loadgen shard {i} ended without its summary: {}",
+                    l.other.join(" / ").trim()
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the loadgen Job (its pods get SIGTERM and print their summaries).
@@ -670,6 +690,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn observe(&mut self) -> anyhow::Result<Observation> {
+        self.check_shards()?;
         let ns = self.ns().to_string();
         let hpa_api = Api::<HorizontalPodAutoscaler>::namespaced(self.client.clone(), &ns);
         let dep_api = Api::<Deployment>::namespaced(self.client.clone(), &ns);
@@ -741,13 +762,13 @@ impl Cluster for KubeCluster {
             let done = {
                 let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner());
                 logs.iter().all(|l| l.summary.is_some())
-            } || self.followers.iter().all(|f| f.is_finished());
+            } || self.followers.iter().all(|(_, f)| f.is_finished());
             if done {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        for f in self.followers.drain(..) {
+        for (_, f) in self.followers.drain(..) {
             f.abort();
         }
         let logs = self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -770,8 +791,16 @@ impl Cluster for KubeCluster {
                 &text,
             )?;
         }
-        self.record.merge = Some(shards::check(&merged, &logs));
+        let check = shards::check(&merged, &logs);
+        self.record.merge = Some(check.clone());
         self.write_record()?;
+        if complete && check.summaries < check.shards {
+            bail!(
+                "{} of {} loadgen shards printed no summary (see loadgen/shard-<i>.jsonl)",
+                check.shards - check.summaries,
+                check.shards
+            );
+        }
         Ok(Ended {
             syncs: std::mem::take(&mut self.hpa_book.syncs),
             pod_events: std::mem::take(&mut self.pods.events),
@@ -781,7 +810,7 @@ impl Cluster for KubeCluster {
     }
 
     async fn teardown(&mut self) -> anyhow::Result<()> {
-        for f in self.followers.drain(..) {
+        for (_, f) in self.followers.drain(..) {
             f.abort();
         }
         if !self.applied {
