@@ -5,7 +5,8 @@
 # it), its rate within 10% of what a loadgen in the cluster sends through the Service, the
 # real HPA reading it and scaling, the meter counting not-ready pods, and a pod removed by
 # scale-down stopping through its SIGTERM path. Prints one line per check; exits 1 on the
-# first that fails. Leaves the kit deployed (the namespace retry-debt); down removes it all.
+# first that fails (leaving the kit deployed, to look at). When all pass it removes the kit
+# (namespace, APIService, RBAC), so `falsification run --cluster kube` finds a clean cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/local-cluster-lib.sh
@@ -103,5 +104,8 @@ wait "$logs" || true
 grep -q "SIGTERM received" /tmp/rdk-scaled-down-pod.log || fail "$newest's log has no SIGTERM"
 grep -q "stopped" /tmp/rdk-scaled-down-pod.log || fail "$newest did not reach its clean stop (killed?)"
 ok "$newest, removed by scale-down, logged 'SIGTERM received' ... 'stopped'"
-kubectl -n "$ns" delete pod loadgen-check --wait=false >/dev/null
-echo "local-cluster-check: all checks passed in $((SECONDS - t0)) s"
+kubectl delete apiservice "$apiservice" >/dev/null
+kubectl delete clusterrolebinding retry-debt-hpa-external-metrics >/dev/null
+kubectl delete clusterrole retry-debt-external-metrics-reader >/dev/null
+kubectl delete namespace "$ns" --timeout=120s >/dev/null || fail "namespace $ns not deleted"
+echo "local-cluster-check: all checks passed in $((SECONDS - t0)) s; the kit is removed again"
