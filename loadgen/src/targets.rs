@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand::Rng;
 
@@ -21,7 +21,12 @@ pub struct Target {
     port: u16,
     /// Set when a reload removed this target: its idle connections are not reused.
     retired: AtomicBool,
+    /// A host name's addresses and when they were looked up (see [`Target::resolve`]).
+    resolved: tokio::sync::Mutex<Option<(Instant, Vec<SocketAddr>)>>,
 }
+
+/// How long a host name's addresses are reused before the next lookup.
+pub const DNS_TTL: Duration = Duration::from_secs(1);
 
 impl Target {
     /// Parses `http://host[:port][/path]`.
@@ -43,23 +48,41 @@ impl Target {
             port: authority.port_u16().unwrap_or(80),
             host,
             retired: AtomicBool::new(false),
+            resolved: tokio::sync::Mutex::new(None),
         })
     }
 
-    /// One socket address for a new connection (a fresh DNS lookup for host names).
+    /// One socket address for a new connection, picked at random among the host's. A host
+    /// name is looked up at most once per [`DNS_TTL`], by one connection while the others wait:
+    /// a trapped service makes every attempt a new connection, and a lookup each (through
+    /// getaddrinfo's thread pool and, in a pod, every search domain) made the loadgen the
+    /// bottleneck and its exit wait for the queued lookups.
     pub async fn resolve(&self) -> std::io::Result<SocketAddr> {
         if let Ok(ip) = self.host.parse::<IpAddr>() {
             return Ok(SocketAddr::new(ip, self.port));
         }
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((self.host.as_str(), self.port))
-            .await?
-            .collect();
-        if addrs.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{} has no address", self.host),
-            ));
-        }
+        let mut cached = self.resolved.lock().await;
+        let fresh = cached
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < DNS_TTL)
+            .map(|(_, addrs)| addrs.clone());
+        let addrs = match fresh {
+            Some(addrs) => addrs,
+            None => {
+                let addrs: Vec<SocketAddr> =
+                    tokio::net::lookup_host((self.host.as_str(), self.port))
+                        .await?
+                        .collect();
+                if addrs.is_empty() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("{} has no address", self.host),
+                    ));
+                }
+                *cached = Some((Instant::now(), addrs.clone()));
+                addrs
+            }
+        };
         Ok(addrs[rand::rng().random_range(0..addrs.len())])
     }
 
@@ -189,6 +212,28 @@ mod tests {
             Target::parse("not a url")
                 .unwrap_err()
                 .contains("`not a url`")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_host_name_is_looked_up_once_per_ttl() {
+        let t = Target::parse("http://localhost:8080/").unwrap();
+        let a = t.resolve().await.unwrap();
+        assert_eq!(a.port(), 8080);
+        let first = t.resolved.lock().await.as_ref().unwrap().0;
+        for _ in 0..100 {
+            t.resolve().await.unwrap();
+        }
+        assert_eq!(
+            t.resolved.lock().await.as_ref().unwrap().0,
+            first,
+            "no new lookup"
+        );
+        let ip = Target::parse("http://127.0.0.1:9/").unwrap();
+        ip.resolve().await.unwrap();
+        assert!(
+            ip.resolved.lock().await.is_none(),
+            "an address is not looked up"
         );
     }
 

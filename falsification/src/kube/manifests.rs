@@ -128,6 +128,10 @@ pub struct LoadgenValues {
     pub args: Vec<String>,
     /// When the shards start their schedule (Unix seconds); set at run time only.
     pub start_at: Option<f64>,
+    /// The Service's ClusterIP, set at run time once the Service exists, so the shards need
+    /// no DNS lookup per connection (a trapped run opens one per attempt); without it the
+    /// Service's name.
+    pub cluster_ip: Option<String>,
 }
 
 impl Values {
@@ -174,6 +178,7 @@ impl Values {
                 shards,
                 args: loadgen_args(rs, seed),
                 start_at: None,
+                cluster_ip: None,
             },
         }
     }
@@ -491,10 +496,11 @@ pub fn loadgen_labels() -> BTreeMap<String, String> {
 /// printing its rows to stdout for the runner to follow.
 pub fn loadgen_job(v: &Values) -> Job {
     let l = &v.loadgen;
-    let mut args = vec![format!(
-        "--target=http://service.{}.svc.cluster.local/work",
-        v.namespace
-    )];
+    let host = l
+        .cluster_ip
+        .clone()
+        .unwrap_or_else(|| format!("service.{}.svc.cluster.local", v.namespace));
+    let mut args = vec![format!("--target=http://{host}/work")];
     args.extend(l.args.iter().cloned());
     args.push(format!("--instances={}", l.shards));
     args.push("--stdout-rows".into());
@@ -718,6 +724,18 @@ mod tests {
         let mut v = values(0, 5.0);
         v.loadgen.start_at = Some(1_800_000_000.5);
         let m = Manifests::new(&base_yaml(), &v).unwrap();
+        v.loadgen.cluster_ip = Some("198.18.128.7".into());
+        let at_run = loadgen_job(&v)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert_eq!(at_run[0], "--target=http://198.18.128.7/work");
         let spec = m.loadgen.spec.as_ref().unwrap();
         assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
         assert_eq!((spec.completions, spec.parallelism), (Some(2), Some(2)));

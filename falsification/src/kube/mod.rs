@@ -501,6 +501,14 @@ impl KubeCluster {
 
     /// Starts the loadgen shards at a common time and follows their logs.
     async fn start_loadgen(&mut self) -> anyhow::Result<()> {
+        let ip =
+            Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client.clone(), self.ns())
+                .get("service")
+                .await?
+                .spec
+                .and_then(|s| s.cluster_ip)
+                .filter(|ip| ip != "None");
+        self.values.loadgen.cluster_ip = ip;
         let lead = 10.0;
         self.values.loadgen.start_at = Some(unix_now() + lead);
         let job = manifests::loadgen_job(&self.values);

@@ -356,7 +356,8 @@ pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
             "# {} {} at time scale {time_scale}: what `falsification run --cluster kube` applies \
              (image {} from {}; HPA sync {} s from {}).\n# At run time the ConfigMap {} gets the \
              aggregator's client CA, and the Job loadgen gets --start-at (the shards' common \
-             start); without it each shard starts when its pod does.\n",
+             start; without it each shard starts when its pod does) and the Service's ClusterIP \
+             in --target (no DNS lookup per connection).\n",
             e.id,
             c.scenario.name,
             facts.image,
