@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# F3 (first-attempt signal) and F4 (paired, with the step) against the upstream HPA of the
+# one-machine cluster, compressed at the time scale the cluster runs at (local-cluster-up.sh
+# --time-scale S), through `falsification run --cluster kube`. Checks what CI needs of each
+# record: the predicted verdict held, `hpa: upstream v1.36.4`, and nothing of the run left in
+# the cluster (the runner checks its namespace is gone; this checks it again).
+#   scripts/local-cluster-falsify.sh [OUT]     records in OUT (default runs/local-cluster)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/local-cluster-lib.sh
+. scripts/local-cluster-lib.sh
+
+out=${1:-runs/local-cluster}
+export KUBECONFIG=$LC_STATE/kubeconfig
+[[ -f $KUBECONFIG ]] || lc_die "no local cluster (run scripts/local-cluster-up.sh --time-scale 5)"
+scale=$(jq -r .time_scale "$LC_STATE/hpa.json")
+LC_BIN=$(scripts/local-cluster-build.sh --print)
+falsification=${CARGO_TARGET_DIR:-target}/release/falsification
+cargo build --release --locked -q -p falsification
+fail() { echo "local-cluster-falsify: $*" >&2; exit 1; }
+
+run() {
+  local label=$1; shift
+  local t0=$SECONDS session dir summary verdict hpa
+  "$falsification" run "$@" --cluster kube --time-scale "$scale" --out "$out/$label" >"$out/$label.log" 2>&1 ||
+    fail "$label: the run failed (see $out/$label.log): $(tail -2 "$out/$label.log")"
+  session=$(find "$out/$label" -mindepth 1 -maxdepth 1 -type d | sort | tail -1)
+  for summary in "$session"/*/summary.json; do
+    dir=$(dirname "$summary")
+    verdict=$(jq -r .verdict "$summary")
+    hpa=$(jq -r .hpa "$summary")
+    [[ $verdict == held ]] || fail "$(basename "$dir"): verdict $verdict: $(jq -r .reason "$summary")"
+    [[ $hpa == "upstream $LC_K8S_VERSION"* ]] || fail "$(basename "$dir"): hpa is '$hpa', not upstream $LC_K8S_VERSION"
+    jq -e '.cleanup | test("checked gone")' "$dir/cluster.json" >/dev/null || fail "$(basename "$dir"): cleanup not checked: $(jq -c .cleanup "$dir/cluster.json")"
+    echo "local-cluster-falsify: $(basename "$dir") held on $hpa in $((SECONDS - t0)) s: $(jq -r .reason "$summary")"
+  done
+  [[ -z $(lc_kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name) ]] ||
+    fail "$label: a namespace of the run is left: $(lc_kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name)"
+}
+
+mkdir -p "$out"
+run F3-first F3 --signal first
+run F4-paired-step F4 --case paired-step
