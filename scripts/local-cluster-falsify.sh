@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# F3 (first-attempt signal) and F4 (paired, with the step) against the upstream HPA of the
-# one-machine cluster, compressed at the time scale the cluster runs at (local-cluster-up.sh
-# --time-scale S), through `falsification run --cluster kube`. Checks what CI needs of each
-# record: the predicted verdict held, `hpa: upstream v1.36.4`, and nothing of the run left in
-# the cluster (the runner checks its namespace is gone; this checks it again).
-#   scripts/local-cluster-falsify.sh [OUT]     records in OUT (default runs/local-cluster)
+# One experiment against the upstream HPA of the one-machine cluster, compressed at the time
+# scale the cluster runs at (local-cluster-up.sh --time-scale S), through `falsification run
+# --cluster kube`. Checks what CI needs of each case's record: the predicted verdict held,
+# `hpa: upstream v1.36.4`, and nothing of the run left in the cluster (the runner checks its
+# namespace is gone; this checks it again).
+#   scripts/local-cluster-falsify.sh EXPERIMENT [run flags]    e.g. F3 --signal first
+# Records go to runs/local-cluster/ (env OUT to change it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/local-cluster-lib.sh
 . scripts/local-cluster-lib.sh
 
-out=${1:-runs/local-cluster}
+(($#)) || lc_die "usage: scripts/local-cluster-falsify.sh EXPERIMENT [falsification run flags], e.g. F3 --signal first"
+out=${OUT:-runs/local-cluster}
 export KUBECONFIG=$LC_STATE/kubeconfig
 [[ -f $KUBECONFIG ]] || lc_die "no local cluster (run scripts/local-cluster-up.sh --time-scale 5)"
 scale=$(jq -r .time_scale "$LC_STATE/hpa.json")
@@ -20,8 +22,8 @@ cargo build --release --locked -q -p falsification
 fail() { echo "local-cluster-falsify: $*" >&2; exit 1; }
 
 run() {
-  local label=$1; shift
-  local t0=$SECONDS session dir summary verdict hpa
+  local label t0=$SECONDS session dir summary verdict hpa
+  label=$(echo "$*" | tr -c 'A-Za-z0-9-' '-' | sed 's/-*$//')
   "$falsification" run "$@" --cluster kube --time-scale "$scale" --out "$out/$label" >"$out/$label.log" 2>&1 ||
     fail "$label: the run failed (see $out/$label.log): $(tail -2 "$out/$label.log")"
   session=$(find "$out/$label" -mindepth 1 -maxdepth 1 -type d | sort | tail -1)
@@ -39,5 +41,4 @@ run() {
 }
 
 mkdir -p "$out"
-run F3-first F3 --signal first
-run F4-paired-step F4 --case paired-step
+run "$@"
