@@ -377,12 +377,21 @@ impl EmbeddedCluster {
 
 /// Spawns a kit process quietly (`RUST_LOG=warn`, stderr to `log`, no stdin/stdout), killed
 /// when dropped and when the runner dies.
-pub fn spawn_child(mut command: Command, log: std::fs::File) -> std::io::Result<Child> {
+pub fn spawn_child(command: Command, log: std::fs::File) -> std::io::Result<Child> {
+    spawn_child_to(command, log, Stdio::null())
+}
+
+/// [`spawn_child`] with the child's stdout going to `stdout` (e.g. piped, to read it live).
+pub fn spawn_child_to(
+    mut command: Command,
+    log: std::fs::File,
+    stdout: Stdio,
+) -> std::io::Result<Child> {
     die_with_parent(&mut command);
     command
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::from(log))
         .kill_on_drop(true)
         .spawn()

@@ -22,6 +22,7 @@ use crate::experiment::{self, Params, Scenario, Topology};
 use crate::outcome::{self, Criteria, Outcome, Record, Row};
 use crate::runner::{self, Binaries, plot, record};
 use crate::{laws, predict};
+use loadgen::record::StdoutLine;
 
 #[derive(Debug, Args)]
 pub struct TriggerArgs {
@@ -326,6 +327,19 @@ pub struct LoadRow {
     pub requests_failed: f64,
 }
 
+/// One `--stdout-rows` second as a [`LoadRow`] (attempts and successes of every attempt number).
+fn load_row(r: &loadgen::record::Row) -> LoadRow {
+    let n = |v: u64| v as f64;
+    LoadRow {
+        second: n(r.second),
+        first_attempts: n(r.first_attempts),
+        attempts: n(r.attempts.iter().sum()),
+        successes: n(r.successes.iter().sum()),
+        timeouts: n(r.timeouts),
+        requests_failed: n(r.requests_failed),
+    }
+}
+
 /// Parses the loadgen's `timeseries.csv` (columns by header name).
 pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
     let mut lines = text.lines();
@@ -370,6 +384,73 @@ pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
         .collect()
 }
 
+/// Least share of the base phase's first attempts answered for the target to count as healthy
+/// (an answer still on its way counts as not answered, so a slow target fails this too).
+pub const BASE_ANSWERED_MIN: f64 = 0.9;
+/// Fewest first attempts the base phase must have sent to judge the target's health.
+pub const BASE_SENT_MIN: f64 = 10.0;
+
+/// The target's health at base load, judged from the seconds closed before the spike.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BaseHealth {
+    pub seconds: usize,
+    pub first_attempts: f64,
+    pub successes: f64,
+    pub timeouts: f64,
+    pub healthy: bool,
+    /// What was seen and what to do, when the spike must not be sent.
+    pub problem: Option<String>,
+}
+
+/// Judges the base phase: healthy when no attempt timed out and at least [`BASE_ANSWERED_MIN`]
+/// of the first attempts were answered; too few attempts to tell is not healthy either.
+pub fn base_health(rows: &[LoadRow]) -> BaseHealth {
+    let sum = |f: fn(&LoadRow) -> f64| rows.iter().map(f).sum::<f64>();
+    let (sent, answered, timeouts) = (
+        sum(|r| r.first_attempts),
+        sum(|r| r.successes),
+        sum(|r| r.timeouts),
+    );
+    let n = rows.len();
+    let what_to_do = "wait until it answers again (a previous test's debt drains at the target's \
+                      own rate), lower --rate, or check the target";
+    let problem = if sent < BASE_SENT_MIN {
+        Some(format!(
+            "only {sent} first attempts in the {n} s of base load before the spike: too few to see \
+             whether the target is healthy; raise --rate or --before"
+        ))
+    } else if timeouts > 0.0 {
+        Some(format!(
+            "{timeouts} attempts timed out at base load ({answered} answers to {sent} first \
+             attempts in {n} s): the target is already failing or too slow; {what_to_do}"
+        ))
+    } else if answered < BASE_ANSWERED_MIN * sent {
+        Some(format!(
+            "only {answered} answers to {sent} first attempts in the {n} s of base load (under \
+             {:.0}%): the target is slow or refusing; {what_to_do}",
+            100.0 * BASE_ANSWERED_MIN
+        ))
+    } else {
+        None
+    };
+    BaseHealth {
+        seconds: n,
+        first_attempts: sent,
+        successes: answered,
+        timeouts,
+        healthy: problem.is_none(),
+        problem,
+    }
+}
+
+/// Whether the target was still failing when the load stopped: an attempt sent in the last
+/// timeout's worth of seconds that sent load timed out.
+pub fn failing_at_end(record: &Record, timeout_s: f64) -> bool {
+    let last = record.rows.len();
+    let from = last.saturating_sub(timeout_s.ceil().max(1.0) as usize);
+    record.rows[from..].iter().any(|r| r.timed_out > 0.0)
+}
+
 /// The measured record, `t` from the spike's start: timeouts moved back to the row their attempt
 /// was sent, failed requests to the row they started; cut where arrivals ended (later rows only
 /// hold the drain). No wait is known on a staging target: "bad" is a timed-out attempt.
@@ -411,9 +492,18 @@ pub struct Measured {
     pub amplification: Option<f64>,
     /// Whether the run went to its planned end (not cut by Ctrl-C or --max-duration).
     pub complete: bool,
+    /// The target at base load before the spike (none when the run ended before the check).
+    pub health_before: Option<BaseHealth>,
+    /// Whether the target was still failing when the load stopped (so the next run knows).
+    pub failing_at_end: bool,
 }
 
-pub fn measure(record: &Record, p: &Plan, complete: bool) -> Measured {
+pub fn measure(
+    record: &Record,
+    p: &Plan,
+    complete: bool,
+    health_before: Option<BaseHealth>,
+) -> Measured {
     let c = Criteria {
         reference: p.spike_s,
         from: 0.0,
@@ -435,6 +525,8 @@ pub fn measure(record: &Record, p: &Plan, complete: bool) -> Measured {
         outcome,
         amplification: (first > 0.0).then(|| att / first),
         complete,
+        health_before,
+        failing_at_end: failing_at_end(record, p.timeout_s),
     }
 }
 
@@ -445,6 +537,26 @@ fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
         t,
         "# Trigger test\n\n```\n{}```\n",
         plan_text(p, Some(target))
+    );
+    let _ = writeln!(
+        t,
+        "Target before the spike: {}\n\nWhen the load stopped: {}\n",
+        match &m.health_before {
+            None => "not checked (the run ended before the spike)".to_string(),
+            Some(h) => match &h.problem {
+                None => format!(
+                    "healthy ({} answers to {} first attempts in {} s of base load, no timeouts)",
+                    h.successes, h.first_attempts, h.seconds
+                ),
+                Some(why) => format!("**not healthy: the spike was not sent.** {why}"),
+            },
+        },
+        if m.failing_at_end {
+            "**still failing** (attempts in its last timeout's worth of load timed out): let it \
+             drain before another run"
+        } else {
+            "answering (no attempt of the last timeout's worth of load timed out)"
+        }
     );
     let _ = writeln!(t, "| | measured | predicted |\n|---|---|---|");
     let _ = writeln!(
@@ -619,30 +731,63 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
         cmd.arg(format!("--retry-budget={b}"))
             .arg("--retry-budget-min=0");
     }
+    // The loadgen prints each closed second: the base phase is judged from them before the spike.
+    cmd.arg("--stdout-rows");
     let rt = tokio::runtime::Runtime::new()?;
-    let complete = rt.block_on(async {
-        let mut child = runner::spawn(cmd, &loadgen, &a.out.join("loadgen.log"))?;
+    let (complete, health) = rt.block_on(async {
+        let log = std::fs::File::create(a.out.join("loadgen.log"))
+            .with_context(|| format!("creating {}", a.out.join("loadgen.log").display()))?;
+        let mut child = crate::cluster::spawn_child_to(cmd, log, std::process::Stdio::piped())
+            .with_context(|| format!("starting {}", loadgen.display()))?;
+        let rows = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LoadRow>::new()));
+        if let Some(out) = child.stdout.take() {
+            let rows = rows.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(out));
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Ok(StdoutLine::Row(r)) = serde_json::from_str(&line) {
+                        rows.lock().unwrap_or_else(|e| e.into_inner()).push(load_row(&r.row));
+                    }
+                }
+            });
+        }
         let mut interrupt = runner::interrupt_signal();
         // A stopped loadgen may let attempts in flight finish for one timeout, then writes files.
         let grace = Duration::from_secs_f64(p.timeout_s + 5.0);
         let expiry = tokio::time::sleep(Duration::from_secs_f64(max_duration));
-        tokio::select! {
-            status = child.wait() => {
-                let status = status?;
-                if !status.success() {
-                    bail!("loadgen failed ({status}): see {}", a.out.join("loadgen.log").display());
+        // Half a second before the spike: the seconds closed by then are the base phase's.
+        let check = tokio::time::sleep(Duration::from_secs_f64((p.before_s - 0.5).max(0.0)));
+        tokio::pin!(expiry, check);
+        let mut health: Option<BaseHealth> = None;
+        loop {
+            tokio::select! {
+                status = child.wait() => {
+                    let status = status?;
+                    if !status.success() {
+                        bail!("loadgen failed ({status}): see {}", a.out.join("loadgen.log").display());
+                    }
+                    return Ok((max_duration >= p.length_s, health));
                 }
-                Ok(max_duration >= p.length_s)
-            }
-            _ = expiry => {
-                eprintln!("max duration {max_duration} s reached: stopping all load");
-                runner::stop(&mut child, grace).await;
-                Ok(false)
-            }
-            _ = interrupt.changed() => {
-                eprintln!("interrupted: stopping all load, keeping the record");
-                runner::stop(&mut child, grace).await;
-                Ok(false)
+                _ = &mut check, if health.is_none() => {
+                    let h = base_health(&rows.lock().unwrap_or_else(|e| e.into_inner()));
+                    let unhealthy = !h.healthy;
+                    health = Some(h);
+                    if unhealthy {
+                        eprintln!("the target is not healthy at base load: stopping before the spike");
+                        runner::stop(&mut child, grace).await;
+                        return Ok((false, health));
+                    }
+                }
+                _ = &mut expiry => {
+                    eprintln!("max duration {max_duration} s reached: stopping all load");
+                    runner::stop(&mut child, grace).await;
+                    return Ok((false, health));
+                }
+                _ = interrupt.changed() => {
+                    eprintln!("interrupted: stopping all load, keeping the record");
+                    runner::stop(&mut child, grace).await;
+                    return Ok((false, health));
+                }
             }
         }
     })?;
@@ -651,7 +796,8 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {} (see loadgen.log)", csv_path.display()))?;
     let rows = parse_timeseries(&text)?;
     let rec = measured_record(&rows, &p);
-    let m = measure(&rec, &p, complete);
+    let stopped_unhealthy = health.as_ref().and_then(|h| h.problem.clone());
+    let m = measure(&rec, &p, complete, health);
     #[derive(Serialize)]
     struct RecordFile<'a> {
         target: &'a str,
@@ -673,6 +819,9 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
     record::write(&a.out, "report.md", &md)?;
     draw(&a.out, &rows, &p)?;
     print!("{md}");
+    if let Some(problem) = stopped_unhealthy {
+        bail!("stopped before the spike, nothing more sent: {problem}");
+    }
     Ok(())
 }
 
@@ -775,14 +924,82 @@ mod tests {
             .collect();
         let rec = measured_record(&rows, &p);
         assert_eq!(rec.rows.len(), 19);
-        let m = measure(&rec, &p, true);
+        let m = measure(&rec, &p, true, None);
         // Last bad row sent at second 11 = t 8, ends t 9; spike ends at t 2: 7 s.
         assert_eq!(m.outcome.recovery_s, Some(7.0));
         assert!(!m.outcome.trapped);
         assert_eq!(m.amplification, Some(3.0));
+        assert!(!m.failing_at_end, "answering again when the load stopped");
         let csv =
             "second,first_attempts,attempts,successes,timeouts,requests_failed\n0,5,6,5,1,0\n";
         assert_eq!(parse_timeseries(csv).unwrap()[0].timeouts, 1.0);
         assert!(parse_timeseries("second\n1\n").is_err());
+    }
+
+    fn base_row(second: u64, sent: f64, answered: f64, timeouts: f64) -> LoadRow {
+        LoadRow {
+            second: second as f64,
+            first_attempts: sent,
+            attempts: sent,
+            successes: answered,
+            timeouts,
+            requests_failed: 0.0,
+        }
+    }
+
+    #[test]
+    fn base_health_lets_the_spike_go_only_to_a_target_that_answers() {
+        let healthy: Vec<LoadRow> = (0..3).map(|s| base_row(s, 20.0, 20.0, 0.0)).collect();
+        let h = base_health(&healthy);
+        assert!(h.healthy, "{h:?}");
+        assert_eq!((h.first_attempts, h.successes, h.seconds), (60.0, 60.0, 3));
+        // A target that answers nothing: the first timeouts fire a timeout after the first sends.
+        let silent = [base_row(0, 20.0, 0.0, 0.0), base_row(1, 20.0, 0.0, 20.0)];
+        let h = base_health(&silent);
+        assert!(!h.healthy);
+        assert!(
+            h.problem
+                .unwrap()
+                .contains("20 attempts timed out at base load")
+        );
+        // Slow or refusing, but nothing timed out yet: under 90% answered.
+        let slow = [base_row(0, 20.0, 10.0, 0.0), base_row(1, 20.0, 15.0, 0.0)];
+        let h = base_health(&slow);
+        assert!(!h.healthy);
+        assert!(
+            h.problem
+                .unwrap()
+                .contains("only 25 answers to 40 first attempts")
+        );
+        // Too little load to tell is not a licence to send the spike.
+        let h = base_health(&[base_row(0, 4.0, 4.0, 0.0)]);
+        assert!(!h.healthy);
+        assert!(h.problem.unwrap().contains("too few"));
+        assert!(!base_health(&[]).healthy);
+    }
+
+    #[test]
+    fn a_target_still_timing_out_at_the_end_is_reported_failing() {
+        let rows = |bad_from: usize| Record {
+            step_s: 1.0,
+            rows: (0..10)
+                .map(|i| Row {
+                    t: i as f64,
+                    timed_out: if i >= bad_from { 5.0 } else { 0.0 },
+                    ..Row::default()
+                })
+                .collect(),
+        };
+        assert!(failing_at_end(&rows(9), 2.0));
+        assert!(failing_at_end(&rows(8), 2.0));
+        // Timeouts that stopped more than one timeout before the end: answering again.
+        assert!(!failing_at_end(&rows(10), 2.0));
+        assert!(!failing_at_end(
+            &Record {
+                step_s: 1.0,
+                rows: vec![]
+            },
+            2.0
+        ));
     }
 }

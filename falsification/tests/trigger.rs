@@ -174,6 +174,55 @@ fn max_duration_stops_the_load() {
     assert_eq!(r["measured"]["complete"], false);
 }
 
+#[test]
+fn a_target_that_does_not_answer_gets_no_spike() {
+    // The base phase is the health check: a target that accepts connections and answers nothing
+    // (a previous test's debt, a hung service) is left alone before the spike.
+    ensure_binaries();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_listener, url) = silent_listener();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = trigger(&[
+        "--target",
+        &url,
+        "--rate",
+        "20",
+        "--capacity",
+        "100",
+        "--timeout",
+        "1s",
+        "--before",
+        "3s",
+        "--yes",
+        "--out",
+        out_dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stopped before the spike, nothing more sent"),
+        "{stderr}"
+    );
+    // No first attempt from the spike's second on (the spike would send 200/s from 3 s).
+    let csv = std::fs::read_to_string(out_dir.path().join("loadgen/timeseries.csv")).unwrap();
+    for l in csv.lines().skip(1) {
+        let f: Vec<f64> = l
+            .split(',')
+            .map(|x| x.parse().unwrap_or(f64::NAN))
+            .collect();
+        assert!(f[0] < 3.0 || f[3] == 0.0, "sent in second {}: {l}", f[0]);
+    }
+    let r = record(out_dir.path());
+    let h = &r["measured"]["health_before"];
+    assert_eq!(h["healthy"], false, "{h}");
+    assert_eq!(r["measured"]["failing_at_end"], true, "{r}");
+    let report = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
+    assert!(
+        report.contains("not healthy: the spike was not sent"),
+        "{report}"
+    );
+}
+
 /// A live run against a fresh pod at `rate`/s of its 100/s; the record and the run's directory.
 fn live(rate: &str) -> (tempfile::TempDir, serde_json::Value) {
     ensure_binaries();
@@ -195,6 +244,7 @@ fn live(rate: &str) -> (tempfile::TempDir, serde_json::Value) {
     ]);
     assert!(out.status.success(), "{out:?}");
     let r = record(out_dir.path());
+    assert_eq!(r["measured"]["health_before"]["healthy"], true, "{r}");
     (out_dir, r)
 }
 
