@@ -31,6 +31,24 @@ fn trigger(args: &[&str]) -> Output {
         .expect("running falsification trigger")
 }
 
+/// `trigger --target T --rate R --capacity 100 --timeout 1s --yes [EXTRA] --out OUT`.
+fn run_at(target: &str, rate: &str, extra: &[&str], out: &Path) -> Output {
+    let mut args = vec![
+        "--target",
+        target,
+        "--rate",
+        rate,
+        "--capacity",
+        "100",
+        "--timeout",
+        "1s",
+        "--yes",
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--out", out.to_str().unwrap()]);
+    trigger(&args)
+}
+
 /// A listener that must see no connection.
 fn silent_listener() -> (TcpListener, String) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -138,21 +156,7 @@ fn max_duration_stops_the_load() {
     let pod = Pod::start();
     let out_dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let out = trigger(&[
-        "--target",
-        &pod.1,
-        "--rate",
-        "20",
-        "--capacity",
-        "100",
-        "--timeout",
-        "1s",
-        "--yes",
-        "--max-duration",
-        "2s",
-        "--out",
-        out_dir.path().to_str().unwrap(),
-    ]);
+    let out = run_at(&pod.1, "20", &["--max-duration", "2s"], out_dir.path());
     let took = started.elapsed();
     assert!(out.status.success(), "{out:?}");
     // Planned ~25 s; stopped at 2 s plus at most the drain of one timeout and the grace.
@@ -182,21 +186,7 @@ fn a_target_that_does_not_answer_gets_no_spike() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_listener, url) = silent_listener();
     let out_dir = tempfile::tempdir().unwrap();
-    let out = trigger(&[
-        "--target",
-        &url,
-        "--rate",
-        "20",
-        "--capacity",
-        "100",
-        "--timeout",
-        "1s",
-        "--before",
-        "3s",
-        "--yes",
-        "--out",
-        out_dir.path().to_str().unwrap(),
-    ]);
+    let out = run_at(&url, "20", &["--before", "3s"], out_dir.path());
     assert!(!out.status.success(), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -229,19 +219,7 @@ fn live(rate: &str) -> (tempfile::TempDir, serde_json::Value) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let pod = Pod::start();
     let out_dir = tempfile::tempdir().unwrap();
-    let out = trigger(&[
-        "--target",
-        &pod.1,
-        "--rate",
-        rate,
-        "--capacity",
-        "100",
-        "--timeout",
-        "1s",
-        "--yes",
-        "--out",
-        out_dir.path().to_str().unwrap(),
-    ]);
+    let out = run_at(&pod.1, rate, &[], out_dir.path());
     assert!(out.status.success(), "{out:?}");
     let r = record(out_dir.path());
     assert_eq!(r["measured"]["health_before"]["healthy"], true, "{r}");
