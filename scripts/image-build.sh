@@ -67,5 +67,8 @@ if [[ ! -f $archive ]]; then
   lc_buildah rmi "$ref" >/dev/null
   mv "$archive.tmp" "$archive"
   lc_log "built $ref -> $archive ($((SECONDS - t0)) s of buildah)"
+  # Each commit makes a new archive (about 350 MB): keep the newest three.
+  find "$images" -maxdepth 1 -name 'retry-debt-kit-*.tar' -printf '%T@ %p\n' | sort -rn | tail -n +4 |
+    cut -d' ' -f2- | xargs -r rm -f
 fi
 if [[ $want == archive ]]; then echo "$archive"; else echo "$ref"; fi
