@@ -104,8 +104,6 @@ wait "$logs" || true
 grep -q "SIGTERM received" /tmp/rdk-scaled-down-pod.log || fail "$newest's log has no SIGTERM"
 grep -q "stopped" /tmp/rdk-scaled-down-pod.log || fail "$newest did not reach its clean stop (killed?)"
 ok "$newest, removed by scale-down, logged 'SIGTERM received' ... 'stopped'"
-kubectl delete apiservice "$apiservice" >/dev/null
-kubectl delete clusterrolebinding retry-debt-hpa-external-metrics >/dev/null
-kubectl delete clusterrole retry-debt-external-metrics-reader >/dev/null
-kubectl delete namespace "$ns" --timeout=120s >/dev/null || fail "namespace $ns not deleted"
+# What deploy.sh applied, named by the same overlay (the namespace takes the rest with it).
+kubectl kustomize k8s/overlays/first | kubectl delete --timeout=120s -f - >/dev/null || fail "the kit was not removed"
 echo "local-cluster-check: all checks passed in $((SECONDS - t0)) s; the kit is removed again"

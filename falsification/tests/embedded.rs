@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{SERIAL, bin_dir};
+use common::{SERIAL, bin_dir, session_dir};
 
 /// `cargo test -p falsification` does not build the other crates' binaries: build them.
 fn ensure_binaries() {
@@ -79,12 +79,7 @@ fn falsification(args: &[&str], out: &Path) -> Command {
 
 /// The single case directory of a session under `out`.
 fn case_dir(out: &Path) -> PathBuf {
-    let session = std::fs::read_dir(out)
-        .unwrap()
-        .next()
-        .expect("a session directory")
-        .unwrap()
-        .path();
+    let session = session_dir(out);
     assert!(session.join("index.md").is_file());
     std::fs::read_dir(&session)
         .unwrap()
@@ -284,12 +279,7 @@ fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
         );
     }
     assert_no_process_left();
-    let session = std::fs::read_dir(out.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let session = session_dir(out.path());
     let index = std::fs::read_to_string(session.join("index.md")).unwrap();
     assert!(index.contains("0 of 2 cases run"), "{index}");
 }

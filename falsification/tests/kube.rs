@@ -12,6 +12,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+mod common;
+use common::session_dir;
+
 const LOCAL_KUBECONFIG: &str = "/var/lib/retry-debt-kit/local-cluster/kubeconfig";
 
 /// The kubeconfig of a cluster whose API server answers, or why there is none.
@@ -85,13 +88,7 @@ fn f4_without_a_step_on_the_upstream_hpa_leaves_nothing_behind() {
         .stdin(Stdio::null())
         .status()
         .unwrap();
-    let session = std::fs::read_dir(out.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let dir = session.join("F4-paired-no-step");
+    let dir = session_dir(out.path()).join("F4-paired-no-step");
     for f in [
         "experiment.toml",
         "timeseries.csv",

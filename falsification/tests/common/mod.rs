@@ -1,6 +1,8 @@
 //! Helpers shared by the end-to-end tests that start the kit's binaries.
+// Each test file compiles this module and uses only some of it.
+#![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The runs share two cores: one at a time.
@@ -10,4 +12,14 @@ pub static SERIAL: Mutex<()> = Mutex::new(());
 pub fn bin_dir() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_falsification"));
     exe.parent().expect("binary has a directory").to_path_buf()
+}
+
+/// The single session directory a run wrote under `out`.
+pub fn session_dir(out: &Path) -> PathBuf {
+    std::fs::read_dir(out)
+        .unwrap()
+        .next()
+        .expect("a session directory")
+        .unwrap()
+        .path()
 }
