@@ -66,6 +66,9 @@ pub struct PredictArgs {
     /// Skip the request-level model (closed forms and fluid only).
     #[arg(long, env = "FALSIFICATION_NO_REQUEST_LEVEL")]
     pub no_request_level: bool,
+    /// Longest default horizon of an ad-hoc scenario (the default covers the closed-form recovery).
+    #[arg(long, default_value = "100000s", env = "FALSIFICATION_MAX_HORIZON")]
+    pub max_horizon: String,
     #[command(flatten)]
     pub scenario: ScenarioFlags,
 }
@@ -112,7 +115,8 @@ pub struct ScenarioFlags {
     /// Simulated time before the load event [default: 60s].
     #[arg(long, env = "FALSIFICATION_WARMUP")]
     pub warmup: Option<String>,
-    /// Accounting horizon after the load event [default: 3600s].
+    /// Accounting horizon after the load event [default: 3600s; an ad-hoc spike: 1.5 x the
+    /// closed-form recovery + the timeout, when that is longer].
     #[arg(long, env = "FALSIFICATION_HORIZON")]
     pub horizon: Option<String>,
     /// Time step of the fluid model [default: timeout / 200].
@@ -233,7 +237,19 @@ pub fn experiments(args: &PredictArgs) -> anyhow::Result<Vec<Experiment>> {
             .map(|(id, _)| experiment::load_with(id, &overrides))
             .collect::<Result<Vec<_>, _>>()?,
         Some(name) => vec![experiment::load_with(name, &overrides)?],
-        None => vec![experiment::ad_hoc(overrides)?],
+        None => {
+            let mut e = experiment::ad_hoc(overrides)?;
+            if args.scenario.horizon.is_none() {
+                let cap =
+                    experiment::duration("command line", "--max-horizon", Some(&args.max_horizon))?;
+                let s = &mut e.cases[0].scenario;
+                if let Some((horizon, note)) = predict::covering_horizon(s, cap) {
+                    eprintln!("falsification: {note}");
+                    s.horizon_s = horizon;
+                }
+            }
+            vec![e]
+        }
     };
     for e in &mut list {
         for c in &mut e.cases {

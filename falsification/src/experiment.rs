@@ -224,9 +224,14 @@ impl Scenario {
         (1..=n).map(|i| self.retry_delay(i)).sum()
     }
 
+    /// From a request's first attempt to its final outcome (its last attempt timed out).
+    pub fn settled_s(&self) -> f64 {
+        self.attempt_offset(self.retries) + self.timeout_s
+    }
+
     /// The models run until every request started within the horizon has its outcome.
     pub fn end(&self) -> f64 {
-        self.horizon_s + self.attempt_offset(self.retries) + self.timeout_s
+        self.horizon_s + self.settled_s()
     }
 
     /// Amplification `A` of the configured retry policy.

@@ -7,7 +7,13 @@
 //! - **Recovered** (SPEC): the wait is back under the timeout, the backlog has drained (wait at or below
 //!   `drained_wait_s`) and attempts succeed again, for good (to the end of the record). The recovery time
 //!   is counted from the reference (end of a spike, start of a sustained step) to the end of the last row
-//!   that still had a timed-out attempt or an undrained wait.
+//!   that still had a timed-out attempt or an undrained wait. This is the strict recovery the laws
+//!   predict; the **goodput recovery** is what users feel: from the reference to the end of the last
+//!   row whose logical requests succeeded less than 99% of the time.
+//! - **Trapped**: not recovered, and the failed state sustains itself: over the record's last stretch
+//!   the attempts offered are at least what the ready pods serve (work per first attempt times
+//!   utilization at least 1 at the capacity it settled at), or the longest wait did not fall at all.
+//!   A run that is still draining at its end is **not recovered within the horizon**: slow, not trapped.
 //! - **Lost fraction**: logical requests started in the accounting window that failed every attempt,
 //!   over all logical requests started in it.
 
@@ -70,15 +76,29 @@ pub struct Criteria {
     pub from: f64,
     pub to: f64,
     pub drained_wait_s: f64,
+    /// Requests per second one ready pod serves (the capacity the trap is judged against).
+    pub rate_per_pod: f64,
+    /// Length of the last stretch of the record the trap is judged over.
+    pub tail_s: f64,
+    /// From a request's start to its final outcome: rows closer than this to the end of the record
+    /// do not yet know their lost requests, so the goodput recovery ignores them.
+    pub settled_s: f64,
 }
 
 /// The figures every model and every measured run reports.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
-    /// Seconds from the reference until recovered for good; `None` if never (or never triggered).
+    /// Strict: seconds from the reference until no attempt times out and the backlog has drained,
+    /// for good; `None` if not within the record (or never triggered).
     pub recovery_s: Option<f64>,
-    /// Triggered and not recovered by the end of the record.
+    /// Goodput: seconds from the reference until logical requests succeed 99% of the time, for good.
+    pub goodput_recovery_s: Option<f64>,
+    /// Triggered and recovered (strictly) within the record.
+    pub recovered: bool,
+    /// Triggered, not recovered, and the failed state sustains itself (see the module doc).
     pub trapped: bool,
+    /// The accounting horizon the outcome was judged over, seconds from the load event.
+    pub horizon_s: f64,
     /// Some attempt timed out in the accounting window.
     pub triggered: bool,
     pub peak_pods: u32,
@@ -86,14 +106,98 @@ pub struct Outcome {
     pub lost_fraction: Option<f64>,
 }
 
-/// Seconds from `reference` to recovery for good, `None` if the last row is still bad.
-pub fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
-    let bad = |r: &Row| r.timed_out > 0.0 || r.max_wait_s > c.drained_wait_s;
-    match record.rows.iter().rposition(bad) {
-        None => Some(0.0),
-        Some(i) if i + 1 == record.rows.len() => None,
-        Some(i) => Some((record.rows[i].t + record.step_s - c.reference).max(0.0)),
+/// What became of a triggered run (or that it was never triggered), in the one vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    NotTriggered,
+    Recovered,
+    /// Still failing at the end, but draining: it would recover given time.
+    NotRecoveredWithinHorizon,
+    /// Failing at the end, and the failed state sustains itself.
+    Trapped,
+}
+
+impl Outcome {
+    pub fn state(&self) -> State {
+        match (self.triggered, self.recovered, self.trapped) {
+            (false, _, _) => State::NotTriggered,
+            (true, true, _) => State::Recovered,
+            (true, false, true) => State::Trapped,
+            (true, false, false) => State::NotRecoveredWithinHorizon,
+        }
     }
+
+    /// The state in words, with the horizon when the run ended before recovering.
+    pub fn state_text(&self) -> String {
+        match self.state() {
+            State::NotTriggered => "not triggered".into(),
+            State::Recovered => "recovered".into(),
+            State::NotRecoveredWithinHorizon => format!(
+                "not recovered within the {:.0} s horizon (draining, not trapped)",
+                self.horizon_s
+            ),
+            State::Trapped => "trapped".into(),
+        }
+    }
+}
+
+/// Seconds from `reference` to the end of the last row in `rows` that is `bad`; `None` if the
+/// last row is still bad.
+fn for_good(rows: &[Row], step_s: f64, reference: f64, bad: impl Fn(&Row) -> bool) -> Option<f64> {
+    match rows.iter().rposition(bad) {
+        None => Some(0.0),
+        Some(i) if i + 1 == rows.len() => None,
+        Some(i) => Some((rows[i].t + step_s - reference).max(0.0)),
+    }
+}
+
+/// Strict: seconds from `reference` to recovery for good, `None` if the last row is still bad.
+pub fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
+    for_good(&record.rows, record.step_s, c.reference, |r| {
+        r.timed_out > 0.0 || r.max_wait_s > c.drained_wait_s
+    })
+}
+
+/// Goodput: seconds from `reference` until logical requests succeed 99% of the time for good,
+/// over the rows whose requests have their final outcome.
+pub fn goodput_recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
+    let end = record.rows.last().map_or(0.0, |r| r.t + record.step_s);
+    let known = record
+        .rows
+        .iter()
+        .take_while(|r| r.t + record.step_s + c.settled_s <= end + 1e-9)
+        .count();
+    for_good(&record.rows[..known], record.step_s, c.reference, |r| {
+        r.first_attempts > 0.0 && r.lost > 0.01 * r.first_attempts
+    })
+}
+
+/// Whether a record still failing at its end sustains the failure: over its last `tail_s` the
+/// attempts offered reach the ready pods' capacity, or the longest wait did not fall.
+pub fn self_sustaining(record: &Record, c: &Criteria) -> bool {
+    let end = record.rows.last().map_or(0.0, |r| r.t + record.step_s);
+    let tail: Vec<&Row> = record
+        .rows
+        .iter()
+        .filter(|r| r.t >= end - c.tail_s - 1e-9)
+        .collect();
+    let (offered, capacity) = tail.iter().fold((0.0, 0.0), |(o, cap), r| {
+        (
+            o + r.attempts,
+            cap + f64::from(r.pods_ready) * c.rate_per_pod * record.step_s,
+        )
+    });
+    // The wait at the start and at the end of the stretch, each over a fifth of it.
+    let part = (tail.len() / 5).max(1);
+    let wait = |rows: &[&Row]| rows.iter().map(|r| r.max_wait_s).sum::<f64>() / rows.len() as f64;
+    let (first, last) = (
+        wait(&tail[..part.min(tail.len())]),
+        wait(&tail[tail.len().saturating_sub(part)..]),
+    );
+    // A record without waits (a staging target's) is judged by the load alone.
+    let wait_known = tail.iter().any(|r| r.max_wait_s > 0.0);
+    offered >= capacity || (wait_known && last >= first)
 }
 
 fn in_window<'a>(record: &'a Record, c: &Criteria) -> impl Iterator<Item = &'a Row> {
@@ -117,10 +221,14 @@ pub fn triggered(record: &Record, c: &Criteria) -> bool {
 
 pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
     let triggered = triggered(record, c);
-    let recovery = recovery_s(record, c);
+    let recovery = recovery_s(record, c).filter(|_| triggered);
+    let recovered = recovery.is_some();
     Outcome {
-        recovery_s: if triggered { recovery } else { None },
-        trapped: triggered && recovery.is_none(),
+        recovery_s: recovery,
+        goodput_recovery_s: goodput_recovery_s(record, c).filter(|_| triggered),
+        recovered,
+        trapped: triggered && !recovered && self_sustaining(record, c),
+        horizon_s: c.to,
         triggered,
         peak_pods: in_window(record, c)
             .map(|r| r.pods_ready)
@@ -143,19 +251,55 @@ pub struct Expect {
     pub max_final_pods: Option<u32>,
 }
 
+/// What a refutation rule made of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Judgement {
+    Held,
+    Refuted,
+    /// The run cannot decide: it ended while still draining, or its noise can move what is judged.
+    Inconclusive,
+}
+
+impl Judgement {
+    pub fn word(self) -> &'static str {
+        match self {
+            Judgement::Held => "held",
+            Judgement::Refuted => "refuted",
+            Judgement::Inconclusive => "inconclusive",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
-    pub held: bool,
+    pub judgement: Judgement,
     pub reason: String,
 }
 
+impl Verdict {
+    pub fn held(&self) -> bool {
+        self.judgement == Judgement::Held
+    }
+}
+
+/// What a verdict rests on besides the outcome.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Evidence {
+    /// The prediction's recovery time, for a run that ended before recovering.
+    pub predicted_recovery_s: Option<f64>,
+    /// Why the run cannot resolve its steady-state pod count (the noise of one metric window
+    /// against the HPA's tolerance), when it cannot.
+    pub pods_unresolved: Option<String>,
+}
+
 /// Applies the rule to an outcome (measured or modelled).
-pub fn verdict(expect: &Expect, o: &Outcome) -> Verdict {
-    let mut broken = Vec::new();
+pub fn verdict(expect: &Expect, o: &Outcome, evidence: &Evidence) -> Verdict {
+    let (mut refuted, mut undecided) = (Vec::new(), Vec::new());
     if let Some(t) = expect.triggered
         && t != o.triggered
     {
-        broken.push(
+        refuted.push(
             if o.triggered {
                 "attempts timed out without a trigger"
             } else {
@@ -165,27 +309,44 @@ pub fn verdict(expect: &Expect, o: &Outcome) -> Verdict {
         );
     }
     if let Some(r) = expect.recovers {
-        let recovered = o.triggered && !o.trapped;
-        if r && o.trapped {
-            broken.push("stayed failed".to_string());
-        }
-        if !r && recovered {
-            broken.push("recovered on its own".to_string());
+        match (r, o.state()) {
+            (true, State::Trapped) => {
+                refuted.push("stayed failed (trapped: the failure sustains itself)".to_string())
+            }
+            (true, State::NotRecoveredWithinHorizon) => undecided.push(format!(
+                "not recovered within the {:.0} s it ran (predicted recovery at {}); still draining",
+                o.horizon_s,
+                evidence
+                    .predicted_recovery_s
+                    .map_or("none".to_string(), |t| format!("{t:.0} s")),
+            )),
+            (false, State::Recovered) => refuted.push("recovered on its own".to_string()),
+            (false, State::NotRecoveredWithinHorizon) => refuted.push(
+                "not trapped: still failing at the end, but draining (the failure does not sustain itself)"
+                    .to_string(),
+            ),
+            _ => {}
         }
     }
     if let Some(m) = expect.max_final_pods
         && o.final_pods > m
     {
-        broken.push(format!("holds {} pods, more than {m}", o.final_pods));
+        let held = format!("holds {} pods, more than {m}", o.final_pods);
+        match &evidence.pods_unresolved {
+            Some(why) => undecided.push(format!("{held}: inconclusive at this scale ({why})")),
+            None => refuted.push(held),
+        }
     }
-    let held = broken.is_empty();
+    let (judgement, reasons) = if !refuted.is_empty() {
+        (Judgement::Refuted, refuted)
+    } else if !undecided.is_empty() {
+        (Judgement::Inconclusive, undecided)
+    } else {
+        (Judgement::Held, vec!["as predicted".to_string()])
+    };
     Verdict {
-        held,
-        reason: if held {
-            "as predicted".to_string()
-        } else {
-            broken.join("; ")
-        },
+        judgement,
+        reason: reasons.join("; "),
     }
 }
 
@@ -212,6 +373,10 @@ mod tests {
             from: 0.0,
             to: 10.0,
             drained_wait_s: 0.5,
+            // 4 pods x 30/s = 120/s of capacity against the rows' 100 attempts/s.
+            rate_per_pod: 30.0,
+            tail_s: 5.0,
+            settled_s: 2.0,
         }
     }
 
@@ -229,14 +394,53 @@ mod tests {
     }
 
     #[test]
-    fn still_bad_at_the_end_is_trapped() {
+    fn failing_at_the_end_without_draining_is_trapped() {
         let r = Record {
             step_s: 1.0,
             rows: (0..10).map(|t| row(f64::from(t), 1.0, 20.0)).collect(),
         };
         let o = evaluate(&r, &criteria());
-        assert!(o.trapped);
+        assert!(o.trapped && !o.recovered);
+        assert_eq!(o.state(), State::Trapped);
         assert_eq!(o.recovery_s, None);
+    }
+
+    #[test]
+    fn failing_at_the_end_while_draining_is_not_recovered_within_the_horizon() {
+        // The wait falls 2 s per second under capacity: slow, not trapped.
+        let rows = (0..10)
+            .map(|t| row(f64::from(t), 1.0, 40.0 - 2.0 * f64::from(t)))
+            .collect();
+        let o = evaluate(&Record { step_s: 1.0, rows }, &criteria());
+        assert!(o.triggered && !o.recovered && !o.trapped, "{o:?}");
+        assert_eq!(o.state(), State::NotRecoveredWithinHorizon);
+        assert!(
+            o.state_text()
+                .contains("not recovered within the 10 s horizon")
+        );
+    }
+
+    #[test]
+    fn attempts_beyond_capacity_are_trapped_even_while_the_wait_wobbles() {
+        let mut c = criteria();
+        c.rate_per_pod = 20.0; // 80/s of capacity against 100 attempts/s
+        let rows = (0..10)
+            .map(|t| row(f64::from(t), 1.0, 40.0 - 2.0 * f64::from(t)))
+            .collect();
+        assert!(evaluate(&Record { step_s: 1.0, rows }, &c).trapped);
+    }
+
+    #[test]
+    fn goodput_recovers_when_requests_succeed_again_before_the_strict_recovery() {
+        let mut rows: Vec<Row> = (0..10).map(|t| row(f64::from(t), 0.0, 0.0)).collect();
+        rows[2].lost = 50.0;
+        rows[3].lost = 0.5; // 0.5% lost: good enough for users
+        rows[5].max_wait_s = 3.0; // the backlog drains later
+        rows[9].lost = 80.0; // not yet settled: ignored
+        rows[2].timed_out = 50.0;
+        let o = evaluate(&Record { step_s: 1.0, rows }, &criteria());
+        assert_eq!(o.goodput_recovery_s, Some(1.0));
+        assert_eq!(o.recovery_s, Some(4.0));
     }
 
     #[test]
@@ -262,55 +466,81 @@ mod tests {
         assert_eq!(lost_fraction(&r, &criteria()), Some(0.5));
     }
 
-    #[test]
-    fn verdicts() {
-        let trapped = Outcome {
-            recovery_s: None,
-            trapped: true,
-            triggered: true,
+    fn outcome(triggered: bool, recovered: bool, trapped: bool) -> Outcome {
+        Outcome {
+            recovery_s: recovered.then_some(100.0),
+            goodput_recovery_s: recovered.then_some(80.0),
+            recovered,
+            trapped,
+            horizon_s: 1000.0,
+            triggered,
             peak_pods: 20,
             final_pods: 20,
             lost_fraction: Some(0.99),
-        };
-        assert!(
-            verdict(
-                &Expect {
-                    recovers: Some(false),
-                    ..Default::default()
-                },
-                &trapped
-            )
-            .held
-        );
-        let v = verdict(
-            &Expect {
-                recovers: Some(true),
-                ..Default::default()
-            },
-            &trapped,
+        }
+    }
+
+    fn expect(recovers: Option<bool>, max_final_pods: Option<u32>) -> Expect {
+        Expect {
+            recovers,
+            max_final_pods,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let none = Evidence::default();
+        let trapped = outcome(true, false, true);
+        let draining = outcome(true, false, false);
+        let recovered = outcome(true, true, false);
+        let judge = |e: &Expect, o: &Outcome| verdict(e, o, &none).judgement;
+        assert_eq!(judge(&expect(Some(false), None), &trapped), Judgement::Held);
+        assert_eq!(
+            judge(&expect(Some(false), None), &recovered),
+            Judgement::Refuted
         );
         assert_eq!(
-            v,
-            Verdict {
-                held: false,
-                reason: "stayed failed".into()
-            }
+            judge(&expect(Some(false), None), &draining),
+            Judgement::Refuted
         );
+        let v = verdict(&expect(Some(true), None), &trapped, &none);
+        assert_eq!(v.judgement, Judgement::Refuted);
+        assert!(v.reason.starts_with("stayed failed"));
+        assert_eq!(
+            judge(&expect(Some(true), None), &recovered),
+            Judgement::Held
+        );
+        // Ended before recovering while still draining: never refuted on that ground alone.
         let v = verdict(
-            &Expect {
-                max_final_pods: Some(4),
-                ..Default::default()
+            &expect(Some(true), None),
+            &draining,
+            &Evidence {
+                predicted_recovery_s: Some(1580.0),
+                ..Evidence::default()
             },
-            &trapped,
         );
-        assert!(!v.held && v.reason.contains("20 pods"));
-        let v = verdict(
-            &Expect {
-                triggered: Some(false),
-                ..Default::default()
-            },
-            &trapped,
+        assert_eq!(v.judgement, Judgement::Inconclusive);
+        assert!(
+            v.reason
+                .contains("not recovered within the 1000 s it ran (predicted recovery at 1580 s)"),
+            "{}",
+            v.reason
         );
-        assert!(!v.held);
+        let v = verdict(&expect(None, Some(4)), &trapped, &none);
+        assert_eq!(v.judgement, Judgement::Refuted);
+        assert!(v.reason.contains("20 pods"));
+        let noisy = Evidence {
+            pods_unresolved: Some("noise 5.8% of one window".into()),
+            ..Evidence::default()
+        };
+        let v = verdict(&expect(None, Some(4)), &trapped, &noisy);
+        assert_eq!(v.judgement, Judgement::Inconclusive);
+        assert!(v.reason.contains("inconclusive at this scale (noise 5.8%"));
+        let untriggered = Expect {
+            triggered: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(judge(&untriggered, &trapped), Judgement::Refuted);
     }
 }

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::experiment::{Case, Experiment, LoadEvent, Scenario, Topology};
 use crate::hpa::HpaError;
-use crate::outcome::{self, Criteria, Outcome, Verdict};
+use crate::outcome::{self, Criteria, Evidence, Outcome, Verdict};
 use crate::{des, fluid, laws};
 
 /// The request-level model over seeds: the median run's figures, the spread, and every run.
@@ -74,7 +74,33 @@ pub fn criteria(s: &Scenario) -> Criteria {
         from: 0.0,
         to: s.horizon_s,
         drained_wait_s: s.drained_wait_s,
+        rate_per_pod: s.rate_per_pod,
+        // Two whole retry chains, or a tenth of the horizon: long enough for the attempts offered
+        // to reflect the state the run settled in.
+        tail_s: (2.0 * s.settled_s()).max(s.horizon_s / 10.0),
+        settled_s: s.settled_s(),
     }
+}
+
+/// The horizon an ad-hoc scenario gets when none is given: long enough to see the closed-form
+/// recovery (1.5 times it plus the timeout, from the spike's end), so a slow recovery is not
+/// mistaken for none; at most `cap_s`. `None` when there is no closed-form recovery to cover or
+/// the given horizon already covers it. The note says what was chosen, and why.
+pub fn covering_horizon(s: &Scenario, cap_s: f64) -> Option<(f64, String)> {
+    let recovery = closed_form(s).recovery_s?;
+    let want = s.recovery_reference() + 1.5 * recovery + s.timeout_s;
+    if want <= s.horizon_s {
+        return None;
+    }
+    let horizon = want.min(cap_s);
+    let mut note = format!(
+        "horizon {horizon:.0} s: the closed-form recovery is {recovery:.0} s after the spike, so the \
+         models run to 1.5 times it plus the timeout"
+    );
+    if horizon < want {
+        note += &format!(" (capped from {want:.0} s; lift it with --max-horizon)");
+    }
+    Some((horizon, note))
 }
 
 /// The pooled or per-pod fluid prediction.
@@ -114,14 +140,15 @@ pub fn closed_form(s: &Scenario) -> Outcome {
             }
             _ => None,
         };
+        // The laws' recovery is the backlog drained; requests succeed again a timeout's drain
+        // earlier, once the wait falls under the timeout.
+        let goodput_recovery_s = recovery_s.map(|r| (r - tau / (1.0 - rho)).max(0.0));
         // Lost: requests started while every attempt fails, from the trigger until the wait falls back.
-        let lost_fraction = match (s.event, recovery_s) {
-            (LoadEvent::Spike { duration_s, .. }, Some(rec)) => {
+        let lost_fraction = match (s.event, goodput_recovery_s) {
+            (LoadEvent::Spike { duration_s, .. }, Some(good)) => {
                 let t0 = laws::time_to_trigger(k, rho, tau).unwrap_or(0.0);
                 // Only what falls inside the accounting horizon counts.
-                let failing_after = (rec - tau / (1.0 - rho))
-                    .min(s.horizon_s - duration_s)
-                    .max(0.0);
+                let failing_after = good.min(s.horizon_s - duration_s);
                 let lost = k * lambda * (duration_s.min(s.horizon_s) - t0).max(0.0)
                     + lambda * failing_after;
                 Some(lost / (lambda * (s.horizon_s + (k - 1.0) * duration_s)))
@@ -131,7 +158,10 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         };
         return Outcome {
             recovery_s,
+            goodput_recovery_s,
+            recovered: recovery_s.is_some(),
             trapped,
+            horizon_s: s.horizon_s,
             triggered,
             peak_pods: s.pods,
             final_pods: s.pods,
@@ -170,8 +200,12 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         None
     };
     Outcome {
+        // The laws say whether the autoscaled service escapes, not when.
         recovery_s: None,
+        goodput_recovery_s: None,
+        recovered: triggered && !trapped,
         trapped,
+        horizon_s: s.horizon_s,
         triggered,
         peak_pods: if triggered { peak } else { first },
         final_pods: first,
@@ -293,7 +327,7 @@ pub fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
             fluid_per_pod: relative(per_pod.recovery_s, p),
             request_level: relative(request.as_ref().and_then(|r| r.median.recovery_s), p),
         },
-        verdict_fluid_pooled: outcome::verdict(&case.expect, &pooled),
+        verdict_fluid_pooled: outcome::verdict(&case.expect, &pooled, &Evidence::default()),
         closed_form: closed,
         fluid_pooled: pooled,
         fluid_per_pod: per_pod,

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::outcome::Outcome;
+use crate::outcome::{Judgement, Outcome, State};
 use crate::predict::{CasePrediction, ExperimentPrediction};
 
 /// Pretty JSON of one or more experiments' predictions.
@@ -29,21 +29,30 @@ fn diff(v: Option<f64>) -> String {
     v.map_or(String::new(), |d| format!("{:+.1}%", d * 100.0))
 }
 
-fn yes(b: bool) -> &'static str {
-    if b { "yes" } else { "no" }
+/// A model's state in one short cell: trapped is a self-sustaining failure, not a slow recovery.
+pub fn state_cell(o: &Outcome) -> String {
+    match o.state() {
+        State::NotTriggered => "not triggered".into(),
+        State::Recovered => "recovered".into(),
+        State::Trapped => "trapped".into(),
+        State::NotRecoveredWithinHorizon => format!("not in {:.0} s", o.horizon_s),
+    }
 }
 
 fn line(out: &mut String, model: &str, o: &Outcome, extra: &str) {
-    let recovery = if o.triggered {
-        secs(o.recovery_s)
-    } else {
-        "not triggered".to_string()
+    // "never" only for a trap; a run still draining at its horizon recovers later than it.
+    let time = |t: Option<f64>| match (o.state(), t) {
+        (State::NotTriggered, _) => "-".to_string(),
+        (_, Some(t)) => secs(Some(t)),
+        (State::Recovered, None) => "-".to_string(),
+        (State::Trapped, None) => "never".to_string(),
+        (State::NotRecoveredWithinHorizon, None) => format!("> {:.0} s", o.horizon_s),
     };
+    let (recovery, goodput) = (time(o.recovery_s), time(o.goodput_recovery_s));
     let _ = writeln!(
         out,
-        "  {model:<15} {recovery:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}  {extra}",
-        yes(o.trapped),
-        yes(o.triggered),
+        "  {model:<15} {recovery:>10}  {goodput:>10}  {:>16}  {:>4}  {:>5}  {:>8}  {extra}",
+        state_cell(o),
         o.peak_pods,
         o.final_pods,
         pct(o.lost_fraction),
@@ -67,13 +76,13 @@ fn case_text(out: &mut String, c: &CasePrediction) {
     }
     let _ = writeln!(
         out,
-        "  {:<15} {:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}  vs published",
-        "model", "recovery", "trapped", "triggered", "peak", "final", "lost"
+        "  {:<15} {:>10}  {:>10}  {:>16}  {:>4}  {:>5}  {:>8}  vs published",
+        "model", "recovery", "goodput", "state", "peak", "final", "lost"
     );
     let p = &c.published;
     let _ = writeln!(
         out,
-        "  {:<15} {:>14}  {:>7}  {:>9}  {:>4}  {:>5}  {:>8}",
+        "  {:<15} {:>10}  {:>10}  {:>16}  {:>4}  {:>5}  {:>8}",
         "published",
         p.recovery_s.map_or(
             if p.trapped == Some(true) {
@@ -83,8 +92,9 @@ fn case_text(out: &mut String, c: &CasePrediction) {
             },
             |r| secs(Some(r))
         ),
-        p.trapped.map_or("-", yes),
         "",
+        p.trapped
+            .map_or("-", |t| if t { "trapped" } else { "recovers" }),
         p.peak_pods.map_or("-".into(), |v| v.to_string()),
         p.final_pods.map_or("-".into(), |v| v.to_string()),
         pct(p.lost_fraction),
@@ -120,10 +130,10 @@ fn case_text(out: &mut String, c: &CasePrediction) {
     let _ = writeln!(
         out,
         "  refutation rule on the pooled fluid: {}",
-        if v.held {
-            "holds".to_string()
-        } else {
-            format!("REFUTED: {}", v.reason)
+        match v.judgement {
+            Judgement::Held => "holds".to_string(),
+            Judgement::Refuted => format!("REFUTED: {}", v.reason),
+            Judgement::Inconclusive => format!("inconclusive: {}", v.reason),
         }
     );
 }

@@ -124,6 +124,13 @@ pub struct Plan {
     pub max_rate: Option<f64>,
 }
 
+impl Plan {
+    /// From a request's first attempt to its final outcome: R + 1 timeouts.
+    pub fn lost_after_s(&self) -> f64 {
+        f64::from(self.retries + 1) * self.timeout_s
+    }
+}
+
 /// A duration flag in seconds (the experiment files' parser and error).
 fn secs(flag: &'static str, text: &str) -> anyhow::Result<f64> {
     Ok(experiment::duration("command line", flag, Some(text))?)
@@ -464,11 +471,14 @@ pub fn measured_record(rows: &[LoadRow], p: &Plan) -> Record {
             t: r.second - p.before_s,
             first_attempts: r.first_attempts,
             attempts: r.attempts,
+            // The target counts as one pod of the capacity the plan assumes.
+            pods_ready: 1,
+            pods_desired: 1,
             ..Row::default()
         })
         .collect();
     let back = |i: usize, by: f64| i.checked_sub(by.round() as usize);
-    let lost_after = f64::from(p.retries + 1) * p.timeout_s;
+    let lost_after = p.lost_after_s();
     for (i, r) in rows.iter().enumerate() {
         if let Some(j) = back(i, p.timeout_s).filter(|j| *j < n) {
             out[j].timed_out += r.timeouts;
@@ -509,6 +519,10 @@ pub fn measure(
         from: 0.0,
         to: record.rows.last().map_or(0.0, |r| r.t + 1.0),
         drained_wait_s: 0.0,
+        // Unknown capacity (no --rate) cannot be reached: then only a recovery decides.
+        rate_per_pod: p.rate.map_or(f64::INFINITY, |r| r / p.rho),
+        tail_s: (2.0 * p.lost_after_s()).max(p.observe_s / 10.0),
+        settled_s: 0.0,
     };
     let outcome = outcome::evaluate(record, &c);
     let from = p.spike_s + f64::from(p.retries) * p.timeout_s;
@@ -701,7 +715,7 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
     }
     let max_duration = match a.max_duration.as_deref() {
         Some(t) => secs("--max-duration", t)?,
-        None => p.length_s + f64::from(p.retries + 1) * p.timeout_s + 2.0,
+        None => p.length_s + p.lost_after_s() + 2.0,
     };
     if max_duration <= 0.0 {
         bail!("max-duration: {max_duration} s must be positive");

@@ -99,7 +99,10 @@ fn json_contract_has_every_model_and_field() {
     ] {
         for field in [
             "recovery_s",
+            "goodput_recovery_s",
+            "recovered",
             "trapped",
+            "horizon_s",
             "triggered",
             "peak_pods",
             "final_pods",
@@ -116,6 +119,101 @@ fn json_contract_has_every_model_and_field() {
     // rho 0.25, 5x for 30 s (run time): A rho = 0.75, recovers.
     assert_eq!(case["fluid_pooled"]["trapped"], false);
     assert!(case["fluid_pooled"]["recovery_s"].as_f64().unwrap() > 0.0);
+}
+
+/// The pooled fluid of an ad-hoc `predict` with these flags (and the default horizon).
+fn ad_hoc_pooled(flags: &[&str]) -> (f64, serde_json::Value) {
+    let mut argv = vec!["falsification", "predict", "--no-request-level"];
+    argv.extend_from_slice(flags);
+    let a = args(&argv);
+    let e = cli::experiments(&a).unwrap();
+    let p = predict::predict(&e[0], 1.0).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&report::json(&[p]).unwrap()).unwrap();
+    (
+        e[0].cases[0].scenario.horizon_s,
+        v["cases"][0]["fluid_pooled"].clone(),
+    )
+}
+
+#[test]
+fn a_slow_recovery_is_not_called_trapped() {
+    // A rho = 0.9: the closed form says 9,814 s. The default horizon covers it, and the fluid
+    // recovers at about 9,733 s (it said "never, trapped" with the old 3,600 s horizon).
+    let (horizon, o) = ad_hoc_pooled(&[
+        "--pods",
+        "4",
+        "--rate-per-pod",
+        "100",
+        "--rho",
+        "0.3",
+        "--retries",
+        "2",
+        "--timeout",
+        "10s",
+        "--spike",
+        "5x300s",
+        "--fluid-dt",
+        "100ms",
+    ]);
+    assert!(
+        (horizon - (300.0 + 1.5 * 9814.0 + 10.0)).abs() < 20.0,
+        "{horizon}"
+    );
+    let r = o["recovery_s"].as_f64().expect("recovers");
+    assert!((r - 9733.0).abs() <= 0.01 * 9733.0, "{r}");
+    assert_eq!(
+        (o["trapped"].as_bool(), o["recovered"].as_bool()),
+        (Some(false), Some(true))
+    );
+    // A budget of 0.1 at rho 0.8: A rho = 0.88, slow but not trapped.
+    let (_, o) = ad_hoc_pooled(&[
+        "--rho",
+        "0.8",
+        "--spike",
+        "10x300s",
+        "--retry-budget",
+        "0.1",
+        "--fluid-dt",
+        "100ms",
+    ]);
+    assert_eq!(o["trapped"], false, "{o}");
+    // A first-attempt HPA at 33% (31 pods for 1,000/s): settles at A rho = 0.97, drains too slowly for the 3,600 s
+    // horizon, which says so instead of "trapped".
+    let (horizon, o) = ad_hoc_pooled(&[
+        "--hpa",
+        "first",
+        "--target",
+        "0.33",
+        "--step",
+        "10x",
+        "--rho",
+        "0.25",
+        "--fluid-dt",
+        "100ms",
+    ]);
+    assert_eq!(horizon, 3600.0);
+    assert_eq!(o["trapped"], false, "{o}");
+    // A rho = 1.2 stays trapped whatever the horizon.
+    let (_, o) = ad_hoc_pooled(&["--rho", "0.4", "--spike", "5x300s", "--fluid-dt", "100ms"]);
+    assert_eq!(
+        (o["trapped"].as_bool(), o["recovered"].as_bool()),
+        (Some(true), Some(false))
+    );
+    // The cap holds a long horizon back, and says where to lift it.
+    let a = args(&[
+        "falsification",
+        "predict",
+        "--rho",
+        "0.3",
+        "--spike",
+        "5x300s",
+        "--max-horizon",
+        "5000s",
+    ]);
+    assert_eq!(
+        cli::experiments(&a).unwrap()[0].cases[0].scenario.horizon_s,
+        5000.0
+    );
 }
 
 #[test]

@@ -182,10 +182,16 @@ fn f4_paired_step_follows_the_per_pod_prediction() {
     let m = &s["measured"];
     let p = &s["predicted_experiment_time"]["fluid_per_pod"];
     assert_eq!(s["complete"], true);
-    // The verdict is whatever the per-pod model predicts for this configuration.
-    let predicted_trapped = p["trapped"].as_bool().unwrap();
-    assert_eq!(m["trapped"].as_bool().unwrap(), predicted_trapped, "{s}");
-    let expected = if predicted_trapped { "refuted" } else { "held" };
+    // The verdict is whatever the per-pod model predicts for this configuration: held if it
+    // recovers, refuted if trapped, inconclusive if still draining at the horizon.
+    for state in ["recovered", "trapped"] {
+        assert_eq!(m[state], p[state], "{state}: {s}");
+    }
+    let expected = match (p["recovered"].as_bool(), p["trapped"].as_bool()) {
+        (Some(true), _) => "held",
+        (_, Some(true)) => "refuted",
+        _ => "inconclusive",
+    };
     assert_eq!(s["verdict"], expected);
     if let (Some(a), Some(b)) = (m["recovery_s"].as_f64(), p["recovery_s"].as_f64()) {
         assert!(within(a, b, 0.15, 20.0), "recovery {a} vs per pod {b}");
@@ -211,6 +217,32 @@ fn f4_paired_step_follows_the_per_pod_prediction() {
     // The controller read the meter's API and scaled: decisions were recorded.
     let decisions = std::fs::read_to_string(dir.join("decisions.csv")).unwrap();
     assert!(decisions.lines().any(|l| l.contains(",true,")));
+}
+
+#[test]
+fn a_run_too_short_to_recover_is_not_recovered_within_its_horizon() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // F2 at 30% recovers some 9,700 s after its spike; 500 s after it the debt is still draining.
+    let (_out, dir, s) = run_case(&["run", "F2", "--case", "rho-30", "--horizon", "800s"]);
+    let m = &s["measured"];
+    assert_eq!(s["complete"], true);
+    assert_eq!(
+        (m["triggered"].as_bool(), m["recovered"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(m["trapped"], false, "A rho = 0.9 drains: {s}");
+    assert_eq!(m["horizon_s"].as_f64(), Some(800.0));
+    assert_eq!(s["verdict"], "inconclusive", "{s}");
+    let reason = s["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not recovered within the 800 s it ran (predicted recovery at"),
+        "{reason}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("not recovered within the 800 s horizon"),
+        "{report}"
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the whole file runs in seconds in debug builds; the full-length checks are in scripts/bench-model.sh.
 
 use falsification::experiment::{self, Abandoned, Case, Scenario, Topology};
-use falsification::outcome::{self, Outcome};
+use falsification::outcome::{self, Evidence, Outcome};
 use falsification::predict::{self, criteria};
 use falsification::{des, fluid};
 
@@ -33,12 +33,12 @@ fn f2_pooled_fluid_matches_published_within_2_percent() {
     let r = o.recovery_s.expect("30% recovers");
     assert!(within(r, 9756.0, 0.02), "recovery {r}");
     assert!(o.triggered && !o.trapped);
-    assert!(outcome::verdict(&c.expect, &o).held);
+    assert!(outcome::verdict(&c.expect, &o, &Evidence::default()).held());
 
     let c = case("F2", "rho-40");
     let o = fluid(&c.scenario, Topology::Pooled);
     assert!(o.trapped && o.recovery_s.is_none(), "{o:?}");
-    assert!(outcome::verdict(&c.expect, &o).held);
+    assert!(outcome::verdict(&c.expect, &o, &Evidence::default()).held());
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn f3_first_attempt_trapped_at_20_losing_99_3_percent() {
     assert_eq!((o.peak_pods, o.final_pods), (20, 20));
     let lost = o.lost_fraction.unwrap();
     assert!((lost - 0.993).abs() <= 0.01, "lost {lost}");
-    assert!(outcome::verdict(&c.expect, &o).held);
+    assert!(outcome::verdict(&c.expect, &o, &Evidence::default()).held());
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn f4_paired_recovers_like_ingress_and_holds_4_pods_without_a_step() {
     let o = fluid(&c.scenario, Topology::Pooled);
     assert!(!o.triggered);
     assert_eq!((o.peak_pods, o.final_pods), (4, 4));
-    assert!(outcome::verdict(&c.expect, &o).held);
+    assert!(outcome::verdict(&c.expect, &o, &Evidence::default()).held());
 }
 
 #[test]

@@ -53,10 +53,20 @@ pub fn figures(emulated: &CaseResult, upstream: &CaseResult, time_scale: f64) ->
             },
         },
         Figure {
-            figure: "trapped".into(),
-            emulated: m.trapped.to_string(),
-            upstream: u.trapped.to_string(),
-            within_band: m.trapped == u.trapped,
+            figure: "goodput recovery".into(),
+            emulated: secs(m.goodput_recovery_s),
+            upstream: secs(u.goodput_recovery_s),
+            within_band: match (m.goodput_recovery_s, u.goodput_recovery_s) {
+                (Some(a), Some(b)) => close(a, b, row_slack),
+                (None, None) => true,
+                _ => false,
+            },
+        },
+        Figure {
+            figure: "state".into(),
+            emulated: m.state_text(),
+            upstream: u.state_text(),
+            within_band: m.state() == u.state(),
         },
         Figure {
             figure: "peak pods".into(),
@@ -261,7 +271,10 @@ mod tests {
     fn result(recovery: Option<f64>, peak: u32, lost: f64) -> CaseResult {
         let o = Outcome {
             recovery_s: recovery,
+            goodput_recovery_s: recovery,
+            recovered: recovery.is_some(),
             trapped: recovery.is_none(),
+            horizon_s: 1000.0,
             peak_pods: peak,
             final_pods: 20,
             lost_fraction: Some(lost),
@@ -300,6 +313,15 @@ mod tests {
             .filter(|x| !x.within_band)
             .map(|x| x.figure.as_str())
             .collect();
-        assert_eq!(out, ["recovery", "trapped", "peak pods", "lost demand"]);
+        assert_eq!(
+            out,
+            [
+                "recovery",
+                "goodput recovery",
+                "state",
+                "peak pods",
+                "lost demand"
+            ]
+        );
     }
 }

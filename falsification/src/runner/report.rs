@@ -10,7 +10,7 @@ use super::record::{self, Sample};
 use super::{CaseResult, Description, Measured, RunOptions};
 use crate::cluster::PodEventKind;
 use crate::experiment::{Case, Experiment, Scenario};
-use crate::outcome::{self, Criteria, Outcome, Verdict};
+use crate::outcome::{self, Criteria, Evidence, Judgement, Outcome, State, Verdict};
 use crate::predict::{self, ExperimentPrediction};
 use crate::{experiment::Topology, fluid};
 
@@ -185,7 +185,7 @@ pub fn agrees(m: &Outcome, p: &Outcome, step: f64) -> bool {
         (Some(a), Some(b)) => (a - b).abs() <= LOST_BAND,
         _ => true,
     };
-    m.trapped == p.trapped
+    m.state() == p.state()
         && m.triggered == p.triggered
         && recovery
         && lost
@@ -301,25 +301,36 @@ pub fn finish(
     };
     let prediction = predict::predict(&ran_experiment, s)?;
     let p = &prediction.cases[0];
+    let exp = |o: &Outcome| record::in_experiment_time(o, s);
+    let measured_exp = exp(&run_outcome);
     let verdict = if m.complete {
-        outcome::verdict(&case.expect, &run_outcome)
+        // The cluster queues per pod: its prediction first, then the pooled one, then the laws'
+        // (which need no horizon, so a run too short for the models still gets a figure).
+        let predicted = p
+            .fluid_per_pod
+            .recovery_s
+            .or(p.fluid_pooled.recovery_s)
+            .or(p.closed_form.recovery_s);
+        let evidence = Evidence {
+            predicted_recovery_s: predicted.map(|r| r * s),
+            pods_unresolved: None,
+        };
+        outcome::verdict(&case.expect, &measured_exp, &evidence)
     } else {
         Verdict {
-            held: false,
+            judgement: Judgement::Inconclusive,
             reason: format!(
                 "interrupted at {:.0} s of experiment time; no verdict",
                 m.samples.last().map_or(-rs.warmup_s, |x| x.t) * s
             ),
         }
     };
-    let verdict_word = match (m.complete, verdict.held) {
-        (false, _) => "incomplete",
-        (true, true) => "held",
-        (true, false) => "refuted",
+    let verdict_word = if m.complete {
+        verdict.judgement.word()
+    } else {
+        "incomplete"
     };
     let matches = matches(&run_outcome, &p.fluid_pooled, &p.fluid_per_pod, step);
-    let exp = |o: &Outcome| record::in_experiment_time(o, s);
-    let measured_exp = exp(&run_outcome);
     let crashes = m
         .pod_events
         .iter()
@@ -451,22 +462,31 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |f| format!("{:.1}%", f * 100.0))
 }
 
+/// Strict recovery, or why there is none: never triggered, trapped, or not within the horizon.
 fn recovery_cell(o: &Outcome) -> String {
-    if o.triggered {
-        secs(o.recovery_s)
-    } else {
-        "not triggered".into()
+    match o.state() {
+        State::Recovered => secs(o.recovery_s),
+        _ => crate::report::state_cell(o),
+    }
+}
+
+/// Goodput recovery (requests succeed 99% of the time again, for good).
+fn goodput_cell(o: &Outcome) -> String {
+    match (o.triggered, o.goodput_recovery_s) {
+        (false, _) => "-".into(),
+        (true, Some(g)) => format!("{g:.0} s"),
+        (true, None) => format!("not in {:.0} s", o.horizon_s),
     }
 }
 
 /// One comparison line per figure where the measurement leaves the band around a prediction.
 fn differences(m: &Outcome, p: &Outcome, model: &str) -> Vec<String> {
     let mut out = Vec::new();
-    if m.trapped != p.trapped {
+    if m.state() != p.state() {
         out.push(format!(
             "{model}: predicted {}, measured {}",
-            if p.trapped { "trapped" } else { "not trapped" },
-            if m.trapped { "trapped" } else { "not trapped" }
+            p.state_text(),
+            m.state_text()
         ));
     }
     if let (Some(a), Some(b)) = (m.recovery_s, p.recovery_s)
@@ -539,14 +559,21 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         recovery_cell(po),
         pu.recovery_s.map_or("-".into(), |v| format!("{v:.0} s")),
     );
-    let yn = |b: bool| if b { "yes" } else { "no" };
     let _ = writeln!(
         o,
-        "| trapped | {} | {} | {} | {} |",
-        yn(m.trapped),
-        yn(pp.trapped),
-        yn(po.trapped),
-        pu.trapped.map_or("-", yn)
+        "| goodput recovery (99% succeed again) | {} | {} | {} | - |",
+        goodput_cell(m),
+        goodput_cell(pp),
+        goodput_cell(po),
+    );
+    let _ = writeln!(
+        o,
+        "| state at the end | {} | {} | {} | {} |",
+        m.state_text(),
+        pp.state_text(),
+        po.state_text(),
+        pu.trapped
+            .map_or("-", |t| if t { "trapped" } else { "recovers" })
     );
     let _ = writeln!(
         o,
@@ -658,6 +685,7 @@ pub fn text(session: &Path, results: &[CaseResult]) -> String {
         let _ = writeln!(
             o,
             "{} {}: {} ({})\n  recovery  measured {:>13}  per-pod {:>13}  pooled {:>13}\n  \
+             goodput   measured {:>13}  per-pod {:>13}  pooled {:>13}\n  \
              pods      measured {:>2} -> {:<2}      per-pod {:>2} -> {:<2}      pooled {:>2} -> {:<2}\n  \
              lost      measured {:>7}  per-pod {:>7}  pooled {:>7}\n  matches {}; dead time {}; \
              CPU runner {:.1}%, meter {:.1}%\n  record {}",
@@ -668,6 +696,9 @@ pub fn text(session: &Path, results: &[CaseResult]) -> String {
             recovery_cell(&r.measured),
             recovery_cell(&r.fluid_per_pod),
             recovery_cell(&r.fluid_pooled),
+            goodput_cell(&r.measured),
+            goodput_cell(&r.fluid_per_pod),
+            goodput_cell(&r.fluid_pooled),
             r.measured.peak_pods,
             r.measured.final_pods,
             r.fluid_per_pod.peak_pods,
