@@ -12,6 +12,7 @@
 //! - [`fluid`]: the pooled and per-pod fluid models.
 //! - [`des`]: the seeded request-level discrete-event model.
 //! - [`outcome`]: the one definition of "recovered" and "lost", applied to any per-second record.
+//! - [`power`]: whether a run's metric noise can move the pod count it is judged on.
 //! - [`experiment`]: F1-F4 as data (TOML) and ad-hoc scenarios.
 //! - [`predict`]: every model for a case; [`report`]: text and JSON.
 //! - [`cluster`]: the embedded cluster (`service` processes as pods, routing files, reaping).
@@ -33,6 +34,7 @@ pub mod kube;
 pub mod laws;
 pub mod metric;
 pub mod outcome;
+pub mod power;
 pub mod predict;
 pub mod report;
 pub mod runner;

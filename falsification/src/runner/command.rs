@@ -112,7 +112,8 @@ fn kube_preflight(
 pub struct CommonArgs {
     /// Divide every duration (timeout, dead time, spike, horizon, sync period, windows, scrape
     /// interval, grace) by S; figures are reported in run time and experiment time
-    /// [default: 10 embedded; on a cluster, 15 s over its HPA sync period].
+    /// [default: embedded, 10, or less for a case whose pod count the metric noise would decide
+    /// at 10; on a cluster, 15 s over its HPA sync period].
     #[arg(long, env = "FALSIFICATION_TIME_SCALE")]
     pub time_scale: Option<f64>,
     /// Where the cases run.
@@ -232,6 +233,8 @@ impl CommonArgs {
             seed: self.seed,
             warmup_s,
             progress: true,
+            // Embedded, with no scale given: each case at the largest scale with enough power.
+            pick_scale: self.time_scale.is_none() && matches!(cluster, ClusterChoice::Embedded(_)),
             cluster,
         })
     }
@@ -345,6 +348,7 @@ pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
         seed: args.seed,
         warmup_s: None,
         progress: false,
+        pick_scale: false,
         cluster: ClusterChoice::Kube(Box::new(target.clone())),
     };
     let mut out = String::new();

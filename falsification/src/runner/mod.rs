@@ -51,6 +51,9 @@ pub struct RunOptions {
     pub warmup_s: Option<f64>,
     /// Show the live status line (only honoured on a terminal).
     pub progress: bool,
+    /// `time_scale` is a ceiling: each case runs at the largest scale up to it at which the
+    /// noise of a metric window cannot move the pod count it is judged on ([`crate::power`]).
+    pub pick_scale: bool,
     /// Where the cases run.
     pub cluster: ClusterChoice,
 }
@@ -486,6 +489,17 @@ async fn run_case(
     bars: &indicatif::MultiProgress,
 ) -> anyhow::Result<CaseResult> {
     let se = resolved(case, opts);
+    let picked;
+    let opts = if opts.pick_scale {
+        picked = RunOptions {
+            time_scale: crate::power::largest_resolving_scale(&se, opts.time_scale),
+            ..opts.clone()
+        };
+        &picked
+    } else {
+        opts
+    };
+    announce_power(e, case, &se, opts.time_scale);
     match &opts.cluster {
         ClusterChoice::Embedded(bins) => {
             let mut c = embedded::Embedded::new(&se, dir, opts, bins)?;
@@ -496,6 +510,34 @@ async fn run_case(
             execute(&mut c, e, case, &se, dir, opts, interrupt, bars).await
         }
     }
+}
+
+/// Says before the run whether the noise of one metric window can move the pod count at this
+/// scale, and what that means for the case's verdict.
+fn announce_power(e: &Experiment, case: &Case, se: &Scenario, time_scale: f64) {
+    let Some(r) = crate::power::pod_resolution(&se.time_scaled(time_scale)) else {
+        return;
+    };
+    let name = format!("{} {}", e.id, case.scenario.name);
+    if r.resolvable() {
+        eprintln!(
+            "falsification: {name} at S = {time_scale}: the steady pod count is resolved ({})",
+            r.text()
+        );
+        return;
+    }
+    let consequence = match case.expect.max_final_pods {
+        Some(m) => format!("more than {m} pods at the end will be judged inconclusive"),
+        None => "its verdict does not rest on the pod count, but final pods may differ from the \
+                 prediction by noise"
+            .to_string(),
+    };
+    eprintln!(
+        "falsification: {name} at S = {time_scale}: the steady pod count cannot be resolved ({}); \
+         {consequence}; S = {} resolves it",
+        r.text(),
+        crate::power::largest_resolving_scale(se, time_scale),
+    );
 }
 
 /// Runs one case on `cluster` and writes its record; the cluster is torn down whatever happens.
@@ -669,6 +711,7 @@ mod tests {
             seed: 1,
             warmup_s: None,
             progress: false,
+            pick_scale: false,
             cluster: ClusterChoice::Embedded(Binaries {
                 service: PathBuf::new(),
                 meter: PathBuf::new(),

@@ -11,6 +11,7 @@ use super::{CaseResult, Description, Measured, RunOptions};
 use crate::cluster::PodEventKind;
 use crate::experiment::{Case, Experiment, Scenario};
 use crate::outcome::{self, Criteria, Evidence, Judgement, Outcome, State, Verdict};
+use crate::power::PodResolution;
 use crate::predict::{self, ExperimentPrediction};
 use crate::{experiment::Topology, fluid};
 
@@ -248,6 +249,8 @@ struct Summary<'a> {
     published: &'a crate::experiment::Published,
     cpu: Cpu,
     pod_crashes: usize,
+    /// Whether the noise of one metric window could move the steady pod count (autoscaled cases).
+    pod_resolution: Option<PodResolution>,
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
@@ -303,6 +306,7 @@ pub fn finish(
     let p = &prediction.cases[0];
     let exp = |o: &Outcome| record::in_experiment_time(o, s);
     let measured_exp = exp(&run_outcome);
+    let resolution = crate::power::pod_resolution(&rs);
     let verdict = if m.complete {
         // The cluster queues per pod: its prediction first, then the pooled one, then the laws'
         // (which need no horizon, so a run too short for the models still gets a figure).
@@ -313,7 +317,7 @@ pub fn finish(
             .or(p.closed_form.recovery_s);
         let evidence = Evidence {
             predicted_recovery_s: predicted.map(|r| r * s),
-            pods_unresolved: None,
+            pods_unresolved: resolution.filter(|r| !r.resolvable()).map(|r| r.text()),
         };
         outcome::verdict(&case.expect, &measured_exp, &evidence)
     } else {
@@ -371,6 +375,7 @@ pub fn finish(
             meter_fraction: frac(m.meter_cpu_s),
         },
         pod_crashes: crashes,
+        pod_resolution: resolution,
     };
     record::write(dir, "timeseries.csv", &record::csv(&m.samples, &rec, s))?;
     record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
@@ -534,6 +539,18 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         rs.horizon_s * summary.time_scale,
         summary.measured.row_step_run_s,
     );
+    if let Some(p) = &summary.pod_resolution {
+        let _ = writeln!(
+            o,
+            "- Steady pod count {} at this scale: {}.",
+            if p.resolvable() {
+                "resolved"
+            } else {
+                "**not resolved**"
+            },
+            p.text()
+        );
+    }
     if let Some(d) = r.dead_time_s {
         let _ = writeln!(
             o,
