@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio::process::Command;
 
 use crate::experiment::{self, Params, Scenario, Topology};
-use crate::outcome::{self, Criteria, Outcome, Record, Row};
+use crate::outcome::{self, Criteria, Outcome, Record, Row, State};
 use crate::runner::{self, Binaries, plot, record};
 use crate::{laws, predict};
 use loadgen::record::StdoutLine;
@@ -580,17 +580,28 @@ fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
         laws::spike_triggers(p.k, p.rho, p.spike_s, p.timeout_s)
     );
     // A run cut short while failing has not shown a trap, only no recovery yet.
-    let trapped = match (m.outcome.trapped, m.complete) {
-        (true, false) => "not recovered when the run was cut".to_string(),
-        (t, _) => t.to_string(),
+    let state = match (m.outcome.state(), m.complete) {
+        (State::Trapped | State::NotRecoveredWithinHorizon, false) => {
+            "not recovered when the run was cut".to_string()
+        }
+        _ => m.outcome.state_text(),
     };
-    let _ = writeln!(t, "| trapped | {trapped} | {} |", p.trapped);
     let _ = writeln!(
         t,
-        "| recovery after the spike | {} | closed form {}, fluid {} |",
+        "| state at the end | {state} | {} |",
+        if p.trapped { "trapped" } else { "recovers" }
+    );
+    let _ = writeln!(
+        t,
+        "| recovery after the spike (strict: backlog drained) | {} | closed form {}, fluid {} |",
         f(m.outcome.recovery_s),
         f(p.recovery_closed_s),
         f(p.recovery_fluid_s)
+    );
+    let _ = writeln!(
+        t,
+        "| goodput recovery (99% of requests succeed again) | {} | |",
+        f(m.outcome.goodput_recovery_s),
     );
     let _ = writeln!(
         t,
