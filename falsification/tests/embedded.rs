@@ -3,8 +3,9 @@
 //! pod, so the timeout is still 25 service times), shortened horizons.
 //!
 //! The bands are around the PER-POD fluid prediction for the configuration that ran: the
-//! embedded cluster runs one FIFO per pod and new pods start empty, which is what that model
-//! describes (the pooled model is one shared FIFO, which no cluster of pods runs).
+//! embedded cluster runs one FIFO per pod, new pods start empty and the loadgen's connections
+//! route the attempts, which is what that model describes (the pooled model is one shared FIFO,
+//! which no cluster of pods runs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
