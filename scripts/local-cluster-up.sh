@@ -376,6 +376,12 @@ resolvConf: $LC_STATE/config/resolv.conf
 podLogsDir: $LC_STATE/data/pod-logs
 failSwapOn: false
 serializeImagePulls: false
+# The kit's image is imported, not pulled: image GC (default at 85% disk use) would delete it
+# before a run on a busy developer disk, and disk-pressure eviction would then refuse the pods.
+# Seen here at 83% use (a second Rust target dir): every image but pause was collected.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 EOF
 lc_start kubelet kubelet --config "$LC_STATE/config/kubelet.yaml" --kubeconfig "$LC_STATE/kubelet.kubeconfig" \
   --hostname-override "$LC_NODE_NAME" --node-ip "$LC_NODE_IP" --root-dir "$LC_STATE/data/kubelet"

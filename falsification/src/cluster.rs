@@ -163,12 +163,11 @@ impl EmbeddedCluster {
         self.started
     }
 
-    /// Base URLs of the ready pods (those that receive traffic), oldest first.
-    pub fn ready_urls(&self) -> Vec<String> {
+    /// Every pod's name and base URL, ready or not, oldest first.
+    pub fn named_urls(&self) -> Vec<(String, String)> {
         self.pods
             .iter()
-            .filter(|p| p.ready)
-            .map(|p| format!("http://{}", p.addr))
+            .map(|p| (p.name.clone(), format!("http://{}", p.addr)))
             .collect()
     }
 

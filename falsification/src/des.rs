@@ -3,8 +3,11 @@
 //! out `tau_out` after it was sent (its retry follows after the backoff), the same retry budget and the
 //! same HPA module (through [`Control`]) as the fluid model.
 //!
-//! Per pod, an attempt goes to a ready pod chosen at random and its FIFO fate is known on arrival
-//! (start = max(arrival, pod free), Lindley's recursion), so an arrival is one event. Pooled, one FIFO
+//! Per pod, an attempt goes where a keep-alive HTTP/1.1 client sends it: on the connection answered
+//! last (a LIFO pool of idle connections, each to one pod), else on a new connection to a ready pod
+//! chosen at random; a connection whose attempt timed out is closed. Its FIFO fate is known on arrival
+//! (start = max(arrival, pod free), Lindley's recursion), so an arrival is one event, and an answer in
+//! time one more (its connection goes back to the pool). Pooled, one FIFO
 //! feeds every ready pod: attempts wait in a queue whose deadlines are in arrival order, so timeouts
 //! are found by scanning its head.
 
@@ -34,6 +37,8 @@ enum Kind {
     Retry { start: f64, attempt: u32 },
     /// A pooled server finishes its request.
     Completion,
+    /// Per pod: an attempt was answered in time; its connection to pod `pod` is idle again.
+    Answered { pod: u64 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -73,8 +78,11 @@ struct Sim<'a> {
     record: Record,
     heap: BinaryHeap<Event>,
     budget: Option<BudgetState>,
-    /// Per pod: when each ready pod's server is free (creation order).
-    free_at: Vec<f64>,
+    /// Per pod: each ready pod's id and when its server is free (creation order, so ids ascend).
+    free_at: Vec<(u64, f64)>,
+    next_pod: u64,
+    /// Per pod: idle connections by pod id, the last answered on top.
+    connections: Vec<u64>,
     /// Pooled: the FIFO, how many at its head have timed out, idle servers, servers to retire.
     queue: VecDeque<Queued>,
     timed_out_head: usize,
@@ -102,8 +110,10 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         free_at: if pooled {
             Vec::new()
         } else {
-            vec![start; s.pods as usize]
+            (0..u64::from(s.pods)).map(|id| (id, start)).collect()
         },
+        next_pod: u64::from(s.pods),
+        connections: Vec::new(),
         queue: VecDeque::new(),
         timed_out_head: 0,
         idle: if pooled { s.pods } else { 0 },
@@ -149,6 +159,7 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
                         sim.record.row_mut(start).lost += 1.0;
                     }
                 }
+                Kind::Answered { pod } => sim.connections.push(pod),
                 Kind::Completion => {
                     if sim.retiring > 0 {
                         sim.retiring -= 1;
@@ -228,11 +239,15 @@ impl Sim<'_> {
                 self.idle += 1;
                 self.start_service(now);
             }
-            (PodEvent::Ready, false) => self.free_at.push(now),
+            (PodEvent::Ready, false) => {
+                self.free_at.push((self.next_pod, now));
+                self.next_pod += 1;
+            }
             // Graceful stop: a busy pooled server leaves after its current request.
             (PodEvent::Removed, true) if self.idle > 0 => self.idle -= 1,
             (PodEvent::Removed, true) => self.retiring += 1,
-            // Per pod, the removed pod's queued work is already scheduled; it just gets no more.
+            // Per pod, the removed pod's queued work is already scheduled; it just gets no more (its
+            // idle connections are skipped when next taken).
             (PodEvent::Removed, false) => {
                 self.free_at.pop();
             }
@@ -259,8 +274,8 @@ impl Sim<'_> {
             self.timed_out(now, now, start, attempt);
             return;
         }
-        let pod = self.rng.random_range(0..self.free_at.len());
-        let begin = self.free_at[pod].max(now);
+        let pod = self.pick_pod();
+        let begin = self.free_at[pod].1.max(now);
         let wait = begin - now;
         let row = self.record.row_mut(now);
         row.max_wait_s = row.max_wait_s.max(wait);
@@ -271,11 +286,29 @@ impl Sim<'_> {
             begin + self.service_time()
         };
         if !dropped {
-            self.free_at[pod] = done;
+            self.free_at[pod].1 = done;
         }
         if done - now > self.s.timeout_s {
             self.timed_out(now + self.s.timeout_s, now, start, attempt);
+        } else {
+            self.heap.push(Event {
+                at: done,
+                kind: Kind::Answered {
+                    pod: self.free_at[pod].0,
+                },
+            });
         }
+    }
+
+    /// The pod (index into `free_at`) of the idle connection answered last whose pod is still
+    /// ready, else of a new connection: a ready pod at random.
+    fn pick_pod(&mut self) -> usize {
+        while let Some(id) = self.connections.pop() {
+            if let Ok(pod) = self.free_at.binary_search_by_key(&id, |p| p.0) {
+                return pod;
+            }
+        }
+        self.rng.random_range(0..self.free_at.len())
     }
 
     /// Attempt `attempt` sent at `sent` timed out at `at`: retry it or count the request lost.

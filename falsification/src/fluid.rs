@@ -1,11 +1,17 @@
 //! The fluid model: work as a continuous flow through FIFO queues, advanced in fixed steps.
 //!
 //! Pooled: one queue served at `C` = ready pods x `c`; the wait an arrival sees is backlog / `C`.
-//! Per pod: a queue per ready pod with arrivals (first attempts and retries) split evenly among the ready
-//! pods, as a Kubernetes Service spreads connections; a new pod starts empty; a removed pod (the newest)
-//! leaves the endpoints and finishes its backlog for nobody. In both, an attempt arriving to a wait of at
+//! Per pod: a queue per ready pod, and the clients' keep-alive connections deciding where an attempt
+//! (first or retry alike) goes ([`route`]): on the connection answered last, else a new connection to a
+//! ready pod at random, as a Kubernetes Service picks an endpoint per connection. So a pod keeps the
+//! attempts its answers bring back and, while no connection is idle, also takes its share of the new
+//! ones; a pod that answers nothing in time gets only that share. A new pod starts empty; a removed pod
+//! (the newest) leaves the endpoints, its idle connections are closed, and it finishes its backlog for
+//! nobody. In both, an attempt arriving to a wait of at
 //! least `tau_out` times out and its retry arrives `tau_out` (+ backoff) later; abandoned work is served,
 //! or never queued when servers drop it; a retry budget caps the retry flow at `ratio` x first attempts.
+
+use std::collections::VecDeque;
 
 use crate::control::{Control, PodEvent};
 use crate::experiment::{Abandoned, Scenario, Topology};
@@ -37,7 +43,7 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
     let tau = s.timeout_s;
     let drop = s.abandoned == Abandoned::Drop;
     let mut pooled_backlog = 0.0;
-    let mut pods: Vec<f64> = vec![0.0; s.pods as usize];
+    let mut pods: Vec<Pod> = vec![Pod::default(); s.pods as usize];
     let mut draining: Vec<f64> = Vec::new();
     let (mut first_total, mut all_total) = (0.0, 0.0);
     let mut events = Vec::new();
@@ -49,9 +55,9 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
             control.advance(t, first_total, all_total, &mut events);
             for e in events.drain(..) {
                 match e {
-                    PodEvent::Ready => pods.push(0.0),
+                    PodEvent::Ready => pods.push(Pod::default()),
                     PodEvent::Removed => {
-                        if let Some(b) = pods.pop().filter(|b| *b > 0.0) {
+                        if let Some(b) = pods.pop().map(|p| p.backlog).filter(|b| *b > 0.0) {
                             draining.push(b);
                         }
                     }
@@ -92,12 +98,16 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
             }
             Topology::PerPod if pods.is_empty() => (1.0, f64::INFINITY),
             Topology::PerPod => {
-                let (mut failing, mut longest) = (0usize, 0.0f64);
-                for b in &pods {
-                    longest = longest.max(*b);
-                    failing += usize::from(*b / c >= tau);
+                route(&mut pods, total);
+                let (mut failing, mut longest) = (0.0, 0.0f64);
+                for p in &pods {
+                    longest = longest.max(p.backlog);
+                    if p.backlog / c >= tau {
+                        failing += p.share;
+                    }
                 }
-                (failing as f64 / pods.len() as f64, longest / c)
+                let fraction = if total > 0.0 { failing / total } else { 0.0 };
+                (fraction, longest / c)
             }
         };
 
@@ -121,14 +131,12 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
                 pooled_backlog = (pooled_backlog + queued - cap * dt).max(0.0);
             }
             Topology::PerPod => {
-                let share = if pods.is_empty() {
-                    0.0
-                } else {
-                    total / pods.len() as f64
-                };
-                for b in &mut pods {
-                    let queued = if drop && *b / c >= tau { 0.0 } else { share };
-                    *b = (*b + queued - c * dt).max(0.0);
+                for p in &mut pods {
+                    let waited = p.backlog / c < tau;
+                    if waited || !drop {
+                        p.enqueue(p.share, waited);
+                    }
+                    p.serve(c * dt);
                 }
                 for b in &mut draining {
                     *b -= c * dt;
@@ -148,4 +156,111 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
         row.pods_desired = control.desired();
     }
     Ok(record)
+}
+
+/// One ready pod of the per-pod fluid.
+#[derive(Debug, Clone, Default)]
+struct Pod {
+    /// Queued work in arrival order: amount, and whether its client still waits for it (it arrived
+    /// to a wait under the timeout).
+    queue: VecDeque<(f64, bool)>,
+    backlog: f64,
+    /// Connections answered in the last step: the client reuses them first.
+    returned: f64,
+    /// Connections to this pod idle in the client's pool.
+    idle: f64,
+    /// Attempts routed here this step.
+    share: f64,
+}
+
+impl Pod {
+    fn enqueue(&mut self, amount: f64, waited: bool) {
+        if amount <= 0.0 {
+            return;
+        }
+        match self.queue.back_mut() {
+            Some((a, w)) if *w == waited => *a += amount,
+            _ => self.queue.push_back((amount, waited)),
+        }
+        self.backlog += amount;
+    }
+
+    /// Serves up to `work` from the head; what it answers returns its connection.
+    fn serve(&mut self, mut work: f64) {
+        while work > 0.0 {
+            let Some((amount, waited)) = self.queue.front_mut() else {
+                break;
+            };
+            let done = amount.min(work);
+            *amount -= done;
+            work -= done;
+            self.backlog -= done;
+            if *waited {
+                self.returned += done;
+            }
+            if *amount <= 0.0 {
+                self.queue.pop_front();
+            }
+        }
+        self.backlog = self.backlog.max(0.0);
+    }
+}
+
+/// Routes `total` attempts over the ready pods as a keep-alive HTTP/1.1 client does (the loadgen's
+/// LIFO pool of idle connections): first on the connections just answered, then on older idle ones,
+/// and only the rest on new connections, spread evenly (a random endpoint per connection). Answered
+/// connections not needed now stay idle. Sets every pod's `share`.
+fn route(pods: &mut [Pod], total: f64) {
+    let returned: f64 = pods.iter().map(|p| p.returned).sum();
+    let reused = total.min(returned);
+    let idle: f64 = pods.iter().map(|p| p.idle).sum();
+    let from_idle = (total - reused).min(idle);
+    let new = (total - reused - from_idle) / pods.len() as f64;
+    for p in pods.iter_mut() {
+        let again = if returned > 0.0 {
+            reused * p.returned / returned
+        } else {
+            0.0
+        };
+        let old = if idle > 0.0 {
+            from_idle * p.idle / idle
+        } else {
+            0.0
+        };
+        p.idle += p.returned - again - old;
+        p.returned = 0.0;
+        p.share = again + old + new;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_bring_attempts_back_and_only_the_rest_open_new_connections() {
+        let healthy = Pod {
+            returned: 3.0,
+            ..Pod::default()
+        };
+        let mut pods = vec![healthy.clone(), Pod::default()];
+        // The answers cover the attempts: the pod that answered nothing gets none.
+        route(&mut pods, 2.0);
+        assert_eq!((pods[0].share, pods[1].share), (2.0, 0.0));
+        assert_eq!(pods[0].idle, 1.0, "the answer not needed stays idle");
+        // More attempts than answers and idle connections: the rest spread evenly.
+        pods[0].returned = 3.0;
+        route(&mut pods, 6.0);
+        assert_eq!((pods[0].share, pods[1].share), (5.0, 1.0));
+        assert_eq!(pods[0].idle, 0.0);
+    }
+
+    #[test]
+    fn a_pod_answers_what_arrived_under_the_timeout_in_order() {
+        let mut p = Pod::default();
+        p.enqueue(2.0, false);
+        p.enqueue(1.0, true);
+        p.serve(2.5);
+        assert_eq!((p.backlog, p.returned), (0.5, 0.5));
+    }
 }

@@ -3,8 +3,9 @@
 //! pod, so the timeout is still 25 service times), shortened horizons.
 //!
 //! The bands are around the PER-POD fluid prediction for the configuration that ran: the
-//! embedded cluster runs one FIFO per pod and new pods start empty, which is what that model
-//! describes (the pooled model is one shared FIFO, which no cluster of pods runs).
+//! embedded cluster runs one FIFO per pod, new pods start empty and the loadgen's connections
+//! route the attempts, which is what that model describes (the pooled model is one shared FIFO,
+//! which no cluster of pods runs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -153,6 +154,38 @@ fn check_files(dir: &Path) {
 
 fn within(measured: f64, predicted: f64, rel: f64, abs: f64) -> bool {
     (measured - predicted).abs() <= (rel * predicted).max(abs)
+}
+
+#[test]
+fn the_record_has_every_pods_arrivals_queue_and_readiness_per_row() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, dir, _) = run_case(&["run", "F3", "--signal", "first", "--horizon", "150s"]);
+    let csv = std::fs::read_to_string(dir.join("pods.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    assert_eq!(
+        header,
+        "t_run_s,t_exp_s,pod,ready,arrivals,first_arrivals,answered,abandoned,queue,wait_s"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // The 4 initial pods from the first row on, and those the HPA ordered, seen starting (not
+    // ready) and then ready.
+    let initial: Vec<&str> = rows
+        .iter()
+        .take_while(|r| r[0] == rows[0][0])
+        .map(|r| r[2])
+        .collect();
+    assert_eq!(initial.len(), 4, "{initial:?}");
+    let ordered = |ready: &str| {
+        rows.iter()
+            .any(|r| r[3] == ready && !initial.contains(&r[2]))
+    };
+    assert!(
+        ordered("0") && ordered("1"),
+        "new pods starting, then ready"
+    );
+    let arrivals: f64 = rows.iter().map(|r| r[4].parse::<f64>().unwrap()).sum();
+    assert!(arrivals > 0.0);
 }
 
 #[test]

@@ -249,7 +249,7 @@ impl Cluster for Embedded {
         if let Some(load) = self.probe.loadgen(self.loadgen_metrics).await {
             self.last_load = load;
         }
-        let queues = self.probe.pods(&self.pods.ready_urls()).await;
+        let queues = self.probe.pods(self.pods.named_urls()).await;
         let last = self.syncs.last().map(|s| &s.decision);
         Ok(Observation {
             load: self.last_load,

@@ -415,6 +415,8 @@ pub struct Measured {
     pub meter_cpu_s: f64,
     /// Row length, run seconds.
     pub step: f64,
+    /// Per row, every pod scraped at its end (`pods.csv`).
+    pub pods: Vec<Vec<(String, PodQueue)>>,
 }
 
 /// What a cluster shows at the end of a row.
@@ -426,7 +428,8 @@ pub struct Observation {
     pub pods_desired: u32,
     pub pods_ready: u32,
     pub pods_existing: u32,
-    /// Each ready pod's queue, by pod.
+    /// Each pod's queue, by pod: the ready ones, and those starting where the cluster can reach
+    /// them (each says whether it is ready).
     pub queues: Vec<(String, PodQueue)>,
     pub meter: Option<MeterGauges>,
     /// The HPA's last decision: its recommendation (when known) and desired replicas.
@@ -600,6 +603,7 @@ async fn drive<C: Cluster>(
     let n_rows = ((rs.warmup_s + rs.end()) / step).ceil() as usize;
     let mut samples: Vec<Sample> = Vec::new();
     let mut waits: Vec<HashMap<String, f64>> = Vec::new();
+    let mut pods: Vec<Vec<(String, PodQueue)>> = Vec::new();
     let mut prev = LoadCounters::default();
     let status = report::Status::new(
         opts.progress && std::io::stderr().is_terminal(),
@@ -623,9 +627,17 @@ async fn drive<C: Cluster>(
         let now = Instant::now();
         if now >= next_sample {
             let o = cluster.observe().await?;
+            // The record's queue and wait are those of the pods that receive traffic.
+            let ready: Vec<&PodQueue> = o
+                .queues
+                .iter()
+                .filter(|(_, q)| q.ready)
+                .map(|(_, q)| q)
+                .collect();
             waits.push(
                 o.queues
                     .iter()
+                    .filter(|(_, q)| q.ready)
                     .map(|(u, q)| (u.clone(), q.wait_s))
                     .collect(),
             );
@@ -635,9 +647,9 @@ async fn drive<C: Cluster>(
                 pods_desired: o.pods_desired,
                 pods_ready: o.pods_ready,
                 pods_existing: o.pods_existing,
-                queue_total: o.queues.iter().map(|(_, q)| q.depth).sum(),
-                queue_max: o.queues.iter().map(|(_, q)| q.depth).fold(0.0, f64::max),
-                wait_max_s: o.queues.iter().map(|(_, q)| q.wait_s).fold(0.0, f64::max),
+                queue_total: ready.iter().map(|q| q.depth).sum(),
+                queue_max: ready.iter().map(|q| q.depth).fold(0.0, f64::max),
+                wait_max_s: ready.iter().map(|q| q.wait_s).fold(0.0, f64::max),
                 wait_sustained_s: record::sustained(&waits),
                 meter: o.meter,
                 hpa_recommendation: o.hpa.and_then(|(r, _)| r),
@@ -645,6 +657,7 @@ async fn drive<C: Cluster>(
             };
             prev = o.load;
             samples.push(sample);
+            pods.push(o.queues);
             status.update(&sample, rel(now), rs, opts.time_scale, step);
             if last_flush.elapsed() >= Duration::from_secs(10) {
                 last_flush = Instant::now();
@@ -670,6 +683,7 @@ async fn drive<C: Cluster>(
         runner_cpu_s,
         meter_cpu_s: ended.meter_cpu_s,
         step,
+        pods,
     })
 }
 

@@ -28,11 +28,18 @@ pub fn sum(text: &str, name: &str, label: &str) -> f64 {
         .sum()
 }
 
-/// One pod's queue at a sample.
+/// One pod's queue at a sample, and its counters so far (cumulative since the pod started).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PodQueue {
     pub depth: f64,
     pub wait_s: f64,
+    /// The pod's own readiness gauge: 1 once its dead time has passed and it is not stopping.
+    pub ready: bool,
+    pub arrivals: f64,
+    pub first_arrivals: f64,
+    pub answered: f64,
+    /// Served for a client that had gone.
+    pub abandoned: f64,
 }
 
 impl PodQueue {
@@ -41,6 +48,11 @@ impl PodQueue {
         PodQueue {
             depth: sum(text, "retrydebt_queue_depth", ""),
             wait_s: sum(text, "retrydebt_wait_seconds", ""),
+            ready: sum(text, "retrydebt_ready", "") > 0.0,
+            arrivals: sum(text, "retrydebt_arrivals_total", ""),
+            first_arrivals: sum(text, "retrydebt_arrivals_total", "attempt=\"0\""),
+            answered: sum(text, "retrydebt_completions_total", "outcome=\"answered\""),
+            abandoned: sum(text, "retrydebt_completions_total", "outcome=\"abandoned\""),
         }
     }
 }
@@ -138,18 +150,18 @@ impl Probe {
         Some(MeterGauges::parse(&text))
     }
 
-    /// Every pod's queue by base URL, scraped concurrently; pods that do not answer are left out.
-    pub async fn pods(&self, bases: &[String]) -> Vec<(String, PodQueue)> {
+    /// Every pod's queue by name, given `(name, base URL)`, scraped concurrently; pods that do
+    /// not answer are left out.
+    pub async fn pods(&self, pods: Vec<(String, String)>) -> Vec<(String, PodQueue)> {
         let mut set = JoinSet::new();
-        for base in bases {
+        for (name, base) in pods {
             let me = self.clone();
-            let base = base.clone();
             set.spawn(async move {
                 let text = me.text(format!("{base}/metrics")).await?;
-                Some((base, PodQueue::parse(&text)))
+                Some((name, PodQueue::parse(&text)))
             });
         }
-        let mut out = Vec::with_capacity(bases.len());
+        let mut out = Vec::new();
         while let Some(r) = set.join_next().await {
             if let Ok(Some(q)) = r {
                 out.push(q);
@@ -250,5 +262,27 @@ mod tests {
             }
         );
         assert_eq!(c.minus(&c), LoadCounters::default());
+    }
+
+    #[test]
+    fn a_pods_counters_as_the_service_exports_them() {
+        let text = "retrydebt_arrivals_total{attempt=\"0\"} 7\n\
+            retrydebt_arrivals_total{attempt=\"1\"} 3\n\
+            retrydebt_completions_total{outcome=\"answered\"} 5\n\
+            retrydebt_completions_total{outcome=\"abandoned\"} 2\n\
+            retrydebt_completions_total{outcome=\"dropped\"} 1\n\
+            retrydebt_queue_depth 2\nretrydebt_wait_seconds 0.5\nretrydebt_ready 1\n";
+        assert_eq!(
+            PodQueue::parse(text),
+            PodQueue {
+                depth: 2.0,
+                wait_s: 0.5,
+                ready: true,
+                arrivals: 10.0,
+                first_arrivals: 7.0,
+                answered: 5.0,
+                abandoned: 2.0,
+            }
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::probe::{LoadCounters, MeterGauges};
+use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::cluster::{ClusterError, write_atomically};
 use crate::outcome::{Outcome, Record, Row};
 
@@ -120,6 +120,34 @@ pub fn csv(samples: &[Sample], record: &Record, time_scale: f64) -> String {
     out
 }
 
+/// `pods.csv`: one line per pod per row, long format. Counts are the row's (the difference of
+/// the pod's own counters since its previous line; all it counted before, on its first line).
+pub fn pods_csv(samples: &[Sample], pods: &[Vec<(String, PodQueue)>], time_scale: f64) -> String {
+    let mut out = String::from(
+        "t_run_s,t_exp_s,pod,ready,arrivals,first_arrivals,answered,abandoned,queue,wait_s\n",
+    );
+    let mut before: HashMap<&str, PodQueue> = HashMap::new();
+    for (s, row) in samples.iter().zip(pods) {
+        for (pod, q) in row {
+            let b = before.insert(pod, *q).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "{:.3},{:.1},{pod},{},{},{},{},{},{},{:.4}",
+                s.t,
+                s.t * time_scale,
+                u8::from(q.ready),
+                q.arrivals - b.arrivals,
+                q.first_arrivals - b.first_arrivals,
+                q.answered - b.answered,
+                q.abandoned - b.abandoned,
+                q.depth,
+                q.wait_s,
+            );
+        }
+    }
+    out
+}
+
 /// An outcome's times in experiment seconds (run seconds x the time scale).
 pub fn in_experiment_time(o: &Outcome, time_scale: f64) -> Outcome {
     Outcome {
@@ -179,5 +207,32 @@ mod tests {
                 .unwrap()
                 .starts_with("1.500,15.0,10,10,0,0,3,")
         );
+    }
+
+    #[test]
+    fn pod_lines_count_each_pods_row() {
+        let samples: Vec<Sample> = (0..2)
+            .map(|i| Sample {
+                t: f64::from(i),
+                ..Sample::default()
+            })
+            .collect();
+        let q = |arrivals: f64, ready: bool| PodQueue {
+            arrivals,
+            ready,
+            ..PodQueue::default()
+        };
+        let pods = vec![
+            vec![("pod-1".to_string(), q(5.0, true))],
+            vec![
+                ("pod-1".to_string(), q(12.0, true)),
+                ("pod-2".to_string(), q(0.0, false)),
+            ],
+        ];
+        let text = pods_csv(&samples, &pods, 10.0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "0.000,0.0,pod-1,1,5,0,0,0,0,0.0000");
+        assert_eq!(lines[2], "1.000,10.0,pod-1,1,7,0,0,0,0,0.0000");
+        assert_eq!(lines[3], "1.000,10.0,pod-2,0,0,0,0,0,0,0.0000");
     }
 }

@@ -380,6 +380,7 @@ pub fn finish(
     record::write(dir, "timeseries.csv", &record::csv(&m.samples, &rec, s))?;
     record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
     record::write(dir, "events.csv", &events_csv(m, s))?;
+    record::write(dir, "pods.csv", &record::pods_csv(&m.samples, &m.pods, s))?;
     let rs_ran = ran.time_scaled(s);
     let pooled_curve = fluid::simulate(&rs_ran, Topology::Pooled)?;
     let per_pod_curve = fluid::simulate(&rs_ran, Topology::PerPod)?;
