@@ -78,6 +78,8 @@ pub struct Criteria {
     pub drained_wait_s: f64,
     /// Requests per second one ready pod serves (the capacity the trap is judged against).
     pub rate_per_pod: f64,
+    /// The clients' per-attempt timeout: a wait under it fails nobody.
+    pub timeout_s: f64,
     /// Length of the last stretch of the record the trap is judged over.
     pub tail_s: f64,
     /// From a request's start to its final outcome: rows closer than this to the end of the record
@@ -173,8 +175,9 @@ pub fn goodput_recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
     })
 }
 
-/// Whether a record still failing at its end sustains the failure: over its last `tail_s` the
-/// attempts offered reach the ready pods' capacity, or the longest wait did not fall.
+/// Whether a record still failing at its end sustains the failure: over its last `tail_s` attempts
+/// still time out (or the wait is past the timeout), and the attempts offered reach the ready
+/// pods' capacity, or the longest wait did not fall.
 pub fn self_sustaining(record: &Record, c: &Criteria) -> bool {
     let end = record.rows.last().map_or(0.0, |r| r.t + record.step_s);
     let tail: Vec<&Row> = record
@@ -197,7 +200,10 @@ pub fn self_sustaining(record: &Record, c: &Criteria) -> bool {
     );
     // A record without waits (a staging target's) is judged by the load alone.
     let wait_known = tail.iter().any(|r| r.max_wait_s > 0.0);
-    offered >= capacity || (wait_known && last >= first)
+    // Still failing: attempts time out in the stretch, or the wait at its end is past the timeout.
+    // A steady queue under the timeout (a pod the pool keeps busy) is not a failure at all.
+    let failing = tail.iter().any(|r| r.timed_out > 0.0) || last >= c.timeout_s;
+    failing && (offered >= capacity || (wait_known && last >= first))
 }
 
 fn in_window<'a>(record: &'a Record, c: &Criteria) -> impl Iterator<Item = &'a Row> {
@@ -375,6 +381,7 @@ mod tests {
             drained_wait_s: 0.5,
             // 4 pods x 30/s = 120/s of capacity against the rows' 100 attempts/s.
             rate_per_pod: 30.0,
+            timeout_s: 10.0,
             tail_s: 5.0,
             settled_s: 2.0,
         }
@@ -418,6 +425,16 @@ mod tests {
             o.state_text()
                 .contains("not recovered within the 10 s horizon")
         );
+    }
+
+    #[test]
+    fn a_steady_queue_under_the_timeout_is_not_a_trap() {
+        // One pod keeps 3 s of queue (over the drained threshold, under the 10 s timeout), and
+        // nothing times out late in the record: not recovered by the strict rule, not trapped.
+        let mut rows: Vec<Row> = (0..10).map(|t| row(f64::from(t), 0.0, 3.0)).collect();
+        rows[1].timed_out = 5.0;
+        let o = evaluate(&Record { step_s: 1.0, rows }, &criteria());
+        assert_eq!(o.state(), State::NotRecoveredWithinHorizon, "{o:?}");
     }
 
     #[test]

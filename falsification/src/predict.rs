@@ -75,6 +75,7 @@ pub fn criteria(s: &Scenario) -> Criteria {
         to: s.horizon_s,
         drained_wait_s: s.drained_wait_s,
         rate_per_pod: s.rate_per_pod,
+        timeout_s: s.timeout_s,
         // Two whole retry chains, or a tenth of the horizon: long enough for the attempts offered
         // to reflect the state the run settled in.
         tail_s: (2.0 * s.settled_s()).max(s.horizon_s / 10.0),

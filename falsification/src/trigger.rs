@@ -521,6 +521,7 @@ pub fn measure(
         drained_wait_s: 0.0,
         // Unknown capacity (no --rate) cannot be reached: then only a recovery decides.
         rate_per_pod: p.rate.map_or(f64::INFINITY, |r| r / p.rho),
+        timeout_s: p.timeout_s,
         tail_s: (2.0 * p.lost_after_s()).max(p.observe_s / 10.0),
         settled_s: 0.0,
     };
