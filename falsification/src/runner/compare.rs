@@ -41,27 +41,23 @@ pub fn figures(emulated: &CaseResult, upstream: &CaseResult, time_scale: f64) ->
     let pct = |v: Option<f64>| v.map_or("-".to_string(), |f| format!("{:.1}%", 100.0 * f));
     // Two rows of the coarser (kube: 1 s run) record, in experiment seconds.
     let row_slack = 2.0 * time_scale;
+    let recovery = |figure: &str, a: Option<f64>, b: Option<f64>| Figure {
+        figure: figure.into(),
+        emulated: secs(a),
+        upstream: secs(b),
+        within_band: match (a, b) {
+            (Some(a), Some(b)) => close(a, b, row_slack),
+            (None, None) => true,
+            _ => false,
+        },
+    };
     vec![
-        Figure {
-            figure: "recovery".into(),
-            emulated: secs(m.recovery_s),
-            upstream: secs(u.recovery_s),
-            within_band: match (m.recovery_s, u.recovery_s) {
-                (Some(a), Some(b)) => close(a, b, row_slack),
-                (None, None) => true,
-                _ => false,
-            },
-        },
-        Figure {
-            figure: "goodput recovery".into(),
-            emulated: secs(m.goodput_recovery_s),
-            upstream: secs(u.goodput_recovery_s),
-            within_band: match (m.goodput_recovery_s, u.goodput_recovery_s) {
-                (Some(a), Some(b)) => close(a, b, row_slack),
-                (None, None) => true,
-                _ => false,
-            },
-        },
+        recovery("recovery", m.recovery_s, u.recovery_s),
+        recovery(
+            "goodput recovery",
+            m.goodput_recovery_s,
+            u.goodput_recovery_s,
+        ),
         Figure {
             figure: "state".into(),
             emulated: m.state_text(),
