@@ -160,6 +160,8 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         return Outcome {
             recovery_s,
             goodput_recovery_s,
+            // In one pool the wait falls under the timeout when requests succeed again.
+            debt_served_s: goodput_recovery_s,
             recovered: recovery_s.is_some(),
             trapped,
             horizon_s: s.horizon_s,
@@ -204,6 +206,7 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         // The laws say whether the autoscaled service escapes, not when.
         recovery_s: None,
         goodput_recovery_s: None,
+        debt_served_s: None,
         recovered: triggered && !trapped,
         trapped,
         horizon_s: s.horizon_s,

@@ -100,6 +100,7 @@ fn json_contract_has_every_model_and_field() {
         for field in [
             "recovery_s",
             "goodput_recovery_s",
+            "debt_served_s",
             "recovered",
             "trapped",
             "horizon_s",

@@ -146,7 +146,7 @@ fn check_files(dir: &Path) {
             .unwrap()
             .contains("Verdict")
     );
-    for svg in ["pods.svg", "goodput.svg", "wait.svg"] {
+    for svg in ["pods.svg", "goodput.svg", "wait.svg", "pod-waits.svg"] {
         let text = std::fs::read_to_string(dir.join(svg)).unwrap();
         assert!(text.contains("<svg") && text.contains("polyline"), "{svg}");
     }

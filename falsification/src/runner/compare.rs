@@ -268,6 +268,7 @@ mod tests {
         let o = Outcome {
             recovery_s: recovery,
             goodput_recovery_s: recovery,
+            debt_served_s: recovery,
             recovered: recovery.is_some(),
             trapped: recovery.is_none(),
             horizon_s: 1000.0,

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use super::probe::PodQueue;
 use super::record::Sample;
 use crate::cluster::write_atomically;
 use crate::outcome::Record;
@@ -39,9 +40,14 @@ pub(crate) fn chart(
             .draw()?;
         for (name, color, pts) in series {
             let color = *color;
-            c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(*name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            let drawn =
+                c.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?;
+            // Unnamed series (one per pod) stay out of the legend.
+            if !name.is_empty() {
+                drawn
+                    .label(*name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            }
         }
         c.configure_series_labels()
             .background_style(WHITE.mix(0.8))
@@ -134,4 +140,47 @@ pub fn draw(
         ],
     )?;
     Ok(())
+}
+
+/// `pod-waits.svg`: every pod's wait over time (experiment seconds), with the timeout and the
+/// drained threshold, so a pod holding debt and a pod holding a steady queue tell apart.
+pub fn pod_waits(
+    dir: &Path,
+    samples: &[Sample],
+    pods: &[Vec<(String, PodQueue)>],
+    s: f64,
+    timeout_s: f64,
+    drained_s: f64,
+) -> anyhow::Result<()> {
+    let cap = 3.0 * timeout_s * s;
+    let mut names: Vec<&str> = pods.iter().flatten().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let span = |v: f64| -> Vec<(f64, f64)> {
+        let (a, b) = (samples.first(), samples.last());
+        a.zip(b)
+            .map_or(vec![], |(a, b)| vec![(a.t * s, v * s), (b.t * s, v * s)])
+    };
+    let mut series: Vec<Series> = vec![
+        ("timeout", RED, span(timeout_s)),
+        ("drained (strict recovery)", BLACK, span(drained_s)),
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let points = samples
+            .iter()
+            .zip(pods)
+            .filter_map(|(x, row)| {
+                let q = row.iter().find(|(n, _)| n == name)?;
+                Some((x.t * s, (q.1.wait_s * s).min(cap)))
+            })
+            .collect();
+        let (r, g, b) = Palette99::pick(i).to_rgba().rgb();
+        series.push(("", RGBColor(r, g, b), points));
+    }
+    chart(
+        &dir.join("pod-waits.svg"),
+        "Every pod's wait (experiment seconds)",
+        "wait, s",
+        &series,
+    )
 }

@@ -153,6 +153,7 @@ pub fn in_experiment_time(o: &Outcome, time_scale: f64) -> Outcome {
     Outcome {
         recovery_s: o.recovery_s.map(|r| r * time_scale),
         goodput_recovery_s: o.goodput_recovery_s.map(|r| r * time_scale),
+        debt_served_s: o.debt_served_s.map(|r| r * time_scale),
         horizon_s: o.horizon_s * time_scale,
         ..*o
     }

@@ -341,6 +341,9 @@ pub fn finish(
         .filter(|(_, _, k)| matches!(k, PodEventKind::Crashed { .. }))
         .count();
     let frac = |cpu: f64| if m.wall_s > 0.0 { cpu / m.wall_s } else { 0.0 };
+    let rs_ran = ran.time_scaled(s);
+    let pooled_curve = fluid::simulate(&rs_ran, Topology::Pooled)?;
+    let per_pod_curve = fluid::simulate(&rs_ran, Topology::PerPod)?;
     let summary = Summary {
         experiment: &e.id,
         case: &case.scenario.name,
@@ -381,9 +384,6 @@ pub fn finish(
     record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
     record::write(dir, "events.csv", &events_csv(m, s))?;
     record::write(dir, "pods.csv", &record::pods_csv(&m.samples, &m.pods, s))?;
-    let rs_ran = ran.time_scaled(s);
-    let pooled_curve = fluid::simulate(&rs_ran, Topology::Pooled)?;
-    let per_pod_curve = fluid::simulate(&rs_ran, Topology::PerPod)?;
     super::plot::draw(
         dir,
         &m.samples,
@@ -392,6 +392,14 @@ pub fn finish(
         &per_pod_curve,
         s,
         rs.timeout_s,
+    )?;
+    super::plot::pod_waits(
+        dir,
+        &m.samples,
+        &m.pods,
+        s,
+        rs.timeout_s,
+        criteria.drained_wait_s,
     )?;
     let result = CaseResult {
         experiment: e.id.clone(),
@@ -584,6 +592,17 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         goodput_cell(pp),
         goodput_cell(po),
     );
+    let served = |o: &Outcome| match (o.triggered, o.debt_served_s) {
+        (false, _) => "-".to_string(),
+        (true, t) => secs(t),
+    };
+    let _ = writeln!(
+        o,
+        "| debt served (no pod's wait at the timeout) | {} | {} | {} | - |",
+        served(m),
+        served(pp),
+        served(po)
+    );
     let _ = writeln!(
         o,
         "| state at the end | {} | {} | {} | {} |",
@@ -652,7 +671,8 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     let _ = writeln!(
         o,
         "\nFiles: `experiment.toml`, `timeseries.csv`, `decisions.csv`, `events.csv`, \
-         `summary.json`, `pods.svg`, `goodput.svg`, `wait.svg`, `loadgen/`, `logs/`."
+         `summary.json`, `pods.csv`, `pods.svg`, `goodput.svg`, `wait.svg`, `pod-waits.svg` \
+         (every pod's wait: a steady queue under the timeout is not debt), `loadgen/`, `logs/`."
     );
     o
 }
