@@ -13,9 +13,10 @@
 //!   arrival faces a wait at the timeout any more (a pod the loadgen's pool keeps busy may hold a
 //!   steady queue under it for good, which the strict rule still counts).
 //! - **Trapped**: not recovered, and the failed state sustains itself: over the record's last stretch
-//!   the attempts offered are at least what the ready pods serve (work per first attempt times
-//!   utilization at least 1 at the capacity it settled at), or the longest wait did not fall at all.
-//!   A run that is still draining at its end is **not recovered within the horizon**: slow, not trapped.
+//!   attempts still time out (or the wait is past the timeout), and the attempts offered are at least
+//!   what the ready pods serve (work per first attempt times utilization at least 1 at the capacity it
+//!   settled at), or the longest wait has not fallen from its peak at all. A run that is still
+//!   draining at its end is **not recovered within the horizon**: slow, not trapped.
 //! - **Lost fraction**: logical requests started in the accounting window that failed every attempt,
 //!   over all logical requests started in it.
 
