@@ -764,7 +764,7 @@ impl Cluster for KubeCluster {
             self.stop_loadgen().await;
         }
         // Each shard drains its requests in flight, then prints its summary.
-        let drain = self.rs.attempt_offset(self.rs.retries) + self.rs.timeout_s + 30.0;
+        let drain = self.rs.settled_s() + 30.0;
         let deadline = Instant::now() + Duration::from_secs_f64(drain);
         while Instant::now() < deadline {
             let done = {

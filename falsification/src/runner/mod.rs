@@ -628,28 +628,18 @@ async fn drive<C: Cluster>(
         if now >= next_sample {
             let o = cluster.observe().await?;
             // The record's queue and wait are those of the pods that receive traffic.
-            let ready: Vec<&PodQueue> = o
-                .queues
-                .iter()
-                .filter(|(_, q)| q.ready)
-                .map(|(_, q)| q)
-                .collect();
-            waits.push(
-                o.queues
-                    .iter()
-                    .filter(|(_, q)| q.ready)
-                    .map(|(u, q)| (u.clone(), q.wait_s))
-                    .collect(),
-            );
+            let ready: Vec<&(String, PodQueue)> =
+                o.queues.iter().filter(|(_, q)| q.ready).collect();
+            waits.push(ready.iter().map(|(u, q)| (u.clone(), q.wait_s)).collect());
             let sample = Sample {
                 t: -rs.warmup_s + samples.len() as f64 * step,
                 load: o.load.minus(&prev),
                 pods_desired: o.pods_desired,
                 pods_ready: o.pods_ready,
                 pods_existing: o.pods_existing,
-                queue_total: ready.iter().map(|q| q.depth).sum(),
-                queue_max: ready.iter().map(|q| q.depth).fold(0.0, f64::max),
-                wait_max_s: ready.iter().map(|q| q.wait_s).fold(0.0, f64::max),
+                queue_total: ready.iter().map(|(_, q)| q.depth).sum(),
+                queue_max: ready.iter().map(|(_, q)| q.depth).fold(0.0, f64::max),
+                wait_max_s: ready.iter().map(|(_, q)| q.wait_s).fold(0.0, f64::max),
                 wait_sustained_s: record::sustained(&waits),
                 meter: o.meter,
                 hpa_recommendation: o.hpa.and_then(|(r, _)| r),

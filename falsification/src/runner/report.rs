@@ -167,8 +167,7 @@ pub fn flush_partial(
 /// wait at its last row); the debt itself is a wait of the order of the timeout, and a quarter
 /// of it shifts the recovery time by at most `timeout / (4 (1 - rho))`.
 pub fn measured(samples: &[Sample], rs: &Scenario, step: f64) -> (outcome::Record, Criteria) {
-    let lost_after = rs.attempt_offset(rs.retries) + rs.timeout_s;
-    let record = record::measured_record(samples, step, rs.timeout_s, lost_after);
+    let record = record::measured_record(samples, step, rs.timeout_s, rs.settled_s());
     let mut c = predict::criteria(rs);
     c.drained_wait_s = c.drained_wait_s.max(rs.timeout_s / 4.0);
     (record, c)
