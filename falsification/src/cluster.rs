@@ -90,6 +90,17 @@ struct Pod {
     child: Child,
     ordered: Instant,
     ready: bool,
+    /// When `/readyz` first answered (the Ready condition's last transition).
+    ready_since: Option<Instant>,
+}
+
+/// A live pod as the HPA controller's pod lister sees it: it starts when ordered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodStatus {
+    pub name: String,
+    pub url: String,
+    pub started: Instant,
+    pub ready_since: Option<Instant>,
 }
 
 struct Terminating {
@@ -171,6 +182,19 @@ impl EmbeddedCluster {
             .collect()
     }
 
+    /// Every live pod's status, oldest first.
+    pub fn statuses(&self) -> Vec<PodStatus> {
+        self.pods
+            .iter()
+            .map(|p| PodStatus {
+                name: p.name.clone(),
+                url: format!("http://{}", p.addr),
+                started: p.ordered,
+                ready_since: p.ready_since,
+            })
+            .collect()
+    }
+
     /// Everything that happened so far, oldest first.
     pub fn events(&self) -> &[PodEvent] {
         &self.events
@@ -242,6 +266,7 @@ impl EmbeddedCluster {
             if !self.pods[i].ready && self.probe(self.pods[i].addr).await {
                 let pod = &mut self.pods[i];
                 pod.ready = true;
+                pod.ready_since = Some(now);
                 let dead_time_s = now.duration_since(pod.ordered).as_secs_f64();
                 let name = pod.name.clone();
                 self.record(&name, PodEventKind::Ready { dead_time_s });
@@ -303,6 +328,7 @@ impl EmbeddedCluster {
             child,
             ordered: Instant::now(),
             ready: false,
+            ready_since: None,
         });
         Ok(())
     }

@@ -1,10 +1,15 @@
 //! Capacity for the models: fixed replicas, or the HPA module driving a ReplicaSet-like pod set through
 //! the meter's readings, with the dead time between a scale decision and the new pod serving.
 //! Scale-down removes pods that are not ready first, then the newest ready ones (as a ReplicaSet does).
+//! The CPU signal is what metrics-server would serve: each pod's busy fraction over its window times
+//! the limit, every pod alike (the model's pods share the load), with the readiness facts the
+//! controller's `groupPods` reads.
 
 use std::collections::VecDeque;
 
-use crate::hpa::{Decision, Hpa, HpaError, HpaSpec, Scale};
+use crate::hpa::{
+    Decision, Hpa, HpaError, HpaSpec, PodPhase, PodSample, Reading, Scale, UsageSample,
+};
 use crate::metric::{Meter, Signal};
 
 /// How the autoscaler is wired and timed.
@@ -20,6 +25,26 @@ pub struct AutoscalerConfig {
     pub scrape_interval_s: f64,
     /// From the scale decision to the new pod's first served request.
     pub dead_time_s: f64,
+    pub cpu: CpuModel,
+}
+
+/// The pods' CPU as the model sees it (read only for [`Signal::Cpu`]): request 1, limit
+/// `limit_ratio`, sampled every `window_s` as metrics-server does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CpuModel {
+    pub limit_ratio: f64,
+    pub window_s: f64,
+}
+
+/// The model's cumulative counters, passed at each step.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Totals {
+    /// First attempts arrived.
+    pub first: f64,
+    /// All attempts arrived.
+    pub all: f64,
+    /// Pod-seconds of serving, over every ready pod.
+    pub busy_s: f64,
 }
 
 /// A change the model must apply to its per-pod state.
@@ -39,6 +64,18 @@ struct Autoscaler {
     sync_period_s: f64,
     next_sync: f64,
     dead_time_s: f64,
+    cpu: Option<CpuScraper>,
+}
+
+/// metrics-server for the model: every `window_s`, each pod's usage over the window just ended.
+#[derive(Debug)]
+struct CpuScraper {
+    model: CpuModel,
+    next: f64,
+    /// The last scrape: its time and the counters then (busy and ready pod-seconds).
+    last: (f64, f64, f64),
+    /// The latest sample: its time and the usage of one pod, in cores.
+    sample: Option<(f64, f64)>,
 }
 
 /// Fixed or autoscaled capacity, advanced by the model's clock.
@@ -46,6 +83,11 @@ struct Autoscaler {
 pub struct Control {
     desired: u32,
     ready: u32,
+    /// When each ready pod turned ready, oldest first (the newest are removed first).
+    ready_since: Vec<f64>,
+    /// Ready pod-seconds so far, up to `clock`.
+    ready_s: f64,
+    clock: f64,
     /// Ready times of ordered pods, oldest first.
     pending: VecDeque<f64>,
     autoscaler: Option<Autoscaler>,
@@ -58,6 +100,9 @@ impl Control {
         Control {
             desired: n,
             ready: n,
+            ready_since: Vec::new(),
+            ready_s: 0.0,
+            clock: 0.0,
             pending: VecDeque::new(),
             autoscaler: None,
             last_decision: None,
@@ -80,9 +125,20 @@ impl Control {
         // The first sync at or after `start` on the grid through `sync_at`.
         let periods = ((start - config.sync_at) / config.sync_period_s).ceil();
         let next_sync = config.sync_at + periods * config.sync_period_s;
+        // The initial pods have been ready for longer than any initialization period.
+        let long_ago = start - config.spec.cpu_initialization_period_s - config.dead_time_s - 1.0;
+        let cpu = config.signals.contains(&Signal::Cpu).then_some(CpuScraper {
+            model: config.cpu,
+            next: start + config.cpu.window_s,
+            last: (start, 0.0, 0.0),
+            sample: None,
+        });
         Ok(Control {
             desired: initial,
             ready: initial,
+            ready_since: vec![long_ago; initial as usize],
+            ready_s: 0.0,
+            clock: start,
             pending: VecDeque::new(),
             autoscaler: Some(Autoscaler {
                 hpa,
@@ -91,6 +147,7 @@ impl Control {
                 sync_period_s: config.sync_period_s,
                 next_sync,
                 dead_time_s: config.dead_time_s,
+                cpu,
             }),
             last_decision: None,
         })
@@ -100,22 +157,19 @@ impl Control {
     pub fn next_event(&self) -> f64 {
         let ready = self.pending.front().copied().unwrap_or(f64::INFINITY);
         match &self.autoscaler {
-            Some(a) => ready.min(a.meter.next_scrape()).min(a.next_sync),
+            Some(a) => {
+                let cpu = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
+                ready.min(a.meter.next_scrape()).min(a.next_sync).min(cpu)
+            }
             None => ready,
         }
     }
 
-    /// Processes everything due at or before `now`, given the cumulative arrival counters; pushes the
+    /// Processes everything due at or before `now`, given the model's cumulative counters; pushes the
     /// pod changes to apply, in order.
-    pub fn advance(
-        &mut self,
-        now: f64,
-        first_total: f64,
-        all_total: f64,
-        events: &mut Vec<PodEvent>,
-    ) {
+    pub fn advance(&mut self, now: f64, totals: Totals, events: &mut Vec<PodEvent>) {
         while self.next_event() <= now {
-            // In time order; at equal times a pod turns ready, then the meter scrapes, then the HPA syncs.
+            // In time order; at equal times a pod turns ready, then the meters scrape, then the HPA syncs.
             let ready_at = self.pending.front().copied().unwrap_or(f64::INFINITY);
             let Some(a) = self.autoscaler.as_mut() else {
                 self.pending.pop_front();
@@ -124,20 +178,47 @@ impl Control {
                 continue;
             };
             let scrape_at = a.meter.next_scrape();
-            if ready_at <= scrape_at && ready_at <= a.next_sync {
+            let cpu_at = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
+            if ready_at <= scrape_at.min(cpu_at) && ready_at <= a.next_sync {
+                self.ready_s += f64::from(self.ready) * (ready_at - self.clock);
+                self.clock = ready_at;
                 self.pending.pop_front();
                 self.ready += 1;
+                self.ready_since.push(ready_at);
                 events.push(PodEvent::Ready);
                 continue;
             }
-            if scrape_at <= a.next_sync {
-                a.meter.scrape(scrape_at, first_total, all_total);
+            if scrape_at <= a.next_sync && scrape_at <= cpu_at {
+                a.meter.scrape(scrape_at, totals.first, totals.all);
+                continue;
+            }
+            if let Some(c) = a.cpu.as_mut().filter(|c| c.next <= a.next_sync) {
+                // Counters are as of `now`; the scrape happens within the model's step before it.
+                let ready_s = self.ready_s + f64::from(self.ready) * (now - self.clock);
+                let (t0, busy0, ready0) = c.last;
+                let pod_seconds = ready_s - ready0;
+                if pod_seconds > 0.0 {
+                    let busy = ((totals.busy_s - busy0) / pod_seconds).clamp(0.0, 1.0);
+                    c.sample = Some((c.next, busy * c.model.limit_ratio));
+                }
+                c.last = (c.next.max(t0), totals.busy_s, ready_s);
+                c.next += c.model.window_s;
                 continue;
             }
             let at = a.next_sync;
             a.next_sync += a.sync_period_s;
-            let readings: Vec<Option<f64>> =
-                a.signals.iter().map(|&s| a.meter.reading(s)).collect();
+            let pods = a
+                .cpu
+                .as_ref()
+                .map(|c| pod_samples(&self.ready_since, &self.pending, a.dead_time_s, c));
+            let readings: Vec<Option<Reading>> = a
+                .signals
+                .iter()
+                .map(|&s| match s {
+                    Signal::Cpu => pods.clone().map(Reading::Pods),
+                    _ => a.meter.reading(s).map(Reading::External),
+                })
+                .collect();
             let scale = Scale {
                 spec_replicas: to_i32(self.desired),
                 status_replicas: to_i32(self.ready + self.pending.len() as u32),
@@ -162,7 +243,10 @@ impl Control {
         }
         while have > desired {
             if self.pending.pop_back().is_none() {
+                self.ready_s += f64::from(self.ready) * (now - self.clock).max(0.0);
+                self.clock = self.clock.max(now);
                 self.ready -= 1;
+                self.ready_since.pop();
                 events.push(PodEvent::Removed);
             }
             have -= 1;
@@ -183,6 +267,45 @@ impl Control {
     }
 }
 
+/// The pods as the controller's `groupPods` sees them: ready ones with the latest sample and
+/// their ready time; ordered ones running but not ready, idle, started at their order.
+fn pod_samples(
+    ready_since: &[f64],
+    pending: &VecDeque<f64>,
+    dead_time_s: f64,
+    cpu: &CpuScraper,
+) -> Vec<PodSample> {
+    let sample = |usage: f64| {
+        cpu.sample.map(|(at, _)| UsageSample {
+            usage,
+            timestamp_s: at,
+            window_s: cpu.model.window_s,
+        })
+    };
+    let usage = cpu.sample.map_or(0.0, |(_, u)| u);
+    let ready = ready_since.iter().map(|&since| PodSample {
+        phase: PodPhase::Running,
+        deleting: false,
+        started_s: Some(since - dead_time_s),
+        ready: Some((true, since)),
+        request: 1.0,
+        metric: sample(usage),
+    });
+    let starting = pending.iter().map(|&ready_at| {
+        let ordered = ready_at - dead_time_s;
+        PodSample {
+            phase: PodPhase::Running,
+            deleting: false,
+            started_s: Some(ordered),
+            ready: Some((false, ordered)),
+            request: 1.0,
+            // metrics-server has a sample once it has scraped the pod after it started.
+            metric: sample(0.0).filter(|s| s.timestamp_s > ordered),
+        }
+    });
+    ready.chain(starting).collect()
+}
+
 fn to_i32(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
@@ -190,7 +313,10 @@ fn to_i32(n: u32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hpa::{Behavior, MetricSpec, Target};
+    use crate::hpa::{
+        Behavior, DEFAULT_CPU_INITIALIZATION_PERIOD_S, DEFAULT_INITIAL_READINESS_DELAY_S,
+        MetricSpec, Target,
+    };
 
     fn config(dead_time_s: f64) -> AutoscalerConfig {
         AutoscalerConfig {
@@ -203,6 +329,8 @@ mod tests {
                 }],
                 behavior: Behavior::default(),
                 tolerance: 0.1,
+                cpu_initialization_period_s: DEFAULT_CPU_INITIALIZATION_PERIOD_S,
+                initial_readiness_delay_s: DEFAULT_INITIAL_READINESS_DELAY_S,
             },
             signals: vec![Signal::FirstAttempt],
             sync_period_s: 15.0,
@@ -210,7 +338,60 @@ mod tests {
             metric_window_s: 30.0,
             scrape_interval_s: 1.0,
             dead_time_s,
+            cpu: CpuModel {
+                limit_ratio: 1.0,
+                window_s: 15.0,
+            },
         }
+    }
+
+    /// Counters after `t` s of 1000 first attempts/s.
+    fn steady(t: f64) -> Totals {
+        Totals {
+            first: 1000.0 * t,
+            all: 1000.0 * t,
+            busy_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn cpu_at_its_limit_doubles_the_pods_that_count_per_round() {
+        // 1000/s on pods serving 100/s, l = r, a 50% target: busy pods read 100%, twice the target,
+        // so each round at most doubles the pods whose samples count; pods still starting count
+        // as idle and hold the replicas until they are ready and a window has passed.
+        let mut cfg = config(90.0);
+        cfg.spec.metrics = vec![MetricSpec {
+            name: "cpu".into(),
+            target: Target::Utilization(50),
+        }];
+        cfg.signals = vec![Signal::Cpu];
+        let mut c = Control::autoscaled(&cfg, 4, 0.0).unwrap();
+        let mut events = Vec::new();
+        let mut busy_s = 0.0;
+        let mut desired_at = Vec::new();
+        for t in 0..=300 {
+            let t = f64::from(t);
+            c.advance(
+                t,
+                Totals {
+                    busy_s,
+                    ..steady(t)
+                },
+                &mut events,
+            );
+            busy_s += f64::from(c.ready()).min(10.0);
+            desired_at.push(c.desired());
+        }
+        // No sample before the first scrape at 15 s: held. 22.5 s: 4 pods at 100% -> 8, ready at
+        // 112.5 s; counted once a sample is a window past that (the scrape at 135 s): 16 at 142.5 s.
+        assert_eq!(desired_at[20], 4);
+        assert_eq!(desired_at[23], 8);
+        assert_eq!(desired_at[142], 8);
+        assert_eq!(desired_at[143], 16);
+        // Ready at 232.5 s, counted from the scrape at 255 s: 16 busy pods (1000/s over 16 x 100/s
+        // is 62.5%) -> ceil(16 x 62/50) = 20 at 262.5 s.
+        assert_eq!(desired_at[262], 16);
+        assert_eq!(desired_at[263], 20);
     }
 
     #[test]
@@ -220,7 +401,7 @@ mod tests {
         // A constant 1000/s from t = 0: each second the counters grow by 1000.
         for t in 0..=200 {
             let t = f64::from(t);
-            c.advance(t, 1000.0 * t, 1000.0 * t, &mut events);
+            c.advance(t, steady(t), &mut events);
             if t < 97.5 {
                 assert_eq!(c.ready(), 4, "t = {t}");
             }

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::Exp1;
 
 use crate::budget::BudgetState;
-use crate::control::{Control, PodEvent};
+use crate::control::{Control, PodEvent, Totals};
 use crate::experiment::{Abandoned, Scenario, ServiceTime, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::Record;
@@ -88,8 +88,9 @@ struct Sim<'a> {
     timed_out_head: usize,
     idle: u32,
     retiring: u32,
-    first_total: f64,
-    all_total: f64,
+    /// Arrivals so far, and service time started (counted when it starts: the CPU signal's windows
+    /// are thousands of service times long).
+    totals: Totals,
 }
 
 /// Runs the request-level model with `seed`.
@@ -118,8 +119,7 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         timed_out_head: 0,
         idle: if pooled { s.pods } else { 0 },
         retiring: 0,
-        first_total: 0.0,
-        all_total: 0.0,
+        totals: Totals::default(),
     };
     let changes = s.demand_changes();
     let mut next_first = sim.next_arrival(start, &changes);
@@ -139,7 +139,7 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         }
         events += 1;
         if control_at == now {
-            control.advance(now, sim.first_total, sim.all_total, &mut pod_events);
+            control.advance(now, sim.totals, &mut pod_events);
             for e in pod_events.drain(..) {
                 sim.pod_change(now, e, pooled);
             }
@@ -255,9 +255,9 @@ impl Sim<'_> {
     }
 
     fn arrive(&mut self, now: f64, start: f64, attempt: u32, ready: u32, pooled: bool) {
-        self.all_total += 1.0;
+        self.totals.all += 1.0;
         if attempt == 0 {
-            self.first_total += 1.0;
+            self.totals.first += 1.0;
         }
         self.record.row_mut(now).attempts += 1.0;
         if pooled {
@@ -287,6 +287,7 @@ impl Sim<'_> {
         };
         if !dropped {
             self.free_at[pod].1 = done;
+            self.totals.busy_s += done - begin;
         }
         if done - now > self.s.timeout_s {
             self.timed_out(now + self.s.timeout_s, now, start, attempt);
@@ -359,6 +360,7 @@ impl Sim<'_> {
             let row = self.record.row_mut(q.arrived);
             row.max_wait_s = row.max_wait_s.max(wait);
             let done = now + self.service_time();
+            self.totals.busy_s += done - now;
             self.idle -= 1;
             self.heap.push(Event {
                 at: done,

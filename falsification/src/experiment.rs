@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::control::AutoscalerConfig;
+use crate::control::{AutoscalerConfig, CpuModel};
 use crate::hpa::{
     Behavior, HpaSpec, MetricSpec, Policy, PolicyKind, ScalingRules, SelectPolicy, Target,
 };
@@ -13,12 +13,21 @@ use crate::metric::Signal;
 use crate::outcome::Expect;
 
 /// The suite, as shipped in `falsification/experiments/`.
-pub const BUILTIN: [(&str, &str); 4] = [
+/// The built-in experiments; the suite is F1-F4 ([`SUITE`]).
+pub const BUILTIN: [(&str, &str); 6] = [
+    ("F0", include_str!("../experiments/F0.toml")),
+    (
+        "F0-specimen",
+        include_str!("../experiments/F0-specimen.toml"),
+    ),
     ("F1", include_str!("../experiments/F1.toml")),
     ("F2", include_str!("../experiments/F2.toml")),
     ("F3", include_str!("../experiments/F3.toml")),
     ("F4", include_str!("../experiments/F4.toml")),
 ];
+
+/// What `falsification suite` runs by default: the falsification suite of SPEC.
+pub const SUITE: [&str; 4] = ["F1", "F2", "F3", "F4"];
 
 #[derive(Debug, Error)]
 pub enum ExperimentError {
@@ -116,6 +125,8 @@ pub enum HpaSignal {
     First,
     Ingress,
     Paired,
+    /// The pods' CPU, a Resource metric with a Utilization target (through metrics-server).
+    Cpu,
 }
 
 /// Retry budget: retries per second at most `ratio` x first attempts per second (plus `min_per_s`),
@@ -150,6 +161,14 @@ pub struct HpaSetup {
     /// From the scale decision to the new pod serving.
     pub dead_time_s: f64,
     pub behavior: Behavior,
+    /// The CPU signal: the pods' limit over their request, `l / r`. A pod busy all the time uses its
+    /// limit, so utilization = busy fraction x `l / r`: it saturates there.
+    pub cpu_limit_ratio: f64,
+    /// metrics-server's resolution: how often it scrapes, and the window of each CPU sample.
+    pub cpu_window_s: f64,
+    /// The controller flags the CPU signal reads (upstream defaults 5 min and 30 s).
+    pub cpu_initialization_period_s: f64,
+    pub initial_readiness_delay_s: f64,
 }
 
 /// One fully resolved case.
@@ -257,6 +276,13 @@ impl Scenario {
                 vec![metric("first_attempt_rate"), metric("ingress_rate")],
                 vec![Signal::FirstAttempt, Signal::Ingress],
             ),
+            HpaSignal::Cpu => (
+                vec![MetricSpec {
+                    name: "cpu".into(),
+                    target: Target::Utilization((h.target_utilization * 100.0).round() as i32),
+                }],
+                vec![Signal::Cpu],
+            ),
         };
         Some(AutoscalerConfig {
             spec: HpaSpec {
@@ -265,6 +291,8 @@ impl Scenario {
                 metrics,
                 behavior: h.behavior.clone(),
                 tolerance: h.tolerance,
+                cpu_initialization_period_s: h.cpu_initialization_period_s,
+                initial_readiness_delay_s: h.initial_readiness_delay_s,
             },
             signals,
             sync_period_s: h.sync_period_s,
@@ -272,6 +300,10 @@ impl Scenario {
             metric_window_s: h.metric_window_s,
             scrape_interval_s: h.scrape_interval_s,
             dead_time_s: h.dead_time_s,
+            cpu: CpuModel {
+                limit_ratio: h.cpu_limit_ratio,
+                window_s: h.cpu_window_s,
+            },
         })
     }
 
@@ -301,6 +333,9 @@ impl Scenario {
             scrape_interval_s: h.scrape_interval_s / s,
             dead_time_s: h.dead_time_s / s,
             behavior: h.behavior.time_scaled(s),
+            cpu_window_s: h.cpu_window_s / s,
+            cpu_initialization_period_s: h.cpu_initialization_period_s / s,
+            initial_readiness_delay_s: h.initial_readiness_delay_s / s,
             ..h.clone()
         });
         x.warmup_s /= s;
@@ -502,6 +537,13 @@ pub struct HpaParams {
     pub scrape_interval: Option<String>,
     pub dead_time: Option<String>,
     pub behavior: Option<BehaviorParams>,
+    /// `l / r` of the pods' CPU (the CPU signal's saturation), default 1.
+    pub cpu_limit_ratio: Option<f64>,
+    /// metrics-server's resolution, default `15s`.
+    pub cpu_window: Option<String>,
+    /// Controller flags, defaults `300s` and `30s`.
+    pub cpu_initialization_period: Option<String>,
+    pub initial_readiness_delay: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -689,6 +731,14 @@ impl HpaParams {
             scrape_interval: self.scrape_interval.or(base.scrape_interval),
             dead_time: self.dead_time.or(base.dead_time),
             behavior: self.behavior.or(base.behavior),
+            cpu_limit_ratio: self.cpu_limit_ratio.or(base.cpu_limit_ratio),
+            cpu_window: self.cpu_window.or(base.cpu_window),
+            cpu_initialization_period: self
+                .cpu_initialization_period
+                .or(base.cpu_initialization_period),
+            initial_readiness_delay: self
+                .initial_readiness_delay
+                .or(base.initial_readiness_delay),
         }
     }
 
@@ -741,6 +791,26 @@ impl HpaParams {
             )?,
             dead_time_s: d("hpa.dead_time", self.dead_time, "90s")?,
             behavior,
+            cpu_limit_ratio: positive(
+                context,
+                "hpa.cpu_limit_ratio",
+                self.cpu_limit_ratio.unwrap_or(1.0),
+            )?,
+            cpu_window_s: positive(
+                context,
+                "hpa.cpu_window",
+                d("hpa.cpu_window", self.cpu_window, "15s")?,
+            )?,
+            cpu_initialization_period_s: d(
+                "hpa.cpu_initialization_period",
+                self.cpu_initialization_period,
+                "300s",
+            )?,
+            initial_readiness_delay_s: d(
+                "hpa.initial_readiness_delay",
+                self.initial_readiness_delay,
+                "30s",
+            )?,
         })
     }
 }

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use crate::control::{Control, PodEvent};
+use crate::control::{Control, PodEvent, Totals};
 use crate::experiment::{Abandoned, Scenario, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::Record;
@@ -45,14 +45,14 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
     let mut pooled_backlog = 0.0;
     let mut pods: Vec<Pod> = vec![Pod::default(); s.pods as usize];
     let mut draining: Vec<f64> = Vec::new();
-    let (mut first_total, mut all_total) = (0.0, 0.0);
+    let mut totals = Totals::default();
     let mut events = Vec::new();
 
     let steps = ((end - start) / dt).round() as u64;
     for i in 0..steps {
         let t = start + i as f64 * dt;
         if control.next_event() <= t {
-            control.advance(t, first_total, all_total, &mut events);
+            control.advance(t, totals, &mut events);
             for e in events.drain(..) {
                 match e {
                     PodEvent::Ready => pods.push(Pod::default()),
@@ -128,7 +128,9 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
             Topology::Pooled => {
                 let queued = if drop { total * (1.0 - failing) } else { total };
                 let cap = f64::from(ready) * c;
+                let served = (pooled_backlog + queued).min(cap * dt);
                 pooled_backlog = (pooled_backlog + queued - cap * dt).max(0.0);
+                totals.busy_s += served / c;
             }
             Topology::PerPod => {
                 for p in &mut pods {
@@ -136,7 +138,9 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
                     if waited || !drop {
                         p.enqueue(p.share, waited);
                     }
+                    let before = p.backlog;
                     p.serve(c * dt);
+                    totals.busy_s += (before - p.backlog) / c;
                 }
                 for b in &mut draining {
                     *b -= c * dt;
@@ -144,8 +148,8 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
                 draining.retain(|b| *b > 0.0);
             }
         }
-        first_total += arrivals[0];
-        all_total += total;
+        totals.first += arrivals[0];
+        totals.all += total;
 
         let row = record.row_mut(t);
         row.first_attempts += arrivals[0];

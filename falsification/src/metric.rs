@@ -54,6 +54,8 @@ pub enum Signal {
     Ingress,
     /// `retry_rate`: ingress minus first attempts.
     Retry,
+    /// The pods' CPU: not the meter's, read from each pod as metrics-server would (a Resource metric).
+    Cpu,
 }
 
 impl Meter {
@@ -78,11 +80,13 @@ impl Meter {
         self.next_scrape += self.scrape_s;
     }
 
+    /// The meter's reading of `signal`; `None` before two scrapes, and always for [`Signal::Cpu`].
     pub fn reading(&self, signal: Signal) -> Option<f64> {
         match signal {
             Signal::FirstAttempt => self.first.rate(),
             Signal::Ingress => self.all.rate(),
             Signal::Retry => Some(round_milli(self.all.rate()? - self.first.rate()?)),
+            Signal::Cpu => None,
         }
     }
 }

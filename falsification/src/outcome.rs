@@ -19,6 +19,10 @@
 //!   draining at its end is **not recovered within the horizon**: slow, not trapped.
 //! - **Lost fraction**: logical requests started in the accounting window that failed every attempt,
 //!   over all logical requests started in it.
+//! - **Provisioning** (the publication's Definition 9, for a sustained step): the time until the ready
+//!   pods' capacity first meets the demand (the mean first-attempt rate over the window), the peak pods
+//!   over the pods needed (the demand at the target utilization: where a perfect scaler settles), and
+//!   the first-attempt work lost in seconds of that demand.
 
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +92,19 @@ pub struct Criteria {
     /// From a request's start to its final outcome: rows closer than this to the end of the record
     /// do not yet know their lost requests, so the goodput recovery ignores them.
     pub settled_s: f64,
+    /// The autoscaler's target utilization, for the pods needed; `None` for fixed capacity.
+    pub target_utilization: Option<f64>,
+}
+
+/// How well capacity followed the demand (see the module doc); `None` where it cannot be told.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Provisioning {
+    /// Seconds from the reference until ready pods x `c` first reaches the demand.
+    pub capacity_met_s: Option<f64>,
+    /// Peak ready pods over the pods needed at the target utilization.
+    pub peak_over_needed: Option<f64>,
+    /// First-attempt work lost, in seconds of the demand.
+    pub lost_s: Option<f64>,
 }
 
 /// The figures every model and every measured run reports.
@@ -112,6 +129,8 @@ pub struct Outcome {
     pub peak_pods: u32,
     pub final_pods: u32,
     pub lost_fraction: Option<f64>,
+    #[serde(default)]
+    pub provisioning: Provisioning,
 }
 
 /// What became of a triggered run (or that it was never triggered), in the one vocabulary.
@@ -253,6 +272,31 @@ pub fn lost_fraction(record: &Record, c: &Criteria) -> Option<f64> {
     (started > 0.0).then(|| lost / started)
 }
 
+/// The Definition 9 figures of a record (see the module doc).
+pub fn provisioning(record: &Record, c: &Criteria) -> Provisioning {
+    let (rows, started, lost, peak) = in_window(record, c).fold((0, 0.0, 0.0, 0u32), |a, r| {
+        (
+            a.0 + 1,
+            a.1 + r.first_attempts,
+            a.2 + r.lost,
+            a.3.max(r.pods_ready),
+        )
+    });
+    if rows == 0 || started <= 0.0 {
+        return Provisioning::default();
+    }
+    let demand = started / (f64::from(rows) * record.step_s);
+    Provisioning {
+        capacity_met_s: in_window(record, c)
+            .find(|r| f64::from(r.pods_ready) * c.rate_per_pod >= demand)
+            .map(|r| (r.t - c.reference).max(0.0)),
+        peak_over_needed: c
+            .target_utilization
+            .map(|u| f64::from(peak) / (demand / (u * c.rate_per_pod))),
+        lost_s: Some(lost / demand),
+    }
+}
+
 pub fn triggered(record: &Record, c: &Criteria) -> bool {
     in_window(record, c).any(|r| r.timed_out > 0.0)
 }
@@ -275,6 +319,7 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
             .unwrap_or(0),
         final_pods: record.rows.last().map_or(0, |r| r.pods_ready),
         lost_fraction: lost_fraction(record, c),
+        provisioning: provisioning(record, c),
     }
 }
 
@@ -427,6 +472,7 @@ mod tests {
             timeout_s: 10.0,
             tail_s: 5.0,
             settled_s: 2.0,
+            target_utilization: Some(0.5),
         }
     }
 
@@ -549,6 +595,7 @@ mod tests {
             peak_pods: 20,
             final_pods: 20,
             lost_fraction: Some(0.99),
+            provisioning: Provisioning::default(),
         }
     }
 

@@ -80,6 +80,7 @@ pub fn criteria(s: &Scenario) -> Criteria {
         // to reflect the state the run settled in.
         tail_s: (2.0 * s.settled_s()).max(s.horizon_s / 10.0),
         settled_s: s.settled_s(),
+        target_utilization: s.hpa.as_ref().map(|h| h.target_utilization),
     }
 }
 
@@ -169,6 +170,7 @@ pub fn closed_form(s: &Scenario) -> Outcome {
             peak_pods: s.pods,
             final_pods: s.pods,
             lost_fraction,
+            provisioning: Default::default(),
         };
     };
     let demand = k * lambda;
@@ -189,6 +191,8 @@ pub fn closed_form(s: &Scenario) -> Outcome {
     let settled_rho = demand / (f64::from(first) * c);
     let (peak, trapped) = match h.signal {
         crate::experiment::HpaSignal::First => (first, triggered && laws::trapped(a, settled_rho)),
+        // Ingress and paired see every attempt; CPU sees the busy time, which counts the abandoned
+        // work too (saturating at the limit only slows the climb): all three escape the same way.
         _ => (
             ingress.max(first),
             triggered && !laws::ingress_escapes(a, demand, h.target_utilization, c, h.max_replicas),
@@ -214,6 +218,7 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         peak_pods: if triggered { peak } else { first },
         final_pods: first,
         lost_fraction,
+        provisioning: Default::default(),
     }
 }
 

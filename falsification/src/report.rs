@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::experiment::LoadEvent;
 use crate::outcome::{Judgement, Outcome, State};
 use crate::predict::{CasePrediction, ExperimentPrediction};
 
@@ -138,6 +139,62 @@ fn case_text(out: &mut String, c: &CasePrediction) {
     );
 }
 
+/// The end of a run in the publication's words: healthy after T s, or failed.
+pub fn end_state(o: &Outcome) -> String {
+    match o.state() {
+        State::NotTriggered => "healthy (never failed)".into(),
+        State::Recovered => format!("healthy after {}", secs(o.recovery_s)),
+        State::Trapped => "failed".into(),
+        State::NotRecoveredWithinHorizon => format!("still draining at {:.0} s", o.horizon_s),
+    }
+}
+
+/// One Definition 9 cell: `capacity met | peak / needed | lost s (fraction) | end`.
+pub fn provisioning_cells(o: &Outcome) -> [String; 4] {
+    let p = &o.provisioning;
+    [
+        p.capacity_met_s.map_or("never".into(), |t| secs(Some(t))),
+        p.peak_over_needed.map_or("-".into(), |r| format!("{r:.2}")),
+        match p.lost_s {
+            Some(l) => format!("{} ({})", secs(Some(l)), pct(o.lost_fraction)),
+            None => "-".into(),
+        },
+        end_state(o),
+    ]
+}
+
+/// The publication's Definition 9 table for an experiment of sustained steps under an autoscaler:
+/// per case, per fluid topology.
+fn provisioning_text(out: &mut String, e: &ExperimentPrediction) {
+    let stepped = |c: &&CasePrediction| {
+        c.parameters.hpa.is_some() && matches!(c.parameters.event, LoadEvent::Step { .. })
+    };
+    if !e.cases.iter().any(|c| stepped(&c)) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "
+Definition 9 (fluid): time until capacity meets the load, peak pods over pods needed at \
+         the target, first-attempt work lost in seconds of the stepped demand, state at the end"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16} {:<9} {:>10}  {:>12}  {:>20}  state",
+        "case", "fluid", "capacity", "peak/needed", "lost"
+    );
+    for c in e.cases.iter().filter(stepped) {
+        for (topology, o) in [("pooled", &c.fluid_pooled), ("per pod", &c.fluid_per_pod)] {
+            let [met, over, lost, end] = provisioning_cells(o);
+            let _ = writeln!(
+                out,
+                "  {:<16} {topology:<9} {met:>10}  {over:>12}  {lost:>20}  {end}",
+                c.name
+            );
+        }
+    }
+}
+
 /// The human-readable report.
 pub fn text(predictions: &[ExperimentPrediction]) -> String {
     let mut out = String::new();
@@ -162,6 +219,7 @@ pub fn text(predictions: &[ExperimentPrediction]) -> String {
         for c in &e.cases {
             case_text(&mut out, c);
         }
+        provisioning_text(&mut out, e);
         out.push('\n');
     }
     out

@@ -524,6 +524,7 @@ pub fn measure(
         timeout_s: p.timeout_s,
         tail_s: (2.0 * p.lost_after_s()).max(p.observe_s / 10.0),
         settled_s: 0.0,
+        target_utilization: None,
     };
     let outcome = outcome::evaluate(record, &c);
     let from = p.spike_s + f64::from(p.retries) * p.timeout_s;

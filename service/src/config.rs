@@ -42,9 +42,17 @@ pub struct Config {
     #[arg(long, env = "SERVICE_READY_AFTER", default_value_t = defaults::ready_after())]
     pub ready_after: humantime::Duration,
 
-    /// During a service time, sleep (no CPU) or spin (burn one core).
+    /// During a service time, sleep (no CPU) or spin (burn the CPU the limit allows).
     #[arg(long, env = "SERVICE_WORK", value_enum, default_value_t = Work::Sleep)]
     pub work: Work,
+
+    /// The container's CPU limit in cores (at most 1: one worker thread). A
+    /// request takes 1/rate seconds and uses this share of it on CPU (spun
+    /// with --work=spin), so a pod at its limit serves --rate requests/s as it
+    /// would under a CFS quota of this size. retrydebt_cpu_seconds_total counts
+    /// it either way.
+    #[arg(long, env = "SERVICE_CPU_LIMIT", default_value_t = defaults::CPU_LIMIT, value_parser = parse_cpu_limit)]
+    pub cpu_limit: f64,
 
     /// After SIGTERM, keep accepting and serving for at most this long
     /// (less if the queue empties), then exit.
@@ -81,6 +89,7 @@ impl Default for Config {
             abandoned: Abandoned::Finish,
             ready_after: defaults::ready_after(),
             work: Work::Sleep,
+            cpu_limit: defaults::CPU_LIMIT,
             shutdown_grace: defaults::shutdown_grace(),
             max_queue: None,
             pod_name: defaults::POD_NAME.into(),
@@ -96,6 +105,7 @@ mod defaults {
 
     pub const LISTEN: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
     pub const RATE: f64 = 100.0;
+    pub const CPU_LIMIT: f64 = 1.0;
     pub const POD_NAME: &str = "service";
     pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
@@ -115,6 +125,15 @@ fn parse_rate(s: &str) -> Result<f64, String> {
         Ok(r) if r.is_finite() && r > 0.0 && 1.0 / r >= 1e-9 => Ok(r),
         _ => Err(format!(
             "expected a positive number of requests per second (at most 1e9), got {s:?}"
+        )),
+    }
+}
+
+fn parse_cpu_limit(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(c) if (0.001..=1.0).contains(&c) => Ok(c),
+        _ => Err(format!(
+            "expected a CPU limit in cores from 0.001 to 1 (one worker thread), got {s:?}"
         )),
     }
 }
@@ -148,6 +167,7 @@ mod tests {
             "--abandoned=drop-expired",
             "--ready-after=1500ms",
             "--work=spin",
+            "--cpu-limit=0.02",
             "--shutdown-grace=2s",
             "--max-queue=10",
             "--pod-name=p1",
@@ -159,7 +179,7 @@ mod tests {
         assert_eq!(c.service_time, ServiceTime::Exponential);
         assert_eq!(c.abandoned, Abandoned::DropExpired);
         assert_eq!(*c.ready_after, Duration::from_millis(1500));
-        assert_eq!(c.work, Work::Spin);
+        assert_eq!((c.work, c.cpu_limit), (Work::Spin, 0.02));
         assert_eq!(c.max_queue, Some(10));
         assert_eq!(c.pod_name, "p1");
     }

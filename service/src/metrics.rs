@@ -44,6 +44,7 @@ pub struct Metrics {
     completions: [AtomicU64; 3],
     rejections: [AtomicU64; 3],
     busy_nanos: AtomicU64,
+    cpu_nanos: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -53,6 +54,7 @@ impl Default for Metrics {
             completions: Default::default(),
             rejections: Default::default(),
             busy_nanos: AtomicU64::new(0),
+            cpu_nanos: AtomicU64::new(0),
         }
     }
 }
@@ -79,10 +81,12 @@ impl Metrics {
     }
 
     pub fn busy(&self, service: Duration) {
-        self.busy_nanos.fetch_add(
-            u64::try_from(service.as_nanos()).unwrap_or(u64::MAX),
-            Relaxed,
-        );
+        add_nanos(&self.busy_nanos, service);
+    }
+
+    /// CPU the work used: its share of a service time (see `--cpu-limit`).
+    pub fn cpu(&self, used: Duration) {
+        add_nanos(&self.cpu_nanos, used);
     }
 
     /// Completions so far with this outcome.
@@ -138,6 +142,7 @@ impl Metrics {
             &self.rejections,
         );
         let busy = Duration::from_nanos(self.busy_nanos.load(Relaxed)).as_secs_f64();
+        let cpu = Duration::from_nanos(self.cpu_nanos.load(Relaxed)).as_secs_f64();
         let series = [
             (
                 "retrydebt_queue_depth",
@@ -156,6 +161,12 @@ impl Metrics {
                 "counter",
                 "Seconds spent serving requests (answered or abandoned).",
                 busy,
+            ),
+            (
+                "retrydebt_cpu_seconds_total",
+                "counter",
+                "CPU seconds the work used, as cAdvisor's container_cpu_usage_seconds_total counts them: each service time times the CPU limit (spun with --work=spin, counted alike when it sleeps).",
+                cpu,
             ),
             (
                 "retrydebt_ready",
@@ -183,6 +194,10 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+fn add_nanos(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +212,7 @@ mod tests {
         m.completion(Outcome::Abandoned);
         m.rejection(Rejection::QueueFull);
         m.busy(Duration::from_millis(1500));
+        m.cpu(Duration::from_millis(30));
         let text = m.render(Gauges {
             queue_depth: 7,
             wait: Duration::from_millis(250),
@@ -214,6 +230,7 @@ mod tests {
             "retrydebt_queue_depth 7",
             "retrydebt_wait_seconds 0.25",
             "retrydebt_busy_seconds_total 1.5",
+            "retrydebt_cpu_seconds_total 0.03",
             "retrydebt_ready 1",
             "# TYPE retrydebt_busy_seconds_total counter",
         ] {

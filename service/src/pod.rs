@@ -21,6 +21,7 @@ struct Shared {
     ready_at: Instant,
     draining: AtomicBool,
     work: crate::queue::Work,
+    cpu_limit: f64,
 }
 
 impl Pod {
@@ -39,12 +40,13 @@ impl Pod {
             ready_at: now + *config.ready_after,
             draining: AtomicBool::new(false),
             work: config.work,
+            cpu_limit: config.cpu_limit,
         }))
     }
 
     /// Starts serving the queue.
     pub fn spawn_worker(&self) -> Worker {
-        self.0.queue.spawn_worker(self.0.work)
+        self.0.queue.spawn_worker(self.0.work, self.0.cpu_limit)
     }
 
     pub fn name(&self) -> &str {

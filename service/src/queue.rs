@@ -34,7 +34,8 @@ impl Client for Reply {
 pub enum Work {
     /// Sleep until the completion deadline (no CPU used).
     Sleep,
-    /// Burn CPU until the completion deadline (so a CPU-based HPA sees the work).
+    /// Burn CPU for the share of the service time the CPU limit allows, then
+    /// sleep the rest (so a CPU-based HPA sees the work).
     Spin,
 }
 
@@ -85,12 +86,12 @@ impl Queue {
         self.lock().mean_service()
     }
 
-    /// Starts the single worker thread.
-    pub fn spawn_worker(self: &Arc<Self>, work: Work) -> Worker {
+    /// Starts the single worker thread; `cpu_limit` is in cores (at most 1).
+    pub fn spawn_worker(self: &Arc<Self>, work: Work, cpu_limit: f64) -> Worker {
         let queue = self.clone();
         let thread = std::thread::Builder::new()
             .name("service-worker".into())
-            .spawn(move || queue.serve(work))
+            .spawn(move || queue.serve(work, cpu_limit.clamp(0.0, 1.0)))
             .expect("spawning the worker thread");
         Worker {
             queue: self.clone(),
@@ -106,7 +107,7 @@ impl Queue {
 
     /// The worker loop; returns how many requests it abandoned mid-service
     /// because it was stopped (0 or 1).
-    fn serve(&self, work: Work) -> usize {
+    fn serve(&self, work: Work, cpu_share: f64) -> usize {
         loop {
             let step = {
                 let mut backlog = self.lock();
@@ -131,10 +132,19 @@ impl Queue {
                     service,
                     done,
                 } => {
-                    if !self.work_until(work, done) {
+                    // The CPU share comes first: on a busy pod the spinning is spread
+                    // evenly, as a quota's throttling spreads it.
+                    let spin_until = done - service.mul_f64(1.0 - cpu_share);
+                    let spin_until = if work == Work::Spin {
+                        spin_until
+                    } else {
+                        done - service
+                    };
+                    if !self.work_until(spin_until, done) {
                         return 1;
                     }
                     self.metrics.busy(service);
+                    self.metrics.cpu(service.mul_f64(cpu_share));
                     let outcome = if client.answer(wait) {
                         Outcome::Answered
                     } else {
@@ -146,8 +156,9 @@ impl Queue {
         }
     }
 
-    /// Works until the absolute deadline `done`; false if stopped first.
-    fn work_until(&self, work: Work, done: Instant) -> bool {
+    /// Spins until `spin_until`, then sleeps until the absolute deadline
+    /// `done`; false if stopped first.
+    fn work_until(&self, spin_until: Instant, done: Instant) -> bool {
         loop {
             let now = Instant::now();
             if now >= done {
@@ -156,9 +167,10 @@ impl Queue {
             if self.stopping.load(Ordering::Relaxed) {
                 return false;
             }
-            match work {
-                Work::Sleep => std::thread::sleep((done - now).min(SLEEP_SLICE)),
-                Work::Spin => std::hint::spin_loop(),
+            if now < spin_until {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep((done - now).min(SLEEP_SLICE));
             }
         }
     }

@@ -137,9 +137,17 @@ impl HpaBook {
         let readings: Vec<Option<f64>> = metrics
             .iter()
             .map(|n| {
-                status
-                    .current_metrics
-                    .as_ref()?
+                let metrics = status.current_metrics.as_ref()?;
+                // A Resource metric reads as the average utilization in percent, as the kit's HPA
+                // reports it.
+                if let Some(r) = metrics
+                    .iter()
+                    .filter_map(|m| m.resource.as_ref())
+                    .find(|r| &r.name == n)
+                {
+                    return r.current.average_utilization.map(f64::from);
+                }
+                metrics
                     .iter()
                     .filter_map(|m| m.external.as_ref())
                     .find(|e| &e.metric.name == n)
@@ -159,6 +167,7 @@ impl HpaBook {
                 decision: Decision {
                     desired,
                     proposals: vec![None; metrics.len()],
+                    current: vec![None; metrics.len()],
                     recommendation: None,
                     stabilized: None,
                     reason: reason(status.conditions.as_deref().unwrap_or_default()),

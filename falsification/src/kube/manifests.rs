@@ -11,6 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::{
     ExternalMetricSource, HPAScalingPolicy, HPAScalingRules, HorizontalPodAutoscaler,
     HorizontalPodAutoscalerBehavior, MetricIdentifier, MetricSpec, MetricTarget,
+    ResourceMetricSource,
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -68,6 +69,7 @@ pub fn overlay(se: &Scenario) -> &'static str {
     match se.hpa.as_ref().map(|h| h.signal) {
         Some(HpaSignal::Ingress) => "ingress",
         Some(HpaSignal::Paired) => "paired",
+        Some(HpaSignal::Cpu) => "cpu",
         Some(HpaSignal::First) | None => "first",
     }
 }
@@ -115,8 +117,8 @@ pub struct Values {
 pub struct HpaValues {
     pub min: i32,
     pub max: i32,
-    /// External metric name and AverageValue target per pod.
-    pub metrics: Vec<(String, f64)>,
+    /// The kit's metrics: External ones by name, the CPU as a Resource metric.
+    pub metrics: Vec<crate::hpa::MetricSpec>,
     /// Whole run seconds (checked by [`super::scale::scaled_behavior`]).
     pub behavior: Behavior,
 }
@@ -162,16 +164,7 @@ impl Values {
             hpa: autoscaler.zip(behavior).map(|(a, behavior)| HpaValues {
                 min: a.spec.min_replicas,
                 max: a.spec.max_replicas,
-                metrics: a
-                    .spec
-                    .metrics
-                    .iter()
-                    .map(|m| {
-                        let (crate::hpa::Target::AverageValue(v) | crate::hpa::Target::Value(v)) =
-                            m.target;
-                        (m.name.clone(), v)
-                    })
-                    .collect(),
+                metrics: a.spec.metrics.clone(),
                 behavior,
             }),
             loadgen: LoadgenValues {
@@ -364,7 +357,7 @@ impl Manifests {
                 let spec = &mut a.hpa.spec;
                 spec.min_replicas = Some(h.min);
                 spec.max_replicas = h.max;
-                spec.metrics = Some(h.metrics.iter().map(|(n, t)| external(n, *t)).collect());
+                spec.metrics = Some(h.metrics.iter().map(metric_spec).collect());
                 spec.behavior = Some(HorizontalPodAutoscalerBehavior {
                     scale_up: Some(rules(&h.behavior.scale_up)),
                     scale_down: Some(rules(&h.behavior.scale_down)),
@@ -427,21 +420,43 @@ fn set_args(c: &mut Container, values: &[(&str, String)]) -> Result<(), Manifest
     Ok(())
 }
 
-fn external(name: &str, average_value: f64) -> MetricSpec {
-    MetricSpec {
+/// The kit's metric as the HPA object spells it.
+fn metric_spec(m: &crate::hpa::MetricSpec) -> MetricSpec {
+    use crate::hpa::Target;
+    let external = |target: MetricTarget| MetricSpec {
         type_: "External".into(),
         external: Some(ExternalMetricSource {
             metric: MetricIdentifier {
-                name: name.into(),
+                name: m.name.clone(),
                 selector: None,
             },
-            target: MetricTarget {
-                type_: "AverageValue".into(),
-                average_value: Some(Quantity(quantity(average_value))),
-                ..MetricTarget::default()
-            },
+            target,
         }),
         ..MetricSpec::default()
+    };
+    match m.target {
+        Target::AverageValue(v) => external(MetricTarget {
+            type_: "AverageValue".into(),
+            average_value: Some(Quantity(quantity(v))),
+            ..MetricTarget::default()
+        }),
+        Target::Value(v) => external(MetricTarget {
+            type_: "Value".into(),
+            value: Some(Quantity(quantity(v))),
+            ..MetricTarget::default()
+        }),
+        Target::Utilization(percent) => MetricSpec {
+            type_: "Resource".into(),
+            resource: Some(ResourceMetricSource {
+                name: m.name.clone(),
+                target: MetricTarget {
+                    type_: "Utilization".into(),
+                    average_utilization: Some(percent),
+                    ..MetricTarget::default()
+                },
+            }),
+            ..MetricSpec::default()
+        },
     }
 }
 

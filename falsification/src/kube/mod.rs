@@ -743,7 +743,7 @@ impl Cluster for KubeCluster {
             .values
             .hpa
             .as_ref()
-            .map(|h| h.metrics.iter().map(|(n, _)| n.clone()).collect())
+            .map(|h| h.metrics.iter().map(|m| m.name.clone()).collect())
             .unwrap_or_default();
         let now = self.now_rel();
         let hpa = hpa.and_then(|h| self.hpa_book.update(now, &h, &names));

@@ -287,10 +287,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 pub fn suite(args: &SuiteArgs) -> anyhow::Result<()> {
     let ids: Vec<String> = match &args.only {
         Some(v) => v.clone(),
-        None => experiment::BUILTIN
-            .iter()
-            .map(|(id, _)| id.to_string())
-            .collect(),
+        None => experiment::SUITE.iter().map(|id| id.to_string()).collect(),
     };
     let mut list = Vec::new();
     for id in &ids {

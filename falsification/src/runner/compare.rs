@@ -276,6 +276,7 @@ mod tests {
             final_pods: 20,
             lost_fraction: Some(lost),
             triggered: true,
+            provisioning: Default::default(),
         };
         CaseResult {
             experiment: "F3".into(),

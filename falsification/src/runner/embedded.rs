@@ -1,7 +1,8 @@
 //! The embedded cluster behind the runner's [`Cluster`] interface: `service` processes as pods
 //! ([`crate::cluster`]), one `meter` process, one `loadgen` process, and the kit's own HPA
 //! ([`crate::hpa::Hpa`]) syncing every (scaled) sync period, reading the meter's external
-//! metrics API over HTTPS as the HPA controller does.
+//! metrics API over HTTPS as the HPA controller does, and for the CPU signal the pods' CPU
+//! counters through [`MetricsServer`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::metrics_server::MetricsServer;
 use super::probe::{LoadCounters, Probe};
 use super::{
     Binaries, Cluster, Description, Ended, Observation, RunOptions, Sync, cpu_seconds,
@@ -20,7 +22,8 @@ use super::{
 use crate::cluster::{self, EmbeddedCluster, PodTemplate};
 use crate::control::AutoscalerConfig;
 use crate::experiment::Scenario;
-use crate::hpa::{Hpa, Scale};
+use crate::hpa::{Hpa, PodPhase, PodSample, Reading, Scale};
+use crate::metric::Signal;
 
 /// One case's embedded cluster, from its pods to its HPA.
 pub struct Embedded {
@@ -43,6 +46,8 @@ pub struct Embedded {
     last_load: LoadCounters,
     t0: Instant,
     hpa: Option<(Hpa, AutoscalerConfig)>,
+    /// For the CPU signal (set when the run starts).
+    metrics_server: Option<MetricsServer>,
     desired: usize,
     /// Next HPA sync, run seconds from the load event.
     next_sync: f64,
@@ -108,9 +113,41 @@ impl Embedded {
             last_load: LoadCounters::default(),
             t0: Instant::now(),
             hpa,
+            metrics_server: None,
             next_sync,
             syncs: Vec::new(),
         })
+    }
+
+    /// Run seconds from the load event of an instant.
+    fn run_s(&self, at: Instant) -> f64 {
+        let event = self.t0 + Duration::from_secs_f64(self.rs.warmup_s);
+        if at >= event {
+            at.duration_since(event).as_secs_f64()
+        } else {
+            -event.duration_since(at).as_secs_f64()
+        }
+    }
+
+    /// The pods as the controller's `groupPods` sees them, with metrics-server's samples. The
+    /// pods' limit is one core (the service's default), their request the limit over `l / r`.
+    fn pod_samples(&self, ms: &MetricsServer) -> Vec<PodSample> {
+        let ratio = self.rs.hpa.as_ref().map_or(1.0, |h| h.cpu_limit_ratio);
+        self.pods
+            .statuses()
+            .into_iter()
+            .map(|p| PodSample {
+                phase: PodPhase::Running,
+                deleting: false,
+                started_s: Some(self.run_s(p.started)),
+                ready: Some((
+                    p.ready_since.is_some(),
+                    self.run_s(p.ready_since.unwrap_or(p.started)),
+                )),
+                request: 1.0 / ratio,
+                metric: ms.sample(&p.name, |i| self.run_s(i)),
+            })
+            .collect()
     }
 
     /// The instant of the next HPA sync.
@@ -202,11 +239,21 @@ impl Cluster for Embedded {
         let cmd = self.loadgen_command();
         self.loadgen = Some(spawn(cmd, &self.bins.loadgen, &logs.join("loadgen.log"))?);
         self.t0 = Instant::now();
+        if let Some((_, a)) = self
+            .hpa
+            .as_ref()
+            .filter(|(_, a)| a.signals.contains(&Signal::Cpu))
+        {
+            self.metrics_server = Some(MetricsServer::new(a.cpu.window_s, self.t0));
+        }
         Ok(self.t0)
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.hpa.is_some().then(|| self.sync_at())
+        let scrape = self.metrics_server.as_ref().map(MetricsServer::next_scrape);
+        self.hpa
+            .is_some()
+            .then(|| self.sync_at().min(scrape.unwrap_or_else(|| self.sync_at())))
     }
 
     async fn advance(&mut self) -> anyhow::Result<()> {
@@ -215,16 +262,38 @@ impl Cluster for Embedded {
             // A crashed pod is replaced, as its ReplicaSet would.
             self.pods.scale_to(self.desired)?;
         }
+        if let Some(ms) = self.metrics_server.as_mut()
+            && Instant::now() >= ms.next_scrape()
+        {
+            let counters: Vec<(String, f64)> = self
+                .probe
+                .pods(self.pods.named_urls())
+                .await
+                .into_iter()
+                .map(|(name, q)| (name, q.cpu_s))
+                .collect();
+            ms.scrape(Instant::now(), &counters);
+        }
         if self.hpa.is_none() || Instant::now() < self.sync_at() {
             return Ok(());
+        }
+        let Some((_, a)) = self.hpa.as_ref() else {
+            return Ok(());
+        };
+        let mut readings = Vec::new();
+        for (m, signal) in a.spec.metrics.iter().zip(&a.signals) {
+            readings.push(match (signal, &self.metrics_server) {
+                (Signal::Cpu, Some(ms)) => Some(Reading::Pods(self.pod_samples(ms))),
+                _ => self
+                    .probe
+                    .external_metric(self.meter_api, &m.name)
+                    .await
+                    .map(Reading::External),
+            });
         }
         let Some((h, a)) = self.hpa.as_mut() else {
             return Ok(());
         };
-        let mut readings = Vec::new();
-        for m in &a.spec.metrics {
-            readings.push(self.probe.external_metric(self.meter_api, &m.name).await);
-        }
         let scale = Scale {
             spec_replicas: self.desired as i32,
             status_replicas: self.pods.replicas() as i32,
@@ -237,7 +306,7 @@ impl Cluster for Embedded {
         }
         self.syncs.push(Sync {
             t: self.next_sync,
-            readings,
+            readings: decision.current.clone(),
             decision,
         });
         self.next_sync += a.sync_period_s;

@@ -15,6 +15,7 @@
 pub mod command;
 pub mod compare;
 pub mod embedded;
+pub mod metrics_server;
 pub mod plot;
 pub mod probe;
 pub mod record;

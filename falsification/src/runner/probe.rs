@@ -40,6 +40,8 @@ pub struct PodQueue {
     pub answered: f64,
     /// Served for a client that had gone.
     pub abandoned: f64,
+    /// CPU seconds the work used (`retrydebt_cpu_seconds_total`).
+    pub cpu_s: f64,
 }
 
 impl PodQueue {
@@ -53,6 +55,7 @@ impl PodQueue {
             first_arrivals: sum(text, "retrydebt_arrivals_total", "attempt=\"0\""),
             answered: sum(text, "retrydebt_completions_total", "outcome=\"answered\""),
             abandoned: sum(text, "retrydebt_completions_total", "outcome=\"abandoned\""),
+            cpu_s: sum(text, "retrydebt_cpu_seconds_total", ""),
         }
     }
 }
@@ -271,7 +274,8 @@ mod tests {
             retrydebt_completions_total{outcome=\"answered\"} 5\n\
             retrydebt_completions_total{outcome=\"abandoned\"} 2\n\
             retrydebt_completions_total{outcome=\"dropped\"} 1\n\
-            retrydebt_queue_depth 2\nretrydebt_wait_seconds 0.5\nretrydebt_ready 1\n";
+            retrydebt_queue_depth 2\nretrydebt_wait_seconds 0.5\nretrydebt_ready 1\n\
+            retrydebt_cpu_seconds_total 1.25\n";
         assert_eq!(
             PodQueue::parse(text),
             PodQueue {
@@ -282,6 +286,7 @@ mod tests {
                 first_arrivals: 7.0,
                 answered: 5.0,
                 abandoned: 2.0,
+                cpu_s: 1.25,
             }
         );
     }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::cluster::{ClusterError, write_atomically};
-use crate::outcome::{Outcome, Record, Row};
+use crate::outcome::{Outcome, Provisioning, Record, Row};
 
 /// One row of the run, `step` run seconds long, as sampled at its end.
 #[derive(Debug, Clone, Copy, Default)]
@@ -155,6 +155,11 @@ pub fn in_experiment_time(o: &Outcome, time_scale: f64) -> Outcome {
         goodput_recovery_s: o.goodput_recovery_s.map(|r| r * time_scale),
         debt_served_s: o.debt_served_s.map(|r| r * time_scale),
         horizon_s: o.horizon_s * time_scale,
+        provisioning: Provisioning {
+            capacity_met_s: o.provisioning.capacity_met_s.map(|t| t * time_scale),
+            lost_s: o.provisioning.lost_s.map(|t| t * time_scale),
+            ..o.provisioning
+        },
         ..*o
     }
 }
