@@ -583,6 +583,38 @@ mod tests {
         assert_eq!(lost_fraction(&r, &criteria()), Some(0.5));
     }
 
+    #[test]
+    fn provisioning_follows_capacity_against_the_demand() {
+        // 100 first attempts/s; c = 30/s, a 50% target: 100 / 15 = 6.67 pods needed. Pods ready
+        // 2, 2, 3, 4, 10, then 7: capacity (x 30) first reaches 100/s at t = 3 (4 pods).
+        let pods = [2, 2, 3, 4, 10, 7, 7, 7, 7, 7];
+        let rows: Vec<Row> = pods
+            .iter()
+            .enumerate()
+            .map(|(t, &p)| Row {
+                pods_ready: p,
+                lost: if t < 3 { 50.0 } else { 0.0 },
+                ..row(t as f64, 0.0, 0.0)
+            })
+            .collect();
+        let r = Record { step_s: 1.0, rows };
+        let c = Criteria {
+            reference: 0.0,
+            ..criteria()
+        };
+        let p = provisioning(&r, &c);
+        assert_eq!(p.capacity_met_s, Some(3.0));
+        assert!((p.peak_over_needed.unwrap() - 10.0 / (100.0 / 15.0)).abs() < 1e-9);
+        // 150 requests lost at 100/s: 1.5 s of the demand.
+        assert!((p.lost_s.unwrap() - 1.5).abs() < 1e-9);
+        // Fixed capacity has no target, so no pods needed.
+        let fixed = Criteria {
+            target_utilization: None,
+            ..c
+        };
+        assert_eq!(provisioning(&r, &fixed).peak_over_needed, None);
+    }
+
     fn outcome(triggered: bool, recovered: bool, trapped: bool) -> Outcome {
         Outcome {
             recovery_s: recovered.then_some(100.0),

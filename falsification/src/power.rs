@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use crate::experiment::{LoadEvent, Scenario};
+use crate::experiment::{HpaSignal, LoadEvent, Scenario, ServiceTime};
 use crate::laws;
 
 /// Largest chance, over a run, that noise alone moves the final pod count for the count to be
@@ -88,8 +88,15 @@ pub fn pod_resolution(rs: &Scenario) -> Option<PodResolution> {
         h.min_replicas,
         h.max_replicas,
     );
-    let per_window = rate * h.metric_window_s;
-    let relative_noise = 1.0 / per_window.sqrt();
+    // The CPU signal is metrics-server's shorter window of busy time: a sum of service times,
+    // whose exponential spread doubles the variance of the count.
+    let (window_s, variance) = match (h.signal, rs.service) {
+        (HpaSignal::Cpu, ServiceTime::Exponential) => (h.cpu_window_s, 2.0),
+        (HpaSignal::Cpu, ServiceTime::Deterministic) => (h.cpu_window_s, 1.0),
+        _ => (h.metric_window_s, 1.0),
+    };
+    let per_window = rate * window_s;
+    let relative_noise = (variance / per_window).sqrt();
     // The reading that adds a pod, over the steady reading (1 when the demand fills the target).
     let band = (1.0 + h.tolerance) * f64::from(pods) * h.target_utilization * rs.rate_per_pod;
     let chance_per_sync = if pods >= h.max_replicas {
@@ -104,7 +111,7 @@ pub fn pod_resolution(rs: &Scenario) -> Option<PodResolution> {
     Some(PodResolution {
         pods,
         rate_per_s: rate,
-        window_s: h.metric_window_s,
+        window_s,
         per_window,
         relative_noise,
         tolerance: h.tolerance,

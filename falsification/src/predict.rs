@@ -357,3 +357,40 @@ pub fn predict(experiment: &Experiment, time_scale: f64) -> Result<ExperimentPre
         cases,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The publication's F0 claims on its specimen, from the pooled fluid: CPU and ingress escape,
+    /// CPU later and with the larger overshoot, first attempts stay failed; without the debt CPU
+    /// never fails and overshoots less.
+    #[test]
+    fn f0_specimen_cpu_escapes_late_with_the_largest_overshoot() {
+        let e = crate::experiment::load("F0-specimen").unwrap();
+        let fluid = |name: &str| {
+            let case = e.cases.iter().find(|c| c.scenario.name == name).unwrap();
+            fluid_outcome(&case.scenario, Topology::Pooled).unwrap()
+        };
+        let (cpu, ingress, first, reference) = (
+            fluid("cpu"),
+            fluid("ingress"),
+            fluid("first-attempt"),
+            fluid("cpu-no-retries"),
+        );
+        let over = |o: &Outcome| o.provisioning.peak_over_needed.unwrap();
+        let met = |o: &Outcome| o.provisioning.capacity_met_s.unwrap();
+        assert!(cpu.recovered && ingress.recovered && first.trapped);
+        assert!(!reference.triggered);
+        assert!(over(&cpu) > over(&reference) && over(&reference) > 1.0);
+        assert!(
+            over(&cpu) > over(&ingress),
+            "{} vs {}",
+            over(&cpu),
+            over(&ingress)
+        );
+        assert!(met(&cpu) > met(&ingress));
+        assert!(cpu.lost_fraction > ingress.lost_fraction);
+        assert!(first.lost_fraction.unwrap() > 0.99);
+    }
+}

@@ -35,8 +35,7 @@ fn ensure_binaries() {
     );
 }
 
-fn kit_processes() -> Vec<(u32, String)> {
-    let dir = bin_dir();
+fn kit_processes(dir: &Path) -> Vec<(u32, String)> {
     let ours: Vec<PathBuf> = ["service", "meter", "loadgen"]
         .iter()
         .map(|b| dir.join(b))
@@ -58,9 +57,14 @@ fn kit_processes() -> Vec<(u32, String)> {
 
 /// No `service`, `meter` or `loadgen` of this build is left running (a few seconds to exit).
 fn assert_no_process_left() {
+    assert_none_left_of(&bin_dir());
+}
+
+/// No `service`, `meter` or `loadgen` from `dir` is left running (a few seconds to exit).
+fn assert_none_left_of(dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left = kit_processes();
+        let left = kit_processes(dir);
         if left.is_empty() {
             return;
         }
@@ -290,7 +294,10 @@ fn ctrl_c_keeps_a_readable_partial_record() {
         .unwrap();
     // Into the spike (warm-up 6 s run), then Ctrl-C.
     std::thread::sleep(Duration::from_secs(14));
-    assert!(!kit_processes().is_empty(), "the run started its processes");
+    assert!(
+        !kit_processes(&bin_dir()).is_empty(),
+        "the run started its processes"
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let status = child.wait().unwrap();
@@ -347,4 +354,87 @@ fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
     let session = session_dir(out.path());
     let index = std::fs::read_to_string(session.join("index.md")).unwrap();
     assert!(index.contains("0 of 2 cases run"), "{index}");
+}
+
+#[test]
+fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The README's main-job compression (S = 20, half the rates): CPU's recovery is predicted
+    // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
+    // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
+    // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "service",
+            "-p",
+            "meter",
+            "-p",
+            "loadgen",
+        ])
+        .status()
+        .expect("running cargo build");
+    assert!(status.success(), "building the release binaries failed");
+    let release = bin_dir().parent().unwrap().join("release");
+    let out = tempfile::tempdir().unwrap();
+    let result = Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .args([
+            "run",
+            "F0",
+            "--time-scale",
+            "20",
+            "--rate-scale",
+            "0.5",
+            "--bin-dir",
+        ])
+        .arg(&release)
+        .arg("--out")
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert_none_left_of(&release);
+    let session = session_dir(out.path());
+    let summary = |case: &str| read_json(&session.join(format!("F0-{case}")).join("summary.json"));
+    let (cpu, ingress, first) = (summary("cpu"), summary("ingress"), summary("first-attempt"));
+    for s in [&cpu, &ingress, &first] {
+        assert_eq!(s["verdict"], "held", "{s}");
+    }
+    assert_eq!(first["measured"]["trapped"], true);
+    // CPU climbs slower than ingress (a round at most doubles the pods that count), so it loses
+    // more of the stepped demand before capacity meets it.
+    let met = |s: &Value| {
+        s["measured"]["provisioning"]["capacity_met_s"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        met(&cpu) > met(&ingress),
+        "capacity met: cpu {} vs ingress {}",
+        met(&cpu),
+        met(&ingress)
+    );
+    let lost = |s: &Value| s["measured"]["lost_fraction"].as_f64().unwrap();
+    assert!(lost(&cpu) > lost(&ingress) && lost(&first) > 0.9);
+    // The controller read the pods' CPU: utilization in percent was recorded with its decisions.
+    let decisions = std::fs::read_to_string(session.join("F0-cpu").join("decisions.csv")).unwrap();
+    assert!(
+        decisions
+            .lines()
+            .skip(1)
+            .any(|l| l.contains(",100,") || l.contains(",true,"))
+    );
+    // The signals side by side: the Definition 9 table and the three plots.
+    let index = std::fs::read_to_string(session.join("index.md")).unwrap();
+    assert!(index.contains("Definition 9") && index.contains("F0 cpu | measured"));
+    for plot in ["signals-pods.svg", "signals-goodput.svg", "region.svg"] {
+        assert!(session.join(plot).is_file(), "{plot} missing");
+    }
 }

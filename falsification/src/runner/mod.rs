@@ -136,6 +136,10 @@ pub struct CaseResult {
     /// CPU used per wall second, runner and meter.
     pub runner_cpu: f64,
     pub meter_cpu: f64,
+    /// Measured ready pods and successes per second over experiment time, and the pooled and
+    /// per-pod fluid's ready pods, for the session's side-by-side plots.
+    #[serde(skip)]
+    pub series: report::Series,
 }
 
 /// A flag set on Ctrl-C (SIGINT) or SIGTERM; every case stops at it and writes what it has.

@@ -59,6 +59,55 @@ pub(crate) fn chart(
     Ok(())
 }
 
+/// One point of a scatter plot: filled for a measurement, hollow for a prediction.
+pub(crate) struct Point {
+    pub label: String,
+    pub color: RGBColor,
+    pub filled: bool,
+    pub x: f64,
+    pub y: f64,
+}
+
+/// A scatter plot with a labelled point each, from the origin.
+pub(crate) fn scatter(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    points: &[Point],
+) -> anyhow::Result<()> {
+    let x1 = points.iter().map(|p| p.x).fold(1.0f64, f64::max) * 1.15;
+    let y1 = points.iter().map(|p| p.y).fold(1.0f64, f64::max) * 1.15;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (960, 520)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut c = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..x1, 0.0..y1)?;
+        c.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+        for p in points {
+            let style = if p.filled {
+                p.color.filled()
+            } else {
+                p.color.stroke_width(2)
+            };
+            c.draw_series([Circle::new((p.x, p.y), 6, style)])?;
+            c.draw_series([Text::new(
+                p.label.clone(),
+                (p.x, p.y),
+                ("sans-serif", 13).into_font().color(&p.color),
+            )])?;
+        }
+        root.present()?;
+    }
+    write_atomically(path, &svg)?;
+    Ok(())
+}
+
 fn curve(r: &Record, s: f64, f: impl Fn(&crate::outcome::Row) -> f64) -> Vec<(f64, f64)> {
     r.rows.iter().map(|row| (row.t * s, f(row))).collect()
 }

@@ -416,6 +416,18 @@ pub fn finish(
         hpa: description.hpa.clone(),
         runner_cpu: frac(m.runner_cpu_s),
         meter_cpu: frac(m.meter_cpu_s),
+        series: Series {
+            pods_ready: m
+                .samples
+                .iter()
+                .map(|x| (x.t * s, f64::from(x.pods_ready)))
+                .collect(),
+            successes: m
+                .samples
+                .iter()
+                .map(|x| (x.t * s, x.load.successes / step))
+                .collect(),
+        },
     };
     record::write(dir, "report.md", &markdown(e, &result, &summary, &rs))?;
     record::write(dir, "summary.json", &record::json(&summary))?;
@@ -635,6 +647,20 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         pct(po.lost_fraction),
         pct(pu.lost_fraction)
     );
+    if m.provisioning.peak_over_needed.is_some() {
+        // Definition 9's figures: the cells are capacity met, peak over needed, work lost.
+        let [mm, pm, om] = [m, pp, po].map(crate::report::provisioning_cells);
+        for (i, figure) in [
+            "capacity meets the load (from the step)",
+            "peak pods / pods needed at the target",
+            "first-attempt work lost (s of demand)",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let _ = writeln!(o, "| {figure} | {} | {} | {} | - |", mm[i], pm[i], om[i]);
+        }
+    }
     let sentence = match r.matches.as_str() {
         "both" => "The measurement matches both fluid predictions (they agree here).".to_string(),
         "per-pod" => "The measurement matches the **per-pod** fluid prediction (one FIFO per pod, \
@@ -676,6 +702,114 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     o
 }
 
+/// A case's measured curves over experiment time, for the session's plots.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    pub pods_ready: Vec<(f64, f64)>,
+    /// Logical requests answered in time, per second of run time.
+    pub successes: Vec<(f64, f64)>,
+}
+
+/// The cases of a session that scale a sustained step: the ones Definition 9 compares.
+fn stepped(results: &[CaseResult]) -> Vec<&CaseResult> {
+    results
+        .iter()
+        .filter(|r| r.measured.provisioning.peak_over_needed.is_some())
+        .collect()
+}
+
+/// The Definition 9 table of the session's stepped cases, measured beside the fluid models.
+fn provisioning_table(o: &mut String, results: &[CaseResult]) {
+    let cases = stepped(results);
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n## The signals side by side (the publication's Definition 9)\n\n\
+         Time until ready capacity meets the demand, peak pods over the pods needed at the target, \
+         first-attempt work lost in seconds of the stepped demand (and as a fraction), and the state \
+         at the end. Plots: `signals-pods.svg`, `signals-goodput.svg`, `region.svg` (over-provisioning \
+         against lost work, measured and predicted).\n\n\
+         | case | source | capacity meets load | peak / needed | work lost | at the end |\n\
+         |---|---|---|---|---|---|"
+    );
+    for r in cases {
+        for (source, out) in [
+            ("measured", &r.measured),
+            ("fluid per pod", &r.fluid_per_pod),
+            ("fluid pooled", &r.fluid_pooled),
+        ] {
+            let [met, over, lost, end] = crate::report::provisioning_cells(out);
+            let _ = writeln!(
+                o,
+                "| {} {} | {source} | {met} | {over} | {lost} | {end} |",
+                r.experiment, r.case
+            );
+        }
+    }
+}
+
+/// `signals-pods.svg`, `signals-goodput.svg` and `region.svg` of a session with two or more
+/// stepped cases: each case's measured curve on one plot, and Definition 9's achievable region.
+pub fn draw_signals(session: &Path, results: &[CaseResult]) -> anyhow::Result<()> {
+    use plotters::style::{BLACK, BLUE, CYAN, GREEN, MAGENTA, RED, RGBColor};
+    let cases = stepped(results);
+    if cases.len() < 2 {
+        return Ok(());
+    }
+    const COLORS: [RGBColor; 6] = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+    let names: Vec<String> = cases.iter().map(|r| r.case.clone()).collect();
+    let series = |f: &dyn Fn(&Series) -> Vec<(f64, f64)>| -> Vec<super::plot::Series> {
+        cases
+            .iter()
+            .zip(&names)
+            .zip(COLORS.iter().cycle())
+            .map(|((r, n), c)| (n.as_str(), *c, f(&r.series)))
+            .collect()
+    };
+    super::plot::chart(
+        &session.join("signals-pods.svg"),
+        "Ready pods, measured, one line per signal",
+        "pods",
+        &series(&|x| x.pods_ready.clone()),
+    )?;
+    super::plot::chart(
+        &session.join("signals-goodput.svg"),
+        "Requests answered in time, measured, per second of run time",
+        "requests/s",
+        &series(&|x| x.successes.clone()),
+    )?;
+    let points: Vec<super::plot::Point> = cases
+        .iter()
+        .zip(COLORS.iter().cycle())
+        .flat_map(|(r, c)| {
+            [
+                ("measured", &r.measured, true),
+                ("per pod", &r.fluid_per_pod, false),
+                ("pooled", &r.fluid_pooled, false),
+            ]
+            .into_iter()
+            .filter_map(move |(source, o, filled)| {
+                Some(super::plot::Point {
+                    label: format!("{} {source}", r.case),
+                    color: *c,
+                    filled,
+                    x: o.provisioning.peak_over_needed?,
+                    y: o.lost_fraction? * 100.0,
+                })
+            })
+        })
+        .collect();
+    super::plot::scatter(
+        &session.join("region.svg"),
+        "Achievable region: over-provisioning against first-attempt work lost",
+        "peak pods / pods needed at the target",
+        "first-attempt work lost, %",
+        &points,
+    )
+}
+
 /// `index.md` and `index.json` of a session: one line per case run so far.
 pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> anyhow::Result<()> {
     let mut o = String::from("# Runs\n\n");
@@ -710,6 +844,8 @@ pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> an
                 .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
         );
     }
+    provisioning_table(&mut o, results);
+    draw_signals(session, results)?;
     record::write(session, "index.md", &o)?;
     record::write(session, "index.json", &record::json(&results))?;
     Ok(())
