@@ -160,7 +160,13 @@ pub async fn facts(client: &Client, t: &KubeTarget) -> anyhow::Result<ClusterFac
         server: version.git_version,
         platform: version.platform,
         nodes,
-        controller: ControllerAssumed::new(recorded, t.hpa_sync_s),
+        controller: ControllerAssumed {
+            metric_resolution_s: record
+                .get("metrics-server.json")
+                .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+                .and_then(|v| v["metric_resolution_s"].as_f64()),
+            ..ControllerAssumed::new(recorded, t.hpa_sync_s)
+        },
         image,
         image_source,
     })

@@ -32,6 +32,9 @@ pub struct ControllerAssumed {
     pub source: String,
     /// The whole record, when the cluster has one.
     pub recorded: Option<RecordedHpa>,
+    /// metrics-server's `--metric-resolution`, run seconds, when the cluster records it (the CPU
+    /// signal's sample period and window).
+    pub metric_resolution_s: Option<f64>,
 }
 
 impl ControllerAssumed {
@@ -44,6 +47,7 @@ impl ControllerAssumed {
                 tolerance: r.tolerance,
                 source: "ConfigMap kube-system/retry-debt-kit-cluster (hpa.json)".into(),
                 recorded: Some(r),
+                metric_resolution_s: None,
             },
             None => ControllerAssumed {
                 sync_period_s: hpa_sync_s,
@@ -52,6 +56,7 @@ impl ControllerAssumed {
                          kube-system/retry-debt-kit-cluster ConfigMap)"
                     .into(),
                 recorded: None,
+                metric_resolution_s: None,
             },
         }
     }
@@ -72,6 +77,14 @@ impl ControllerAssumed {
         if let Some(h) = se.hpa.as_mut() {
             h.sync_period_s = self.sync_period_s * time_scale;
             h.tolerance = self.tolerance;
+            // The CPU signal's controller flags and sample period are the cluster's too.
+            if let Some(r) = &self.recorded {
+                h.cpu_initialization_period_s = r.cpu_initialization_period_s * time_scale;
+                h.initial_readiness_delay_s = r.initial_readiness_delay_s * time_scale;
+            }
+            if let Some(res) = self.metric_resolution_s {
+                h.cpu_window_s = res * time_scale;
+            }
         }
     }
 }
