@@ -363,17 +363,10 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
     // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
     // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
+    // The whole workspace, as the README builds it: building the three packages alone unifies
+    // features differently and rebuilt 24 crates (and again at the next workspace build).
     let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "service",
-            "-p",
-            "meter",
-            "-p",
-            "loadgen",
-        ])
+        .args(["build", "--release", "--workspace", "--locked"])
         .status()
         .expect("running cargo build");
     assert!(status.success(), "building the release binaries failed");
