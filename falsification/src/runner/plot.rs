@@ -11,6 +11,38 @@ use crate::outcome::Record;
 
 pub(crate) type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
 
+use plotters::coord::types::RangedCoordf64;
+
+type Canvas<'a> = ChartContext<'a, SVGBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// An SVG chart of `size` with its axes, drawn by `draw`, written atomically like every record file.
+fn svg(
+    path: &Path,
+    size: (u32, u32),
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    (xs, ys): (std::ops::Range<f64>, std::ops::Range<f64>),
+    draw: impl FnOnce(&mut Canvas) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut c = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(xs, ys)?;
+        c.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
+        draw(&mut c)?;
+        root.present()?;
+    }
+    write_atomically(path, &svg)?;
+    Ok(())
+}
+
+/// Lines over experiment time, with a legend of the named series.
 pub(crate) fn chart(
     path: &Path,
     title: &str,
@@ -23,21 +55,8 @@ pub(crate) fn chart(
     });
     let y1 = points().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.08;
     let (x0, x1) = if x0 < x1 { (x0, x1) } else { (0.0, 1.0) };
-    // Rendered in memory, then written atomically like every record file.
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (960, 420)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut c = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x0..x1, 0.0..y1)?;
-        c.configure_mesh()
-            .x_desc("experiment time from the load event, s")
-            .y_desc(y_label)
-            .draw()?;
+    let axes = ("experiment time from the load event, s", y_label);
+    svg(path, (960, 420), title, axes, (x0..x1, 0.0..y1), |c| {
         for (name, color, pts) in series {
             let color = *color;
             let drawn =
@@ -53,10 +72,8 @@ pub(crate) fn chart(
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()?;
-        root.present()?;
-    }
-    write_atomically(path, &svg)?;
-    Ok(())
+        Ok(())
+    })
 }
 
 /// One point of a scatter plot: filled for a measurement, hollow for a prediction.
@@ -78,34 +95,29 @@ pub(crate) fn scatter(
 ) -> anyhow::Result<()> {
     let x1 = points.iter().map(|p| p.x).fold(1.0f64, f64::max) * 1.15;
     let y1 = points.iter().map(|p| p.y).fold(1.0f64, f64::max) * 1.15;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (960, 520)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let mut c = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..x1, 0.0..y1)?;
-        c.configure_mesh().x_desc(x_label).y_desc(y_label).draw()?;
-        for p in points {
-            let style = if p.filled {
-                p.color.filled()
-            } else {
-                p.color.stroke_width(2)
-            };
-            c.draw_series([Circle::new((p.x, p.y), 6, style)])?;
-            c.draw_series([Text::new(
-                p.label.clone(),
-                (p.x, p.y),
-                ("sans-serif", 13).into_font().color(&p.color),
-            )])?;
-        }
-        root.present()?;
-    }
-    write_atomically(path, &svg)?;
-    Ok(())
+    svg(
+        path,
+        (960, 520),
+        title,
+        (x_label, y_label),
+        (0.0..x1, 0.0..y1),
+        |c| {
+            for p in points {
+                let style = if p.filled {
+                    p.color.filled()
+                } else {
+                    p.color.stroke_width(2)
+                };
+                c.draw_series([Circle::new((p.x, p.y), 6, style)])?;
+                c.draw_series([Text::new(
+                    p.label.clone(),
+                    (p.x, p.y),
+                    ("sans-serif", 13).into_font().color(&p.color),
+                )])?;
+            }
+            Ok(())
+        },
+    )
 }
 
 fn curve(r: &Record, s: f64, f: impl Fn(&crate::outcome::Row) -> f64) -> Vec<(f64, f64)> {
