@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Deploy the kit (pods, meter, APIService, HPA) with one of the HPA signals.
-#   TAG=abc1234 scripts/deploy.sh first|ingress|paired
+#   TAG=abc1234 scripts/deploy.sh first|ingress|paired|cpu
+# cpu scales on the pods' CPU: it needs metrics-server (the resource metrics API
+# v1beta1.metrics.k8s.io, Available); the one-machine cluster's up installs it.
 # Refuses to replace an external metrics APIService that belongs to someone else
 # (KEDA and prometheus-adapter register the same name; only one can exist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-overlay=${1:?usage: scripts/deploy.sh first|ingress|paired}
+overlay=${1:?usage: scripts/deploy.sh first|ingress|paired|cpu}
 tag=${TAG:-dev}
 ns=retry-debt
 apiservice=v1beta1.external.metrics.k8s.io
 
 case "$overlay" in
-  first | ingress | paired) ;;
-  *) echo "deploy: overlay must be first, ingress or paired, got '$overlay'" >&2; exit 2 ;;
+  first | ingress | paired | cpu) ;;
+  *) echo "deploy: overlay must be first, ingress, paired or cpu, got '$overlay'" >&2; exit 2 ;;
 esac
+if [[ $overlay == cpu ]] && ! kubectl get apiservice v1beta1.metrics.k8s.io \
+  -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null | grep -qx True; then
+  echo "deploy: the cpu overlay's HPA reads metrics.k8s.io, and APIService v1beta1.metrics.k8s.io is" >&2
+  echo "deploy: missing or not Available: install metrics-server first (kind: upstream's v0.8.0 components.yaml)." >&2
+  exit 1
+fi
 
 owner=$(kubectl get apiservice "$apiservice" -o jsonpath='{.spec.service.namespace}' 2>/dev/null || true)
 if [[ -n "$owner" && "$owner" != "$ns" ]]; then

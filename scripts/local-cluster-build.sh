@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the one-machine cluster's programs from their pinned upstream Go modules
 # (k8s/local/build/<name>/go.mod): Kubernetes v1.36.4 (the release of kind v0.33.0's node
-# image), etcd, containerd with its runc shim, runc, the CNI plugins, CoreDNS, crictl, and the
-# pause program. Binaries go to a cache folder outside the clone, keyed by the pinned set and
+# image), etcd, containerd with its runc shim, runc, the CNI plugins, CoreDNS, metrics-server,
+# crictl, and the pause program. Binaries go to a cache folder outside the clone, keyed by the pinned set and
 # the Go version; a second run with the same key reuses them.
 #
 #   scripts/local-cluster-build.sh            build (or reuse) and print the bin folder
@@ -75,6 +75,18 @@ step crictl
 
 (cd "$build/coredns" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$out/coredns" github.com/coredns/coredns)
 step coredns
+
+# metrics-server, the resource metrics API (metrics.k8s.io) behind the HPA's cpu signal: static,
+# -trimpath and the version ldflags as upstream's Makefile builds it (without them it reports
+# v0.0.0-master+$Format:%H$). The version is the one the wrapper pins.
+ms_version=$(cd "$build/metrics-server" && go list -m -f '{{.Version}}' sigs.k8s.io/metrics-server)
+ms_ldflags="-s -w"
+for kv in "gitVersion=$ms_version" gitTreeState=clean buildDate=1970-01-01T00:00:00Z; do
+  ms_ldflags+=" -X k8s.io/client-go/pkg/version.$kv"
+done
+(cd "$build/metrics-server" && CGO_ENABLED=0 go build -trimpath -ldflags "$ms_ldflags" -o "$out/metrics-server" \
+  sigs.k8s.io/metrics-server/cmd/metrics-server)
+step metrics-server
 
 # The pod sandbox's pause program, from the same Kubernetes module (there is no registry to
 # pull registry.k8s.io/pause from).

@@ -3,8 +3,9 @@
 # node and release, deploy.sh refusing someone else's APIService, the kit deployed with the
 # same overlays and script as on kind, the meter behind the real aggregator (and only behind
 # it), its rate within 10% of what a loadgen in the cluster sends through the Service, the
-# real HPA reading it and scaling, the meter counting not-ready pods, and a pod removed by
-# scale-down stopping through its SIGTERM path. Prints one line per check; exits 1 on the
+# real HPA reading it and scaling, the meter counting not-ready pods, metrics-server serving
+# the kit's pods' CPU (the cpu overlay's signal), and a pod removed by scale-down stopping
+# through its SIGTERM path. Prints one line per check; exits 1 on the
 # first that fails (leaving the kit deployed, to look at). When all pass it removes the kit
 # (namespace, APIService, RBAC), so `falsification run --cluster kube` finds a clean cluster.
 set -euo pipefail
@@ -54,6 +55,15 @@ ok "deploy.sh refused to replace an APIService pointing at namespace someone-els
 # 3. The kit, with the script and overlays kind uses; only the image reference differs.
 TAG=${image#*:} scripts/deploy.sh first >/tmp/rdk-deploy.log 2>&1 || fail "deploy.sh first: $(tail -3 /tmp/rdk-deploy.log)"
 ok "deployed overlay 'first' with $image; APIService $(kubectl get apiservice "$apiservice" -o jsonpath='{.status.conditions[?(@.type=="Available")].status}')"
+
+# 3b. metrics-server serves the kit's pods' CPU through the aggregator (what the cpu overlay's
+# HPA reads), as `kubectl top` shows it. The pods ran their dead time, so a rate exists.
+top=$(kubectl -n "$ns" top pods -l app.kubernetes.io/name=service --no-headers 2>&1) ||
+  fail "kubectl top pods in $ns: $top"
+served=$(kubectl get --raw "/apis/metrics.k8s.io/v1beta1/namespaces/$ns/pods?labelSelector=app.kubernetes.io%2Fname%3Dservice" |
+  jq '[.items[] | select(.containers[0].usage.cpu != null)] | length')
+((served >= 4)) || fail "metrics.k8s.io has CPU for $served of the 4 service pods"
+ok "metrics-server serves CPU for $served service pods: $(awk '{printf "%s ", $2}' <<<"$top")(kubectl top)"
 
 # 4. Only the aggregator may read the meter's API: a client without its certificate is refused.
 meter_ip=$(kubectl -n "$ns" get pod -l app.kubernetes.io/name=meter -o jsonpath='{.items[0].status.podIP}')

@@ -2,7 +2,8 @@
 # A real single-node Kubernetes (v1.36.4, built from the Go modules by local-cluster-build.sh)
 # on this machine, without Docker: etcd, kube-apiserver with its aggregator, the
 # controller-manager with the real HPA, the scheduler, containerd + runc, the kubelet,
-# kube-proxy (iptables) and CoreDNS, plus the kit's image imported into containerd.
+# kube-proxy (iptables), CoreDNS and metrics-server (the resource metrics API the HPA's cpu
+# signal reads), plus the kit's image imported into containerd.
 #
 #   scripts/local-cluster-up.sh [--hpa-sync 15s] [--time-scale S]   bring it up (or reuse it)
 #   scripts/local-cluster-up.sh status [--cpu SECONDS]               say what runs [and its CPU]
@@ -12,7 +13,9 @@
 # --time-scale S divides the sync period, the downscale stabilization, the initial readiness
 # delay and the CPU initialization period by S; the tolerance stays 0.1. What the controller
 # runs with is written to $LC_STATE/hpa.json and to ConfigMap kube-system/retry-debt-kit-cluster,
-# where the runner reads it.
+# where the runner reads it. metrics-server's --metric-resolution is upstream's 15 s divided by
+# S, but never below upstream's minimum of 10 s (recorded in the same ConfigMap, key
+# metrics-server.json).
 #
 # Addresses are inside 198.18.0.0/15 (see local-cluster-lib.sh); every listener binds to
 # loopback or the node address, pods reach only the cluster's own ranges (guard rules), and
@@ -54,6 +57,20 @@ seconds() {
 }
 # A controller-manager duration flag: SECONDS / S, in milliseconds.
 scaled_ms() { awk -v s="$1" -v k="$time_scale" 'BEGIN{printf "%dms", s * 1000 / k + 0.5}'; }
+# metrics-server's --metric-resolution: 15 s / S, at least 10 s (its options refuse less); and its
+# --kubelet-request-timeout, the default 10 s unless that exceeds 90% of the resolution (refused too).
+ms_resolution_ms() { awk -v k="$time_scale" 'BEGIN{r = 15000 / k; if (r < 10000) r = 10000; printf "%d", r + 0.5}'; }
+ms_timeout_ms() { awk -v r="$1" 'BEGIN{t = int(r * 9 / 10); if (t > 10000) t = 10000; printf "%d", t}'; }
+# True once metrics-server serves a CPU usage for kube-system's pods, through the aggregator and
+# as `kubectl top` reads it.
+pod_metrics_served() {
+  lc_kubectl get --raw /apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods | grep -q '"cpu"' &&
+    lc_kubectl top pods -n kube-system --no-headers | grep -q .
+}
+metrics_api_available() {
+  [[ $(lc_kubectl get apiservice v1beta1.metrics.k8s.io \
+    -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null) == True ]]
+}
 
 # CPU of the cluster's processes (by program; the shims summed) and of all pods (the kubepods
 # cgroup) over SECONDS, as % of one core.
@@ -101,6 +118,12 @@ status() {
     lc_kubectl get pods -A 2>/dev/null || true
     echo "HPA controller: $(cat "$LC_STATE/hpa.json" 2>/dev/null)"
     echo "kit image: $(cat "$LC_STATE/image" 2>/dev/null)"
+    if metrics_api_available; then
+      echo "metrics-server: $(cat "$LC_STATE/metrics-server.json" 2>/dev/null); APIService v1beta1.metrics.k8s.io Available"
+      lc_kubectl top pods -A 2>/dev/null || true
+    else
+      echo "metrics-server: APIService v1beta1.metrics.k8s.io NOT Available"
+    fi
     if ((cpu_secs > 0)); then echo "CPU over $cpu_secs s:"; cpu_report "$cpu_secs"; fi
     echo "guard drops (pod bridge to anything outside the cluster's ranges; uplink forwarding):"
     iptables -t raw -L "$LC_GUARD_CHAIN" -v -n -x 2>/dev/null | awk '$3 == "DROP" {print "  raw " $0}'
@@ -125,6 +148,7 @@ if running; then
   want=$(scaled_ms "$sync_s")
   have=$(grep -o '"sync_period_ms": *[0-9]*' "$LC_STATE/hpa.json" | grep -o '[0-9]*$')
   [[ ${want%ms} == "$have" ]] || lc_log "note: running with an HPA sync period of ${have} ms, not ${want}; down and up again to change it"
+  metrics_api_available || lc_log "note: no Available resource metrics API (an up from before metrics-server?); down and up again to add it"
   lc_log "the local cluster is already up; reusing it"
   echo "export KUBECONFIG=$LC_STATE/kubeconfig"
   exit 0
@@ -167,6 +191,9 @@ infra=$RDK_CACHE/images/infra-${LC_BIN##*/bin-}
 mkdir -p "$infra"
 [[ -f $infra/pause.tar ]] || lc_image_from_scratch localhost/rdk/pause:1 "$infra/pause.tar" /pause 65535:65535 "$LC_BIN/pause"
 [[ -f $infra/coredns.tar ]] || lc_image_from_scratch localhost/rdk/coredns:1.15.0 "$infra/coredns.tar" /coredns 0:0 "$LC_BIN/coredns"
+# metrics-server runs as upstream's manifest says (user 1000, read-only root, /tmp an emptyDir).
+[[ -f $infra/metrics-server.tar ]] ||
+  lc_image_from_scratch localhost/rdk/metrics-server:v0.8.0 "$infra/metrics-server.tar" /metrics-server 1000:1000 "$LC_BIN/metrics-server"
 kit_archive=$(scripts/image-build.sh --archive)
 kit_image=${kit_archive##*/}
 kit_image=${kit_image%.tar}
@@ -346,7 +373,7 @@ lc_start containerd containerd --config "$LC_STATE/config/containerd.toml"
 sock=$LC_STATE/run/containerd/containerd.sock
 # ctr repeats containerd's cgroup v1 deprecation warning on every call: keep it in the log.
 lc_wait "containerd socket" 30 ctr --address "$sock" version
-for archive in "$infra/pause.tar" "$infra/coredns.tar" "$kit_archive"; do
+for archive in "$infra/pause.tar" "$infra/coredns.tar" "$infra/metrics-server.tar" "$kit_archive"; do
   ctr --address "$sock" -n k8s.io images import --all-platforms "$archive" >/dev/null 2>>"$LC_STATE/logs/ctr.log"
 done
 mark "containerd up, images imported"
@@ -404,16 +431,32 @@ conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeou
 EOF
 lc_start kube-proxy kube-proxy --config "$LC_STATE/config/kube-proxy.yaml"
 
-# --- CoreDNS and the record of the controller's flags ---------------------------------------
+# --- CoreDNS, metrics-server and the record of the controller's flags -----------------------
+ms_res=$(ms_resolution_ms)
+ms_timeout=$(ms_timeout_ms "$ms_res")
+cat >"$LC_STATE/metrics-server.json" <<EOF
+{"version": "v0.8.0", "metric_resolution_s": $(awk -v m="$ms_res" 'BEGIN{print m / 1000}'),
+ "kubelet_request_timeout_s": $(awk -v m="$ms_timeout" 'BEGIN{print m / 1000}'), "kubelet_housekeeping_s": 10}
+EOF
 sed "s|@DNS_IP@|$LC_DNS_IP|" k8s/local/coredns.yaml | lc_kubectl apply -f - >/dev/null
+sed -e "s|@METRIC_RESOLUTION@|${ms_res}ms|" -e "s|@KUBELET_REQUEST_TIMEOUT@|${ms_timeout}ms|" k8s/local/metrics-server.yaml |
+  lc_kubectl apply -f - >/dev/null
 lc_kubectl -n kube-system create configmap retry-debt-kit-cluster --from-file=hpa.json="$LC_STATE/hpa.json" \
+  --from-file=metrics-server.json="$LC_STATE/metrics-server.json" \
   --from-literal=image="$kit_image" --dry-run=client -o yaml | lc_kubectl apply -f - >/dev/null
 lc_kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null
 lc_wait "CoreDNS answering for kubernetes.default" 60 \
   sh -c "dig +short +time=1 @$LC_DNS_IP kubernetes.default.svc.cluster.local | grep -qx $LC_API_SVC_IP"
 mark "CoreDNS answers"
+# metrics-server's /readyz waits for its first scrape; the pods' CPU needs a second one (a rate
+# between two of the kubelet's cAdvisor samples, which come every 10-15 s).
+lc_kubectl -n kube-system rollout status deployment/metrics-server --timeout=120s >/dev/null
+lc_wait "APIService v1beta1.metrics.k8s.io Available" 60 metrics_api_available
+mark "resource metrics API Available"
+lc_wait "metrics-server serving kube-system's pods' CPU (kubectl top)" 120 pod_metrics_served
+mark "kubectl top pods answers"
 
 trap - EXIT
 echo "$((SECONDS - t0))" >"$LC_STATE/up-seconds"
-lc_log "local cluster up in $((SECONDS - t0)) s; HPA sync ${sync_flag} (time scale $time_scale); image $kit_image"
+lc_log "local cluster up in $((SECONDS - t0)) s; HPA sync ${sync_flag} (time scale $time_scale); metrics-server resolution ${ms_res} ms; image $kit_image"
 echo "export KUBECONFIG=$LC_STATE/kubeconfig"
