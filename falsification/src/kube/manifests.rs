@@ -735,6 +735,65 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_case_scales_on_a_resource_metric_over_spinning_pods() {
+        if std::process::Command::new("kubectl")
+            .args(["version", "--client"])
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no kubectl on PATH to render the cpu overlay");
+            return;
+        }
+        let se = load("F0").unwrap().cases[0].scenario.clone();
+        assert_eq!(overlay(&se), "cpu");
+        let behavior = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
+        let v = Values::new(
+            &se.time_scaled(5.0),
+            "rdk-test",
+            "retry-debt-kit:abc",
+            7,
+            1,
+            Some(behavior),
+            6.0,
+        );
+        let m = Manifests::new(&render(&k8s_dir(None), "cpu").unwrap(), &v).unwrap();
+        let metrics = m
+            .autoscaling
+            .as_ref()
+            .unwrap()
+            .hpa
+            .spec
+            .metrics
+            .clone()
+            .unwrap();
+        assert_eq!(metrics.len(), 1);
+        assert_eq!(metrics[0].type_, "Resource");
+        let r = metrics[0].resource.as_ref().unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.target.type_.as_str()),
+            ("cpu", "Utilization")
+        );
+        assert_eq!(r.target.average_utilization, Some(50));
+        let pod = m
+            .service
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap();
+        let a = args(&pod.containers[0]);
+        assert!(a.contains(&"--work=spin".to_string()), "{a:?}");
+        assert!(a.iter().any(|x| x.starts_with("--cpu-limit=")), "{a:?}");
+        let res = pod.containers[0].resources.as_ref().unwrap();
+        assert_eq!(
+            res.requests.as_ref().unwrap().get("cpu"),
+            res.limits.as_ref().unwrap().get("cpu")
+        );
+    }
+
+    #[test]
     fn the_loadgen_is_an_indexed_job_of_shards_to_the_cluster_ip_service() {
         let mut v = values(0, 5.0);
         v.loadgen.start_at = Some(1_800_000_000.5);
