@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up a kind cluster for the kit and load the kit's image into it.
 #   scripts/cluster-up.sh            # cluster "retry-debt", image tagged with the git commit
-# Needs: docker, kind v0.33.0 exactly, kubectl. Then: scripts/deploy.sh first|ingress|paired
+# Needs: docker, kind v0.33.0 exactly, kubectl, and the internet (metrics-server's release
+# manifest). Then: scripts/deploy.sh first|ingress|paired|cpu
 # The node image (kindest/node:v1.36.4 by digest) is pinned in k8s/kind/cluster.yaml; kind
 # supports a node image only with the kind release that built it.
 set -euo pipefail
@@ -42,6 +43,18 @@ if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
   fi
 else
   kind create cluster --name "$cluster" --config "$config" --wait 120s
+fi
+
+# The cpu overlay's HPA reads the resource metrics API: metrics-server v0.8.0 from its upstream
+# release manifest, plus --kubelet-insecure-tls for kind's self-signed kubelet certificates (the
+# documented kind setting). One already registered (someone else's) is left as it is.
+ms_manifest=https://github.com/kubernetes-sigs/metrics-server/releases/download/v0.8.0/components.yaml
+if ! kubectl --context "kind-$cluster" get apiservice v1beta1.metrics.k8s.io >/dev/null 2>&1; then
+  echo "cluster-up: installing metrics-server v0.8.0 ($ms_manifest)"
+  kubectl --context "kind-$cluster" apply -f "$ms_manifest"
+  kubectl --context "kind-$cluster" -n kube-system patch deployment metrics-server --type=json \
+    -p '[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kubelet-insecure-tls"}]'
+  kubectl --context "kind-$cluster" -n kube-system rollout status deployment/metrics-server --timeout=180s
 fi
 
 echo "cluster-up: building $image"
