@@ -18,6 +18,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -53,11 +54,16 @@ struct H1Conn {
 
 impl H1Conn {
     /// Still open with nothing unread, and its target still listed. An idle connection is not
-    /// polled, but the reactor keeps the readiness the peer's FIN or reset raised, so this
-    /// costs no system call unless something came.
+    /// polled, but the reactor keeps the readiness that the peer's FIN or reset raised: with
+    /// none since its last answer was read (which cleared it, see [`h1::exchange`]) this costs
+    /// no system call; otherwise one `recv` tells.
     fn usable(&self) -> bool {
         if self.target.is_retired() {
             return false;
+        }
+        let mut nothing_came = Context::from_waker(Waker::noop());
+        if self.stream.poll_read_ready(&mut nothing_came).is_pending() {
+            return true;
         }
         let mut probe = [0u8; 1];
         matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)

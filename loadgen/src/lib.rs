@@ -414,6 +414,8 @@ impl Shards {
                         // So that `warmed` sees the end of reports if a shard never makes one.
                         drop(warm_tx);
                         if let Ok(ctx) = started.await {
+                            // Dropped with the runtime when the shard ends.
+                            tokio::spawn(timer_ahead_of_timeouts(timeout));
                             shard(ctx, client, arrivals, max, phase, sending).await;
                         }
                     });
@@ -491,7 +493,7 @@ async fn shard(
     mut phase: watch::Receiver<Phase>,
     sending: CountOut,
 ) {
-    const MIN_NAP: Duration = Duration::from_micros(200);
+    const MIN_NAP: Duration = Duration::from_micros(500);
     let start = ctx.recorder.start();
     let pacer = Pacer::new()
         .inspect_err(|e| {
@@ -507,7 +509,7 @@ async fn shard(
         let now = Instant::now();
         if scheduled > now {
             // Never wake for less than MIN_NAP: at high rates arrivals go out in small batches
-            // (at most that late) instead of one wake-up, and context switch, per arrival.
+            // (at most that late) instead of one wake-up, and two system calls, per arrival.
             let wake = scheduled.max(now + MIN_NAP);
             tokio::select! {
                 _ = due(pacer.as_ref(), wake) => {}
@@ -529,6 +531,17 @@ async fn shard(
         _ = cut => {}
     }
     requests.shutdown().await;
+}
+
+/// Keeps a timer in the shard's wheel due before any new attempt timeout, at one wake-up per
+/// half timeout. tokio wakes its own reactor (an eventfd write, then one more `epoll_wait`)
+/// whenever a timer is set that is due before all the others, which without this is every
+/// attempt's timeout set while nothing else is in flight: two system calls per request.
+async fn timer_ahead_of_timeouts(timeout: Duration) {
+    let period = (timeout / 2).max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
+    }
 }
 
 #[cfg(target_os = "linux")]
