@@ -250,23 +250,29 @@ oha_max=$held
 echo "loadgen holds ${lg_max}/s with send-lag p99 < 2 ms ($(fmt "$(calc "$lg_max / $wrk_rps")" 2) of wrk's ${wrk_rps}/s); oha holds ${oha_max}/s with latency p99 < 2 ms ($(fmt "$(calc "$oha_max / $wrk_rps")" 2) of wrk); loadgen/oha $(fmt "$(calc "$lg_max / ($oha_max > 0 ? $oha_max : 1)")" 2) (target >= 1, and >= 60,000/s)"
 
 # 4. Overload and recovery.
-over=$((lg_max * 3 / 2))
-half=$((lg_max / 2))
+overload() {
+  local over=$((lg_max * 3 / 2)) half=$((lg_max / 2))
+  echo "## overload: ${over}/s (1.5 x ${lg_max}) for 10 s, then ${half}/s for 10 s"
+  lg overload --target "$url" --schedule "0s:$over,10s:$half,20s:end" --arrivals constant \
+    --timeout 2s --retries 0 --connections 64 --max-in-flight 15000 --drain 3s
+  echo "connections opened: ${conns}; in flight peak $(js overload .peak_in_flight); shed $(js overload .shed); timeouts $(js overload .timeouts); errors $(jq -c '.errors | with_entries(select(.value > 0))' "$work/overload/summary.json")"
+  echo "per second: second first_attempts in_flight send_lag_p99_ms"
+  local csv=$work/overload/timeseries.csv back
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    { printf "  %s %s %s %s\n", $col["second"], $col["first_attempts"], $col["in_flight"], $col["send_lag_p99_ms"] }' "$csv"
+  back=$(awk -F, -v half="$half" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    $col["second"] >= 10 && $col["second"] < 20 && $col["first_attempts"] >= 0.99 * half && $col["send_lag_p99_ms"] < 2 { print $col["second"] - 10; exit }' "$csv")
+  if [[ -n $back ]]; then
+    echo "back on schedule (a whole second sent with send-lag p99 < 2 ms) ${back} s after the rate dropped to ${half}/s"
+  else
+    echo "NOT back on schedule within 10 s at ${half}/s"
+  fi
+}
 echo
-echo "## overload: ${over}/s (1.5 x ${lg_max}) for 10 s, then ${half}/s for 10 s"
-lg overload --target "$url" --schedule "0s:$over,10s:$half,20s:end" --arrivals constant \
-  --timeout 2s --retries 0 --connections 64 --max-in-flight 15000 --drain 3s
-echo "connections opened: ${conns}; in flight peak $(js overload .peak_in_flight); shed $(js overload .shed); timeouts $(js overload .timeouts); errors $(jq -c '.errors | with_entries(select(.value > 0))' "$work/overload/summary.json")"
-echo "per second: second first_attempts in_flight send_lag_p99_ms"
-csv=$work/overload/timeseries.csv
-awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-  { printf "  %s %s %s %s\n", $col["second"], $col["first_attempts"], $col["in_flight"], $col["send_lag_p99_ms"] }' "$csv"
-back=$(awk -F, -v half="$half" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-  $col["second"] >= 10 && $col["second"] < 20 && $col["first_attempts"] >= 0.99 * half && $col["send_lag_p99_ms"] < 2 { print $col["second"] - 10; exit }' "$csv")
-if [[ -n $back ]]; then
-  echo "back on schedule (a whole second sent with send-lag p99 < 2 ms) ${back} s after the rate dropped to ${half}/s"
+if ((lg_max > 0)); then
+  overload
 else
-  echo "NOT back on schedule within 10 s at ${half}/s"
+  echo "## overload: not run (no rate held)"
 fi
 
 # 5. Timeouts against a server that never answers: 10,000 new connections/s.
