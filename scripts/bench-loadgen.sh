@@ -9,6 +9,7 @@
 #   1. cost per request at 10,000/s and 30,000/s open loop: system calls (perf stat,
 #      raw_syscalls:sys_enter) and CPU (task-clock) of the generator's process, divided by the
 #      requests nginx served (its own counter), for the loadgen, oha and vegeta; latency p99;
+#      and the loadgen's rate accuracy at 10,000/s (constant and Poisson arrivals);
 #   2. wrk's closed-loop maximum on CPU 0 (-t1 -c64), and its cost per request there;
 #   3. the highest open-loop rate the loadgen holds (all sent, all answered, send-lag p99
 #      < 2 ms) and the highest oha holds (all sent, latency p99 < 2 ms with
@@ -146,10 +147,11 @@ lg() {
 }
 # js NAME FILTER: a value from a loadgen run's summary.json.
 js() { jq -r "$2" "$work/$1/summary.json"; }
-# lg_rate NAME RATE: a keep-alive loadgen run at RATE for $secs against nginx.
+# lg_rate NAME RATE [ARRIVALS]: a keep-alive loadgen run at RATE for $secs against nginx
+# (constant arrivals unless said).
 lg_rate() {
-  lg "$1" --target "$url" --rate "$2" --arrivals constant --duration "${secs}s" --timeout 2s \
-    --retries 0 --connections 64 --max-in-flight 15000
+  lg "$1" --target "$url" --rate "$2" --arrivals "${3:-constant}" --duration "${secs}s" \
+    --timeout 2s --retries 0 --connections 64 --max-in-flight 15000
 }
 # oha_rate NAME RATE: oha -q at RATE for $secs, JSON in $work/NAME.json.
 oha_rate() {
@@ -192,6 +194,13 @@ for rate in 10000 30000; do
   ratio_calls=n/a
   ((perf_syscalls)) && ratio_calls=$(fmt "$(calc "${cost_calls[lg_$rate]} / ${cost_calls[oha_$rate]}")" 2)
   echo "at ${rate}/s loadgen/oha: system calls per request ${cost_calls[lg_$rate]}/${cost_calls[oha_$rate]} = ${ratio_calls} (target <= 1), CPU per request ${cost_cpu[lg_$rate]}/${cost_cpu[oha_$rate]} us = $(fmt "$(calc "${cost_cpu[lg_$rate]} / ${cost_cpu[oha_$rate]}")" 2) (target <= 1)"
+done
+
+# Rate accuracy at 10,000/s: the constant run above, and one Poisson run.
+lg_rate acc_poisson 10000 poisson
+for name in cost_lg_10000 acc_poisson; do
+  first=$(js "$name" .first_attempts)
+  echo "rate accuracy at 10000/s ($(js "$name" .arrival_process)): $(calc "$first / $secs")/s sent, error $(fmt "$(calc "($first / $secs - 10000) / 100")" 3) % (target within 1 %)"
 done
 
 # 2. wrk's closed-loop maximum on the same core.
