@@ -494,18 +494,18 @@ async fn shard(
     sending: CountOut,
 ) {
     const MIN_NAP: Duration = Duration::from_millis(1);
+    // Arrivals sent in a row without waiting (behind the schedule, or a batch) before the shard
+    // yields: it is the runtime's `block_on` future, so its requests run only when it waits or
+    // yields. A yield also polls the reactor, so answers return their connections to the pool
+    // before the next arrivals take one: with fewer in a row than the idle connections, a shard
+    // that catches up does not open a connection per arrival.
+    const IN_A_ROW: u32 = 16;
     let start = ctx.recorder.start();
     let pacer = Pacer::new()
         .inspect_err(|e| {
             tracing::warn!("no microsecond arrival timer ({e}): arrivals go out on 1 ms ticks")
         })
         .ok();
-    // Arrivals sent in a row without waiting (behind the schedule, or a batch) before the shard
-    // yields: it is the runtime's `block_on` future, so its requests run only when it waits or
-    // yields. A yield also polls the reactor, so answers return their connections to the pool
-    // before the next arrivals take one: fewer in a row than `--connections` keeps a shard
-    // that catches up from opening a connection per arrival.
-    const IN_A_ROW: u32 = 16;
     let mut in_a_row = 0;
     let mut requests = JoinSet::new();
     for at in arrivals {
