@@ -8,9 +8,12 @@
 //! one the server closed meanwhile is found before reuse (the reactor has kept the readiness
 //! its FIN or reset raised) and dropped. A request is never resent behind the caller's back:
 //! a connection that ends before its answer is an `io` error of that attempt.
-//! Dropping the attempt (its timeout fired) drops the connection with a reset: the server sees
-//! the client go, as with a real client that gives up, and this side keeps no TIME_WAIT, which
-//! at thousands of abandoned attempts a second would hold every ephemeral port.
+//! Every connection this side closes goes with a reset (`SO_LINGER` 0, set before it connects):
+//! an attempt dropped at its timeout, even while connecting, so the server sees the client go
+//! as with a real client that gives up; an idle one beyond the pool or at the end; an h2c one.
+//! This side keeps no TIME_WAIT, which at thousands of abandoned attempts a second would hold
+//! every ephemeral port and makes every later `connect` slow: with 12,000 of them, the kernel's
+//! search for a free port took two thirds of the loadgen's CPU.
 //!
 //! h2c: one shared connection per target (per shard: each shard has its own `Client`); dropping
 //! an attempt resets its stream only.
@@ -18,6 +21,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -46,29 +50,23 @@ impl Drop for AbortOnDrop {
 struct H1Conn {
     target: Arc<Target>,
     stream: TcpStream,
-    /// Set while an attempt uses the connection: dropped then (the attempt abandoned at its
-    /// timeout, or failed), the socket is reset (`SO_LINGER` 0) rather than closed gracefully.
-    in_use: bool,
 }
 
 impl H1Conn {
     /// Still open with nothing unread, and its target still listed. An idle connection is not
-    /// polled, but the reactor keeps the readiness the peer's FIN or reset raised, so this
-    /// costs no system call unless something came.
+    /// polled, but the reactor keeps the readiness that the peer's FIN or reset raised: with
+    /// none since its last answer was read (which cleared it, see [`h1::exchange`]) this costs
+    /// no system call; otherwise one `recv` tells.
     fn usable(&self) -> bool {
         if self.target.is_retired() {
             return false;
         }
+        let mut nothing_came = Context::from_waker(Waker::noop());
+        if self.stream.poll_read_ready(&mut nothing_came).is_pending() {
+            return true;
+        }
         let mut probe = [0u8; 1];
         matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-    }
-}
-
-impl Drop for H1Conn {
-    fn drop(&mut self) {
-        if self.in_use {
-            let _ = self.stream.set_zero_linger();
-        }
     }
 }
 
@@ -123,7 +121,8 @@ impl Client {
             Some(c) => c,
             None => self.connect_h1().await?,
         };
-        let answer = exchange_h1(&mut conn, id, attempt, deadline_ms)
+        let request = h1::request(&conn.target, id, attempt, deadline_ms);
+        let answer = h1::exchange(&mut conn.stream, request)
             .await
             .map_err(|h1::Broken| ErrorKind::Io)?;
         if answer.reusable {
@@ -181,11 +180,7 @@ impl Client {
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
-        Ok(H1Conn {
-            target,
-            stream,
-            in_use: false,
-        })
+        Ok(H1Conn { target, stream })
     }
 
     async fn attempt_h2(
@@ -247,6 +242,9 @@ impl Client {
             SocketAddr::V6(_) => TcpSocket::new_v6(),
         }
         .map_err(|e| classify_io(&e))?;
+        // Closed with a reset whenever this side closes it, even mid-connect (see the module
+        // doc).
+        let _ = socket.set_zero_linger();
         if let Some(source) = self.source_for(addr) {
             bind_source(&socket, source).map_err(|e| classify_io(&e))?;
         }
@@ -289,20 +287,6 @@ fn bind_source(socket: &TcpSocket, ip: IpAddr) -> std::io::Result<()> {
         }
     }
     socket.bind(SocketAddr::new(ip, 0))
-}
-
-/// One exchange on `conn`, marked in use meanwhile (see [`H1Conn::in_use`]).
-async fn exchange_h1(
-    conn: &mut H1Conn,
-    id: &str,
-    attempt: u32,
-    deadline_ms: Option<u64>,
-) -> Result<h1::Answer, h1::Broken> {
-    let request = h1::request(&conn.target, id, attempt, deadline_ms);
-    conn.in_use = true;
-    let answer = h1::exchange(&mut conn.stream, request).await?;
-    conn.in_use = false;
-    Ok(answer)
 }
 
 /// The h2c request (HTTP/1.1 requests are written by [`h1::request`]).

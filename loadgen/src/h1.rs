@@ -19,8 +19,9 @@
 
 use std::cell::RefCell;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use crate::targets::Target;
@@ -81,15 +82,45 @@ pub async fn exchange(stream: &mut TcpStream, request: Vec<u8>) -> Result<Answer
     let mut buffer = AnswerBuffer::default();
     loop {
         stream.readable().await.map_err(|_| Broken)?;
-        let step = SCRATCH_BUF.with_borrow_mut(|scratch| match stream.try_read(scratch) {
-            Ok(0) => buffer.end_of_stream().map(Some).ok_or(Broken),
-            Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(_) => Err(Broken),
-        })?;
-        if let Some(answer) = step {
+        let mut step = Ok(None);
+        let _ = stream.try_io(Interest::READABLE, || {
+            SCRATCH_BUF.with_borrow_mut(|scratch| {
+                let n = recv(stream, scratch);
+                step = match n {
+                    Ok(0) => buffer.end_of_stream().map(Some).ok_or(Broken),
+                    Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken),
+                    Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                    Err(_) => Err(Broken),
+                };
+                match n {
+                    // The answer is whole and the read left room in the buffer: the socket
+                    // had nothing more, so tokio may forget the readiness this read used.
+                    // Then taking the idle connection again costs no `recv` (see
+                    // `client::H1Conn::usable`), unless something comes meanwhile: new bytes
+                    // or the peer's close raise a new event, and a close (`READ_CLOSED`)
+                    // is never cleared.
+                    Ok(n) if n < scratch.len() && matches!(step, Ok(Some(_))) => {
+                        Err(std::io::ErrorKind::WouldBlock.into())
+                    }
+                    other => other,
+                }
+            })
+        });
+        if let Some(answer) = step? {
             return Ok(answer);
         }
+    }
+}
+
+/// One `recv` on the stream's socket, for [`TcpStream::try_io`] (which asks for a plain system
+/// call, not the stream's own reads).
+fn recv(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: a valid socket and a buffer of `buf.len()` writable bytes.
+    let n = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
     }
 }
 
