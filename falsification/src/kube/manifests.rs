@@ -651,6 +651,10 @@ mod tests {
         )
     }
 
+    fn pod_of(d: &Deployment) -> &PodSpec {
+        d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    }
+
     fn args(c: &Container) -> Vec<String> {
         c.args.clone().unwrap_or_default()
     }
@@ -678,17 +682,7 @@ mod tests {
             pod.containers[0].image.as_deref(),
             Some("retry-debt-kit:abc")
         );
-        let meter = args(
-            &m.meter
-                .spec
-                .as_ref()
-                .unwrap()
-                .template
-                .spec
-                .as_ref()
-                .unwrap()
-                .containers[0],
-        );
+        let meter = args(&pod_of(&m.meter).containers[0]);
         assert!(
             meter.contains(&"--window=6000000us".to_string()),
             "{meter:?}"
@@ -774,15 +768,7 @@ mod tests {
             ("cpu", "Utilization")
         );
         assert_eq!(r.target.average_utilization, Some(50));
-        let pod = m
-            .service
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap();
+        let pod = pod_of(&m.service);
         let a = args(&pod.containers[0]);
         assert!(a.contains(&"--work=spin".to_string()), "{a:?}");
         assert!(a.iter().any(|x| x.starts_with("--cpu-limit=")), "{a:?}");
