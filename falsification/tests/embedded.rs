@@ -36,6 +36,9 @@ fn ensure_binaries() {
 }
 
 fn kit_processes(dir: &Path) -> Vec<(u32, String)> {
+    // The kernel names a process's binary by its real path: `target` may be a symlink (CI keeps
+    // it in a cache outside the clone).
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let ours: Vec<PathBuf> = ["service", "meter", "loadgen"]
         .iter()
         .map(|b| dir.join(b))
@@ -363,9 +366,22 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
     // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
     // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
-    // The whole workspace, as the README builds it: building the three packages alone unifies
-    // features differently and rebuilt 24 crates (and again at the next workspace build).
-    let status = Command::new(env!("CARGO"))
+    // The whole workspace, as the README builds it, and outside `cargo test`'s environment: with
+    // it, cargo rebuilt kube and falsification (3.5 min in CI), and again at the next build.
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.env_clear();
+    for keep in [
+        "PATH",
+        "HOME",
+        "RUSTUP_HOME",
+        "CARGO_HOME",
+        "RUSTUP_TOOLCHAIN",
+    ] {
+        if let Some(v) = std::env::var_os(keep) {
+            cargo.env(keep, v);
+        }
+    }
+    let status = cargo
         .args(["build", "--release", "--workspace", "--locked"])
         .status()
         .expect("running cargo build");
