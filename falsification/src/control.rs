@@ -7,9 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::hpa::{
-    Decision, Hpa, HpaError, HpaSpec, PodPhase, PodSample, Reading, Scale, UsageSample,
-};
+use crate::hpa::{Decision, Hpa, HpaError, HpaSpec, PodSample, Reading, Scale, UsageSample};
 use crate::metric::{Meter, Signal};
 
 /// How the autoscaler is wired and timed.
@@ -171,6 +169,7 @@ impl Control {
         while self.next_event() <= now {
             // In time order; at equal times a pod turns ready, then the meters scrape, then the HPA syncs.
             let ready_at = self.pending.front().copied().unwrap_or(f64::INFINITY);
+            let ready_now = self.ready_s_at(now);
             let Some(a) = self.autoscaler.as_mut() else {
                 self.pending.pop_front();
                 self.ready += 1;
@@ -180,8 +179,7 @@ impl Control {
             let scrape_at = a.meter.next_scrape();
             let cpu_at = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
             if ready_at <= scrape_at.min(cpu_at) && ready_at <= a.next_sync {
-                self.ready_s += f64::from(self.ready) * (ready_at - self.clock);
-                self.clock = ready_at;
+                self.accrue(ready_at);
                 self.pending.pop_front();
                 self.ready += 1;
                 self.ready_since.push(ready_at);
@@ -194,7 +192,7 @@ impl Control {
             }
             if let Some(c) = a.cpu.as_mut().filter(|c| c.next <= a.next_sync) {
                 // Counters are as of `now`; the scrape happens within the model's step before it.
-                let ready_s = self.ready_s + f64::from(self.ready) * (now - self.clock);
+                let ready_s = ready_now;
                 let (t0, busy0, ready0) = c.last;
                 let pod_seconds = ready_s - ready0;
                 if pod_seconds > 0.0 {
@@ -243,8 +241,7 @@ impl Control {
         }
         while have > desired {
             if self.pending.pop_back().is_none() {
-                self.ready_s += f64::from(self.ready) * (now - self.clock).max(0.0);
-                self.clock = self.clock.max(now);
+                self.accrue(now);
                 self.ready -= 1;
                 self.ready_since.pop();
                 events.push(PodEvent::Removed);
@@ -252,6 +249,17 @@ impl Control {
             have -= 1;
         }
         self.desired = desired;
+    }
+
+    /// Ready pod-seconds up to `t` (nothing more for a time before the last count).
+    fn ready_s_at(&self, t: f64) -> f64 {
+        self.ready_s + f64::from(self.ready) * (t - self.clock).max(0.0)
+    }
+
+    /// Counts the ready pod-seconds up to `t`, before the ready pods change.
+    fn accrue(&mut self, t: f64) {
+        self.ready_s = self.ready_s_at(t);
+        self.clock = self.clock.max(t);
     }
 
     pub fn ready(&self) -> u32 {
@@ -283,25 +291,14 @@ fn pod_samples(
         })
     };
     let usage = cpu.sample.map_or(0.0, |(_, u)| u);
-    let ready = ready_since.iter().map(|&since| PodSample {
-        phase: PodPhase::Running,
-        deleting: false,
-        started_s: Some(since - dead_time_s),
-        ready: Some((true, since)),
-        request: 1.0,
-        metric: sample(usage),
-    });
+    let ready = ready_since
+        .iter()
+        .map(|&since| PodSample::running(since - dead_time_s, (true, since), 1.0, sample(usage)));
     let starting = pending.iter().map(|&ready_at| {
         let ordered = ready_at - dead_time_s;
-        PodSample {
-            phase: PodPhase::Running,
-            deleting: false,
-            started_s: Some(ordered),
-            ready: Some((false, ordered)),
-            request: 1.0,
-            // metrics-server has a sample once it has scraped the pod after it started.
-            metric: sample(0.0).filter(|s| s.timestamp_s > ordered),
-        }
+        // metrics-server has a sample once it has scraped the pod after it started.
+        let metric = sample(0.0).filter(|s| s.timestamp_s > ordered);
+        PodSample::running(ordered, (false, ordered), 1.0, metric)
     });
     ready.chain(starting).collect()
 }

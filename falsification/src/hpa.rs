@@ -187,6 +187,25 @@ pub struct PodSample {
     pub metric: Option<UsageSample>,
 }
 
+impl PodSample {
+    /// A running pod, not being deleted (the only kind the kit's own clusters list).
+    pub fn running(
+        started_s: f64,
+        ready: (bool, f64),
+        request: f64,
+        metric: Option<UsageSample>,
+    ) -> PodSample {
+        PodSample {
+            phase: PodPhase::Running,
+            deleting: false,
+            started_s: Some(started_s),
+            ready: Some(ready),
+            request,
+            metric,
+        }
+    }
+}
+
 /// A metrics-server `PodMetrics` entry for one resource.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct UsageSample {

@@ -134,13 +134,11 @@ impl Queue {
                 } => {
                     // The CPU share comes first: on a busy pod the spinning is spread
                     // evenly, as a quota's throttling spreads it.
-                    let spin_until = done - service.mul_f64(1.0 - cpu_share);
-                    let spin_until = if work == Work::Spin {
-                        spin_until
-                    } else {
-                        done - service
+                    let spin = match work {
+                        Work::Spin => service.mul_f64(cpu_share),
+                        Work::Sleep => Duration::ZERO,
                     };
-                    if !self.work_until(spin_until, done) {
+                    if !self.work_until(done - service + spin, done) {
                         return 1;
                     }
                     self.metrics.busy(service);

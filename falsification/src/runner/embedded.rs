@@ -22,7 +22,7 @@ use super::{
 use crate::cluster::{self, EmbeddedCluster, PodTemplate};
 use crate::control::AutoscalerConfig;
 use crate::experiment::Scenario;
-use crate::hpa::{Hpa, PodPhase, PodSample, Reading, Scale};
+use crate::hpa::{Hpa, PodSample, Reading, Scale};
 use crate::metric::Signal;
 
 /// One case's embedded cluster, from its pods to its HPA.
@@ -136,16 +136,16 @@ impl Embedded {
         self.pods
             .statuses()
             .into_iter()
-            .map(|p| PodSample {
-                phase: PodPhase::Running,
-                deleting: false,
-                started_s: Some(self.run_s(p.started)),
-                ready: Some((
-                    p.ready_since.is_some(),
-                    self.run_s(p.ready_since.unwrap_or(p.started)),
-                )),
-                request: 1.0 / ratio,
-                metric: ms.sample(&p.name, |i| self.run_s(i)),
+            .map(|p| {
+                PodSample::running(
+                    self.run_s(p.started),
+                    (
+                        p.ready_since.is_some(),
+                        self.run_s(p.ready_since.unwrap_or(p.started)),
+                    ),
+                    1.0 / ratio,
+                    ms.sample(&p.name, |i| self.run_s(i)),
+                )
             })
             .collect()
     }
@@ -250,10 +250,9 @@ impl Cluster for Embedded {
     }
 
     fn next_due(&self) -> Option<Instant> {
+        let sync = self.hpa.as_ref().map(|_| self.sync_at())?;
         let scrape = self.metrics_server.as_ref().map(MetricsServer::next_scrape);
-        self.hpa
-            .is_some()
-            .then(|| self.sync_at().min(scrape.unwrap_or_else(|| self.sync_at())))
+        Some(scrape.map_or(sync, |s| s.min(sync)))
     }
 
     async fn advance(&mut self) -> anyhow::Result<()> {
@@ -340,13 +339,7 @@ impl Cluster for Embedded {
             .and_then(|p| cpu_seconds(&p.to_string()))
             .map_or(0.0, |c| c - self.meter_cpu0);
         self.teardown().await?;
-        let event = self.t0 + Duration::from_secs_f64(self.rs.warmup_s);
-        let started = self.pods.started();
-        let origin = if started >= event {
-            started.duration_since(event).as_secs_f64()
-        } else {
-            -event.duration_since(started).as_secs_f64()
-        };
+        let origin = self.run_s(self.pods.started());
         Ok(Ended {
             syncs: std::mem::take(&mut self.syncs),
             pod_events: self

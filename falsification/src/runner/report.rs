@@ -759,13 +759,11 @@ pub fn draw_signals(session: &Path, results: &[CaseResult]) -> anyhow::Result<()
         return Ok(());
     }
     const COLORS: [RGBColor; 6] = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
-    let names: Vec<String> = cases.iter().map(|r| r.case.clone()).collect();
     let series = |f: &dyn Fn(&Series) -> Vec<(f64, f64)>| -> Vec<super::plot::Series> {
         cases
             .iter()
-            .zip(&names)
             .zip(COLORS.iter().cycle())
-            .map(|((r, n), c)| (n.as_str(), *c, f(&r.series)))
+            .map(|(r, c)| (r.case.as_str(), *c, f(&r.series)))
             .collect()
     };
     super::plot::chart(
