@@ -161,6 +161,15 @@ impl EmbeddedCluster {
         self.pods.iter().filter(|p| p.ready).count()
     }
 
+    /// Addresses of the pods that serve traffic, oldest first (a Service's endpoints).
+    pub fn ready_addrs(&self) -> Vec<SocketAddr> {
+        self.pods
+            .iter()
+            .filter(|p| p.ready)
+            .map(|p| p.addr)
+            .collect()
+    }
+
     /// Base URLs of every live pod (ready or not), oldest first.
     pub fn pod_urls(&self) -> Vec<String> {
         self.pods

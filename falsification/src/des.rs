@@ -2,6 +2,9 @@
 //! attempts following the scenario's demand, exponential or deterministic service, each attempt timing
 //! out `tau_out` after it was sent (its retry follows after the backoff), the same retry budget and the
 //! same HPA module (through [`Control`]) as the fluid model.
+//! Behind a retrying gateway, a request's attempts at the pods are one chain
+//! ([`Scenario::pod_retries`]): the gateway's tries follow each other at its timeout, the client's
+//! retries after their backoff, and a retry budget counts only the client's.
 //!
 //! Per pod, an attempt goes where a keep-alive HTTP/1.1 client sends it: on the connection answered
 //! last (a LIFO pool of idle connections, each to one pod), else on a new connection to a ready pod
@@ -152,7 +155,9 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
             let Some(e) = sim.heap.pop() else { break };
             match e.kind {
                 Kind::Retry { start, attempt } => {
-                    let allowed = sim.budget.as_mut().is_none_or(|b| b.withdraw(now));
+                    // The client's budget: a gateway's tries are not the client's to refuse.
+                    let allowed = !s.is_client_retry(attempt)
+                        || sim.budget.as_mut().is_none_or(|b| b.withdraw(now));
                     if allowed {
                         sim.arrive(now, start, attempt, control.ready(), pooled);
                     } else {
@@ -179,7 +184,7 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         }
     }
     // Nothing is sent from `end` on, but pooled attempts sent before it still time out in the queue.
-    while pooled && sim.next_timeout() < end + s.timeout_s {
+    while pooled && sim.next_timeout() < end + s.pod_timeout_s() {
         let at = sim.next_timeout();
         sim.time_out_head(at);
         events += 1;
@@ -279,7 +284,7 @@ impl Sim<'_> {
         let wait = begin - now;
         let row = self.record.row_mut(now);
         row.max_wait_s = row.max_wait_s.max(wait);
-        let dropped = self.s.abandoned == Abandoned::Drop && wait >= self.s.timeout_s;
+        let dropped = self.s.abandoned == Abandoned::Drop && wait >= self.s.pod_timeout_s();
         let done = if dropped {
             f64::INFINITY
         } else {
@@ -289,8 +294,8 @@ impl Sim<'_> {
             self.free_at[pod].1 = done;
             self.totals.busy_s += done - begin;
         }
-        if done - now > self.s.timeout_s {
-            self.timed_out(now + self.s.timeout_s, now, start, attempt);
+        if done - now > self.s.pod_timeout_s() {
+            self.timed_out(now + self.s.pod_timeout_s(), now, start, attempt);
         } else {
             self.heap.push(Event {
                 at: done,
@@ -315,9 +320,9 @@ impl Sim<'_> {
     /// Attempt `attempt` sent at `sent` timed out at `at`: retry it or count the request lost.
     fn timed_out(&mut self, at: f64, sent: f64, start: f64, attempt: u32) {
         self.record.row_mut(sent).timed_out += 1.0;
-        if attempt < self.s.retries {
+        if attempt < self.s.pod_retries() {
             let next = attempt + 1;
-            let retry_at = at + self.s.retry_delay(next) - self.s.timeout_s;
+            let retry_at = at + self.s.retry_delay(next) - self.s.pod_timeout_s();
             self.heap.push(Event {
                 at: retry_at,
                 kind: Kind::Retry {
@@ -334,7 +339,7 @@ impl Sim<'_> {
     fn next_timeout(&self) -> f64 {
         self.queue
             .get(self.timed_out_head)
-            .map_or(f64::INFINITY, |q| q.arrived + self.s.timeout_s)
+            .map_or(f64::INFINITY, |q| q.arrived + self.s.pod_timeout_s())
     }
 
     fn time_out_head(&mut self, now: f64) {
@@ -366,8 +371,13 @@ impl Sim<'_> {
                 at: done,
                 kind: Kind::Completion,
             });
-            if !already_timed_out && done - q.arrived > self.s.timeout_s {
-                self.timed_out(q.arrived + self.s.timeout_s, q.arrived, q.start, q.attempt);
+            if !already_timed_out && done - q.arrived > self.s.pod_timeout_s() {
+                self.timed_out(
+                    q.arrived + self.s.pod_timeout_s(),
+                    q.arrived,
+                    q.start,
+                    q.attempt,
+                );
             }
         }
     }

@@ -14,7 +14,7 @@ use crate::outcome::Expect;
 
 /// The suite, as shipped in `falsification/experiments/`.
 /// The built-in experiments; the suite is F1-F4 ([`SUITE`]).
-pub const BUILTIN: [(&str, &str); 6] = [
+pub const BUILTIN: [(&str, &str); 7] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
         "F0-specimen",
@@ -24,6 +24,7 @@ pub const BUILTIN: [(&str, &str); 6] = [
     ("F2", include_str!("../experiments/F2.toml")),
     ("F3", include_str!("../experiments/F3.toml")),
     ("F4", include_str!("../experiments/F4.toml")),
+    ("F5", include_str!("../experiments/F5.toml")),
 ];
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
@@ -31,7 +32,9 @@ pub const SUITE: [&str; 4] = ["F1", "F2", "F3", "F4"];
 
 #[derive(Debug, Error)]
 pub enum ExperimentError {
-    #[error("unknown experiment `{0}` (built in: F1, F2, F3, F4; or a path to a .toml file)")]
+    #[error(
+        "unknown experiment `{0}` (built in: F0, F0-specimen, F1, F2, F3, F4, F5; or a path to a .toml file)"
+    )]
     Unknown(String),
     // The causes are part of the message (not `source`), so a chain printer does not repeat them.
     #[error("cannot read {path}: {detail}")]
@@ -145,6 +148,38 @@ pub struct Backoff {
     pub cap_s: f64,
 }
 
+/// The proxy between the clients and the pods (F5, retry stacks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GatewayKind {
+    /// HAProxy 2.6: `retries N`, `retry-on response-timeout conn-failure`, `timeout server`.
+    Haproxy,
+    /// nginx 1.22: `proxy_next_upstream timeout error`, `proxy_next_upstream_tries`,
+    /// `proxy_read_timeout`; each try goes to the next server.
+    Nginx,
+}
+
+impl std::fmt::Display for GatewayKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GatewayKind::Haproxy => "haproxy",
+            GatewayKind::Nginx => "nginx",
+        })
+    }
+}
+
+/// A gateway that retries on its own: each client attempt becomes up to `retries + 1` attempts at
+/// the pods, one every `timeout_s` (the gateway retries at once when a server times out).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Gateway {
+    pub kind: GatewayKind,
+    pub retries: u32,
+    pub timeout_s: f64,
+    /// Whether the gateway stops retrying when the client has gone. Measured: HAProxy 2.6 does only
+    /// with `option abortonclose` (off by default); nginx does (`proxy_ignore_client_abort off`).
+    pub abort_on_close: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HpaSetup {
     pub signal: HpaSignal,
@@ -184,6 +219,8 @@ pub struct Scenario {
     pub retries: u32,
     pub backoff: Backoff,
     pub retry_budget: Option<RetryBudget>,
+    /// A retrying proxy between the clients (`timeout_s`, `retries`, `retry_budget`) and the pods.
+    pub gateway: Option<Gateway>,
     pub abandoned: Abandoned,
     pub service: ServiceTime,
     /// Topology of the request-level model (the fluid reports both).
@@ -232,20 +269,60 @@ impl Scenario {
         }
     }
 
-    /// From a timed-out attempt `n - 1` to attempt `n` (1-based) arriving.
-    pub fn retry_delay(&self, n: u32) -> f64 {
-        let backoff = (self.backoff.base_s * 2f64.powi(n as i32 - 1)).min(self.backoff.cap_s);
-        self.timeout_s + backoff
+    /// Attempts a client attempt becomes at the pods: `gateway.retries + 1` when the gateway
+    /// retries through the client's whole timeout or ignores the client leaving, else the tries it
+    /// starts before the client leaves.
+    pub fn gateway_tries(&self) -> u32 {
+        self.gateway.map_or(1, |g| {
+            crate::laws::gateway_tries(g.retries, g.timeout_s, self.timeout_s, g.abort_on_close)
+        })
     }
 
-    /// From a request's first attempt to its attempt `n`.
+    /// The models chain a request's attempts at the pods: attempt `n + 1` follows attempt `n`'s
+    /// timeout. Index `n` of that chain is client attempt `n / tries`, gateway try `n % tries`.
+    pub fn pod_retries(&self) -> u32 {
+        (self.retries + 1) * self.gateway_tries() - 1
+    }
+
+    /// How long a client attempt lasts when it fails: its timeout, or the gateway's 504 after its
+    /// last try timed out if that comes first.
+    pub fn client_attempt_s(&self) -> f64 {
+        self.gateway.map_or(self.timeout_s, |g| {
+            self.timeout_s.min(f64::from(g.retries + 1) * g.timeout_s)
+        })
+    }
+
+    /// How long the pod-facing side waits for an attempt: the gateway's server timeout, or the
+    /// client's own timeout without a gateway.
+    pub fn pod_timeout_s(&self) -> f64 {
+        self.gateway.map_or(self.timeout_s, |g| g.timeout_s)
+    }
+
+    /// Whether pod attempt `n` (1-based in the chain) is a client's retry: the attempts a client's
+    /// retry budget counts and its backoff delays.
+    pub fn is_client_retry(&self, n: u32) -> bool {
+        n > 0 && n.is_multiple_of(self.gateway_tries())
+    }
+
+    /// From a timed-out attempt `n - 1` to attempt `n` (1-based) arriving at the pods: the pod
+    /// timeout, plus the client's backoff when `n` is a client retry (a gateway retries at once).
+    pub fn retry_delay(&self, n: u32) -> f64 {
+        if !self.is_client_retry(n) {
+            return self.pod_timeout_s();
+        }
+        let i = n / self.gateway_tries();
+        let backoff = (self.backoff.base_s * 2f64.powi(i as i32 - 1)).min(self.backoff.cap_s);
+        self.pod_timeout_s() + backoff
+    }
+
+    /// From a request's first attempt to its attempt `n` at the pods.
     pub fn attempt_offset(&self, n: u32) -> f64 {
         (1..=n).map(|i| self.retry_delay(i)).sum()
     }
 
     /// From a request's first attempt to its final outcome (its last attempt timed out).
     pub fn settled_s(&self) -> f64 {
-        self.attempt_offset(self.retries) + self.timeout_s
+        self.attempt_offset(self.pod_retries()) + self.pod_timeout_s()
     }
 
     /// The models run until every request started within the horizon has its outcome.
@@ -253,9 +330,13 @@ impl Scenario {
         self.horizon_s + self.settled_s()
     }
 
-    /// Amplification `A` of the configured retry policy.
+    /// Amplification `A` of the configured retry stack: the client's layer times the gateway's
+    /// tries per client attempt.
     pub fn amplification(&self) -> f64 {
-        crate::laws::layer_amplification(self.retries, self.retry_budget.map(|b| b.ratio))
+        crate::laws::stacked_amplification(&[
+            crate::laws::layer_amplification(self.retries, self.retry_budget.map(|b| b.ratio)),
+            f64::from(self.gateway_tries()),
+        ])
     }
 
     /// The autoscaler wiring for the control module.
@@ -318,6 +399,10 @@ impl Scenario {
             e => e,
         };
         x.timeout_s /= s;
+        x.gateway = self.gateway.map(|g| Gateway {
+            timeout_s: g.timeout_s / s,
+            ..g
+        });
         x.backoff = Backoff {
             base_s: self.backoff.base_s / s,
             cap_s: self.backoff.cap_s / s,
@@ -512,6 +597,7 @@ pub struct Params {
     pub retry_budget: Option<f64>,
     pub retry_budget_min_per_s: Option<f64>,
     pub retry_budget_ttl: Option<String>,
+    pub gateway: Option<GatewayParams>,
     pub abandoned: Option<Abandoned>,
     pub service: Option<ServiceTime>,
     pub topology: Option<Topology>,
@@ -521,6 +607,52 @@ pub struct Params {
     pub seeds: Option<Vec<u64>>,
     pub fluid_dt: Option<String>,
     pub hpa: Option<HpaParams>,
+}
+
+/// `gateway = { kind = "haproxy", retries = 2, timeout = "3s" }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayParams {
+    pub kind: GatewayKind,
+    pub retries: u32,
+    /// Its server timeout per try.
+    pub timeout: String,
+    /// Default: what the proxy does by default (HAProxy no, nginx yes).
+    pub abort_on_close: Option<bool>,
+}
+
+impl GatewayParams {
+    fn resolve(&self, context: &str, client_timeout_s: f64) -> Result<Gateway, ExperimentError> {
+        let timeout_s = positive(
+            context,
+            "gateway.timeout",
+            duration(context, "gateway.timeout", Some(&self.timeout))?,
+        )?;
+        let g = Gateway {
+            kind: self.kind,
+            retries: self.retries,
+            timeout_s,
+            abort_on_close: self
+                .abort_on_close
+                .unwrap_or(self.kind == GatewayKind::Nginx),
+        };
+        // A gateway that keeps trying after the client left overlaps the client's next attempt
+        // with its own tries: the models' chain of attempts cannot hold that.
+        let tries_s = f64::from(g.retries + 1) * g.timeout_s;
+        if !g.abort_on_close && client_timeout_s < tries_s - 1e-9 {
+            return Err(field_err(
+                context,
+                "timeout",
+                format!("{client_timeout_s}s"),
+                &format!(
+                    "must cover the gateway's {} tries of {} s ({tries_s} s) when it ignores the client leaving",
+                    g.retries + 1,
+                    g.timeout_s
+                ),
+            ));
+        }
+        Ok(g)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -605,6 +737,7 @@ impl Params {
             retry_budget: self.retry_budget.or(base.retry_budget),
             retry_budget_min_per_s: self.retry_budget_min_per_s.or(base.retry_budget_min_per_s),
             retry_budget_ttl: self.retry_budget_ttl.or(base.retry_budget_ttl),
+            gateway: self.gateway.or(base.gateway),
             abandoned: self.abandoned.or(base.abandoned),
             service: self.service.or(base.service),
             topology: self.topology.or(base.topology),
@@ -697,6 +830,10 @@ impl Params {
             retries: p.retries.unwrap_or(2),
             backoff: parse_backoff(context, p.backoff.as_deref().unwrap_or("none"))?,
             retry_budget,
+            gateway: match &p.gateway {
+                Some(g) => Some(g.resolve(context, timeout_s)?),
+                None => None,
+            },
             abandoned: p.abandoned.unwrap_or(Abandoned::Serve),
             service: p.service.unwrap_or(ServiceTime::Exponential),
             topology: p.topology.unwrap_or(Topology::Pooled),

@@ -10,6 +10,9 @@
 //! nobody. In both, an attempt arriving to a wait of at
 //! least `tau_out` times out and its retry arrives `tau_out` (+ backoff) later; abandoned work is served,
 //! or never queued when servers drop it; a retry budget caps the retry flow at `ratio` x first attempts.
+//! Behind a retrying gateway, a request's attempts at the pods are one chain
+//! ([`Scenario::pod_retries`]): `tau_out` is the gateway's timeout and the budget caps only the
+//! client's retries.
 
 use std::collections::VecDeque;
 
@@ -31,16 +34,18 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
         None => Control::fixed(s.pods),
     };
 
-    let r = s.retries as usize;
+    // A request's attempts at the pods, the client's and a gateway's alike, as one chain.
+    let retries = s.pod_retries();
+    let r = retries as usize;
     // rings[n] holds the attempts n + 1 on their way: timed out as attempt n, due `retry_delay(n + 1)` later.
-    let mut rings: Vec<Vec<f64>> = (1..=s.retries)
+    let mut rings: Vec<Vec<f64>> = (1..=retries)
         .map(|n| vec![0.0; (s.retry_delay(n) / dt).round().max(1.0) as usize])
         .collect();
-    let offsets: Vec<f64> = (0..=s.retries).map(|n| s.attempt_offset(n)).collect();
+    let offsets: Vec<f64> = (0..=retries).map(|n| s.attempt_offset(n)).collect();
     let mut arrivals = vec![0.0; r + 1];
 
     let c = s.rate_per_pod;
-    let tau = s.timeout_s;
+    let tau = s.pod_timeout_s();
     let drop = s.abandoned == Abandoned::Drop;
     let mut pooled_backlog = 0.0;
     let mut pods: Vec<Pod> = vec![Pod::default(); s.pods as usize];
@@ -71,13 +76,19 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
         for (n, ring) in rings.iter().enumerate() {
             arrivals[n + 1] = ring[slot % ring.len()];
         }
-        // A budget refuses the retries beyond its cap: those requests fail with the attempts they made.
+        // A budget refuses the client's retries beyond its cap: those requests fail with the attempts
+        // they made. A gateway's tries are not the client's to refuse.
         if let Some(b) = s.retry_budget {
-            let want: f64 = arrivals[1..].iter().sum();
+            let budgeted = || {
+                (1..=retries)
+                    .filter(|n| s.is_client_retry(*n))
+                    .map(|n| n as usize)
+            };
+            let want: f64 = budgeted().map(|n| arrivals[n]).sum();
             let cap = (b.ratio * demand + b.min_per_s) * dt;
             if want > cap {
                 let keep = cap / want;
-                for n in 1..=r {
+                for n in budgeted() {
                     record.row_mut(t - offsets[n]).lost += arrivals[n] * (1.0 - keep);
                     arrivals[n] *= keep;
                 }

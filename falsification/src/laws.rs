@@ -19,6 +19,27 @@ pub fn stacked_amplification(layers: &[f64]) -> f64 {
     layers.iter().product()
 }
 
+/// Tries a gateway makes per client attempt: `retries + 1` (one every `gateway_timeout_s`), unless
+/// it stops when the client leaves (`abort_on_close`) and the client's `client_timeout_s` ends
+/// first: then the tries it has started by then. A gateway that ignores the client leaving makes
+/// all its tries whatever the client's timeout, so the product of the layers is reached anyway.
+pub fn gateway_tries(
+    retries: u32,
+    gateway_timeout_s: f64,
+    client_timeout_s: f64,
+    abort_on_close: bool,
+) -> u32 {
+    let all = retries + 1;
+    if !abort_on_close || gateway_timeout_s <= 0.0 {
+        return all;
+    }
+    // Tries started strictly before the client leaves (a 1e-9 s tolerance for exact multiples).
+    let started = (client_timeout_s / gateway_timeout_s - 1e-9)
+        .ceil()
+        .max(1.0);
+    all.min(started as u32)
+}
+
 /// Trap condition: once triggered, the service stays failed forever iff `A rho >= 1`.
 pub fn trapped(a: f64, rho: f64) -> bool {
     a * rho >= 1.0
@@ -103,6 +124,13 @@ mod tests {
         assert_eq!(layer_amplification(2, Some(5.0)), 3.0);
         // Two layers of 3 attempts each: 9 attempts at the bottom.
         assert_eq!(stacked_amplification(&[3.0, 3.0]), 9.0);
+        // HAProxy measured: 3 tries at the pod after the client left at 0.7 s (0.5 s server timeout)
+        // without `option abortonclose`, 2 with it.
+        assert_eq!(gateway_tries(2, 0.5, 0.7, false), 3);
+        assert_eq!(gateway_tries(2, 0.5, 0.7, true), 2);
+        assert_eq!(gateway_tries(2, 0.5, 1.5, true), 3);
+        assert_eq!(gateway_tries(2, 0.5, 10.0, true), 3);
+        assert_eq!(gateway_tries(2, 0.5, 0.2, true), 1);
         assert!(close(stacked_amplification(&[3.0, 1.2]), 3.6, 1e-12));
     }
 

@@ -75,7 +75,8 @@ pub fn criteria(s: &Scenario) -> Criteria {
         to: s.horizon_s,
         drained_wait_s: s.drained_wait_s,
         rate_per_pod: s.rate_per_pod,
-        timeout_s: s.timeout_s,
+        // The wait that fails an attempt at the pods: the gateway's timeout behind one.
+        timeout_s: s.pod_timeout_s(),
         // Two whole retry chains, or a tenth of the horizon: long enough for the attempts offered
         // to reflect the state the run settled in.
         tail_s: (2.0 * s.settled_s()).max(s.horizon_s / 10.0),
@@ -90,7 +91,7 @@ pub fn criteria(s: &Scenario) -> Criteria {
 /// the given horizon already covers it. The note says what was chosen, and why.
 pub fn covering_horizon(s: &Scenario, cap_s: f64) -> Option<(f64, String)> {
     let recovery = closed_form(s).recovery_s?;
-    let want = s.recovery_reference() + 1.5 * recovery + s.timeout_s;
+    let want = s.recovery_reference() + 1.5 * recovery + s.pod_timeout_s();
     if want <= s.horizon_s {
         return None;
     }
@@ -118,7 +119,7 @@ pub fn closed_form(s: &Scenario) -> Outcome {
     let a = s.amplification();
     let lambda = s.base_rate();
     let c = s.rate_per_pod;
-    let tau = s.timeout_s;
+    let tau = s.pod_timeout_s();
     let (k, overload_s) = match s.event {
         LoadEvent::None => (1.0, s.horizon_s),
         LoadEvent::Spike { k, duration_s } => (k, duration_s),

@@ -58,7 +58,7 @@ impl ErrorKind {
         }
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         ErrorKind::ALL.iter().position(|&k| k == self).unwrap_or(0)
     }
 }

@@ -41,6 +41,7 @@ pub fn counters(r: &loadgen::Row) -> LoadCounters {
         attempts: r.attempts.iter().sum::<u64>() as f64,
         successes: r.successes.iter().sum::<u64>() as f64,
         timeouts: r.timeouts as f64,
+        status_5xx: r.errors[loadgen::record::ErrorKind::Status5xx.index()] as f64,
         failed: r.requests_failed as f64,
     }
 }
@@ -52,6 +53,7 @@ pub fn summary_counters(s: &loadgen::Summary) -> LoadCounters {
         attempts: s.attempts as f64,
         successes: s.successes_by_number.iter().sum::<u64>() as f64,
         timeouts: s.timeouts as f64,
+        status_5xx: s.errors.get("status_5xx").copied().unwrap_or(0) as f64,
         failed: s.failed as f64,
     }
 }
@@ -62,6 +64,7 @@ fn plus(a: &LoadCounters, b: &LoadCounters) -> LoadCounters {
         attempts: a.attempts + b.attempts,
         successes: a.successes + b.successes,
         timeouts: a.timeouts + b.timeouts,
+        status_5xx: a.status_5xx + b.status_5xx,
         failed: a.failed + b.failed,
     }
 }

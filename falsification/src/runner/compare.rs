@@ -294,6 +294,7 @@ mod tests {
             hpa: String::new(),
             runner_cpu: 0.0,
             meter_cpu: 0.0,
+            stack: None,
             series: Default::default(),
         }
     }

@@ -2,7 +2,8 @@
 //! ([`crate::cluster`]), one `meter` process, one `loadgen` process, and the kit's own HPA
 //! ([`crate::hpa::Hpa`]) syncing every (scaled) sync period, reading the meter's external
 //! metrics API over HTTPS as the HPA controller does, and for the CPU signal the pods' CPU
-//! counters through [`MetricsServer`].
+//! counters through [`MetricsServer`]. A case with a gateway puts a real proxy
+//! ([`GatewayProcess`]) between the loadgen and the pods.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::gateway::GatewayProcess;
 use super::metrics_server::MetricsServer;
 use super::probe::{LoadCounters, Probe};
 use super::{
@@ -42,6 +44,8 @@ pub struct Embedded {
     meter_cpu0: f64,
     loadgen: Option<Child>,
     loadgen_metrics: SocketAddr,
+    /// The retrying proxy between the loadgen and the pods, when the case has one.
+    gateway: Option<GatewayProcess>,
     /// The loadgen's counters at the last row that read them.
     last_load: LoadCounters,
     t0: Instant,
@@ -110,6 +114,7 @@ impl Embedded {
             meter_cpu0: 0.0,
             loadgen: None,
             loadgen_metrics: cluster::free_loopback_port()?,
+            gateway: None,
             last_load: LoadCounters::default(),
             t0: Instant::now(),
             hpa,
@@ -158,9 +163,13 @@ impl Embedded {
 
     fn loadgen_command(&self) -> Command {
         let mut cmd = Command::new(&self.bins.loadgen);
-        cmd.arg("--targets-file")
-            .arg(self.routing.path().join("targets.txt"))
-            .args(loadgen_args(&self.rs, self.seed))
+        match &self.gateway {
+            Some(g) => cmd.arg(format!("--target={}", g.url())),
+            None => cmd
+                .arg("--targets-file")
+                .arg(self.routing.path().join("targets.txt")),
+        };
+        cmd.args(loadgen_args(&self.rs, self.seed))
             .arg(format!("--metrics-listen={}", self.loadgen_metrics))
             .arg("--out")
             .arg(self.dir.join("loadgen"));
@@ -193,15 +202,19 @@ impl Cluster for Embedded {
                 .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
                 .unwrap_or_else(|| "unknown".into())
         };
+        let mut versions = BTreeMap::from([
+            ("falsification".into(), env!("CARGO_PKG_VERSION").into()),
+            ("service".into(), version(&self.bins.service)),
+            ("meter".into(), version(&self.bins.meter)),
+            ("loadgen".into(), version(&self.bins.loadgen)),
+        ]);
+        if let Some(g) = &self.rs.gateway {
+            versions.insert("gateway".into(), GatewayProcess::version(g.kind));
+        }
         Description {
             cluster: "embedded".into(),
             hpa: "emulated (falsification::hpa, the kit's HPA algorithm)".into(),
-            versions: BTreeMap::from([
-                ("falsification".into(), env!("CARGO_PKG_VERSION").into()),
-                ("service".into(), version(&self.bins.service)),
-                ("meter".into(), version(&self.bins.meter)),
-                ("loadgen".into(), version(&self.bins.loadgen)),
-            ]),
+            versions,
         }
     }
 
@@ -236,6 +249,19 @@ impl Cluster for Embedded {
             "meter",
         )
         .await?;
+        if let Some(g) = &self.rs.gateway {
+            // One slot per pod the case can have.
+            let slots = self
+                .rs
+                .hpa
+                .as_ref()
+                .map_or(self.rs.pods, |h| h.max_replicas) as usize;
+            let mut gw =
+                GatewayProcess::start(g, slots, self.routing.path(), &logs.join("gateway.log"))
+                    .await?;
+            gw.follow(&self.pods.ready_addrs()).await?;
+            self.gateway = Some(gw);
+        }
         let cmd = self.loadgen_command();
         self.loadgen = Some(spawn(cmd, &self.bins.loadgen, &logs.join("loadgen.log"))?);
         self.t0 = Instant::now();
@@ -260,6 +286,9 @@ impl Cluster for Embedded {
         if self.pods.replicas() < self.desired {
             // A crashed pod is replaced, as its ReplicaSet would.
             self.pods.scale_to(self.desired)?;
+        }
+        if let Some(g) = self.gateway.as_mut() {
+            g.follow(&self.pods.ready_addrs()).await?;
         }
         if let Some(ms) = self.metrics_server.as_mut()
             && Instant::now() >= ms.next_scrape()
@@ -319,7 +348,12 @@ impl Cluster for Embedded {
         }
         let queues = self.probe.pods(self.pods.named_urls()).await;
         let last = self.syncs.last().map(|s| &s.decision);
+        let gateway = match self.gateway.as_mut() {
+            Some(g) => Some(g.counters().await),
+            None => None,
+        };
         Ok(Observation {
+            gateway,
             load: self.last_load,
             pods_desired: self.desired as u32,
             pods_ready: self.pods.ready() as u32,
@@ -356,6 +390,9 @@ impl Cluster for Embedded {
     async fn teardown(&mut self) -> anyhow::Result<()> {
         if let Some(mut l) = self.loadgen.take() {
             stop(&mut l, Duration::from_secs_f64(self.rs.timeout_s + 5.0)).await;
+        }
+        if let Some(mut g) = self.gateway.take() {
+            g.shutdown().await;
         }
         if let Some(mut m) = self.meter.take() {
             stop(&mut m, Duration::from_secs(5)).await;

@@ -15,11 +15,13 @@
 pub mod command;
 pub mod compare;
 pub mod embedded;
+pub mod gateway;
 pub mod metrics_server;
 pub mod plot;
 pub mod probe;
 pub mod record;
 pub mod report;
+pub mod stack;
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -34,6 +36,7 @@ use tokio::time::Instant;
 use crate::cluster::{self, PodEventKind};
 use crate::experiment::{Case, Experiment, LoadEvent, Scenario};
 use crate::hpa::Decision;
+use gateway::GatewayCounters;
 use probe::{LoadCounters, MeterGauges, PodQueue};
 use record::Sample;
 
@@ -136,6 +139,8 @@ pub struct CaseResult {
     /// CPU used per wall second, runner and meter.
     pub runner_cpu: f64,
     pub meter_cpu: f64,
+    /// With a gateway: each layer's amplification over the failed phase.
+    pub stack: Option<stack::StackMeasure>,
     /// Measured ready pods and successes per second over experiment time, and the pooled and
     /// per-pod fluid's ready pods, for the session's side-by-side plots.
     #[serde(skip)]
@@ -372,6 +377,11 @@ pub(crate) fn loadgen_args(rs: &Scenario, seed: u64) -> Vec<String> {
     if rs.abandoned == crate::experiment::Abandoned::Drop {
         args.push("--deadline".to_string());
     }
+    if rs.gateway.is_some() {
+        // The gateway ends an attempt whose tries all timed out with its own 504: the client's
+        // attempt failed, and it retries as on its own timeout.
+        args.push("--retry-on=timeout,connect,5xx".to_string());
+    }
     args
 }
 
@@ -439,6 +449,8 @@ pub struct Observation {
     pub meter: Option<MeterGauges>,
     /// The HPA's last decision: its recommendation (when known) and desired replicas.
     pub hpa: Option<(Option<i32>, i32)>,
+    /// The gateway's counters so far (cumulative), when the case has one.
+    pub gateway: Option<GatewayCounters>,
 }
 
 /// What a cluster hands back once the load has ended.
@@ -610,6 +622,7 @@ async fn drive<C: Cluster>(
     let mut waits: Vec<HashMap<String, f64>> = Vec::new();
     let mut pods: Vec<Vec<(String, PodQueue)>> = Vec::new();
     let mut prev = LoadCounters::default();
+    let mut prev_gateway = GatewayCounters::default();
     let status = report::Status::new(
         opts.progress && std::io::stderr().is_terminal(),
         n_rows,
@@ -649,8 +662,10 @@ async fn drive<C: Cluster>(
                 meter: o.meter,
                 hpa_recommendation: o.hpa.and_then(|(r, _)| r),
                 hpa_desired: o.hpa.map(|(_, d)| d),
+                gateway: o.gateway.map(|g| g.minus(&prev_gateway)),
             };
             prev = o.load;
+            prev_gateway = o.gateway.unwrap_or_default();
             samples.push(sample);
             pods.push(o.queues);
             status.update(&sample, rel(now), rs, opts.time_scale, step);

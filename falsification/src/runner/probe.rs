@@ -67,6 +67,8 @@ pub struct LoadCounters {
     pub attempts: f64,
     pub successes: f64,
     pub timeouts: f64,
+    /// Attempts answered 5xx: behind a gateway, its 504 after its last try timed out.
+    pub status_5xx: f64,
     pub failed: f64,
 }
 
@@ -77,6 +79,11 @@ impl LoadCounters {
             attempts: sum(text, "retrydebt_loadgen_attempts_total", ""),
             successes: sum(text, "retrydebt_loadgen_successes_total", ""),
             timeouts: sum(text, "retrydebt_loadgen_timeouts_total", ""),
+            status_5xx: sum(
+                text,
+                "retrydebt_loadgen_errors_total",
+                "kind=\"status_5xx\"",
+            ),
             failed: sum(
                 text,
                 "retrydebt_loadgen_requests_total",
@@ -92,15 +99,19 @@ impl LoadCounters {
             attempts: self.attempts - earlier.attempts,
             successes: self.successes - earlier.successes,
             timeouts: self.timeouts - earlier.timeouts,
+            status_5xx: self.status_5xx - earlier.status_5xx,
             failed: self.failed - earlier.failed,
         }
     }
 }
 
-/// The meter's own gauges: first-attempt and ingress rates per second of run time.
+/// The meter's own gauges, per second of run time: first attempts (distinct request ids), what a
+/// count of `x-attempt: 0` arrivals reads, and all arrivals.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct MeterGauges {
     pub first_attempt_rate: f64,
+    /// Absent from a meter that counts only the header.
+    pub header_first_attempt_rate: Option<f64>,
     pub ingress_rate: f64,
 }
 
@@ -109,6 +120,9 @@ impl MeterGauges {
     pub fn parse(text: &str) -> MeterGauges {
         MeterGauges {
             first_attempt_rate: sum(text, "retrydebt_meter_first_attempt_rate", ""),
+            header_first_attempt_rate: samples(text)
+                .find(|(n, _, _)| *n == "retrydebt_meter_header_first_attempt_rate")
+                .map(|(_, _, v)| v),
             ingress_rate: sum(text, "retrydebt_meter_ingress_rate", ""),
         }
     }
@@ -251,6 +265,8 @@ mod tests {
             retrydebt_loadgen_attempts_total{attempt=\"1\"} 4\n\
             retrydebt_loadgen_successes_total{attempt=\"0\"} 6\n\
             retrydebt_loadgen_timeouts_total 5\n\
+            retrydebt_loadgen_errors_total{kind=\"status_5xx\"} 3\n\
+            retrydebt_loadgen_errors_total{kind=\"io\"} 1\n\
             retrydebt_loadgen_requests_total{outcome=\"succeeded\"} 6\n\
             retrydebt_loadgen_requests_total{outcome=\"failed\"} 2\n";
         let c = LoadCounters::parse(text);
@@ -261,6 +277,7 @@ mod tests {
                 attempts: 14.0,
                 successes: 6.0,
                 timeouts: 5.0,
+                status_5xx: 3.0,
                 failed: 2.0
             }
         );

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::gateway::GatewayCounters;
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::cluster::{ClusterError, write_atomically};
 use crate::outcome::{Outcome, Provisioning, Record, Row};
@@ -30,6 +31,8 @@ pub struct Sample {
     pub meter: Option<MeterGauges>,
     pub hpa_recommendation: Option<i32>,
     pub hpa_desired: Option<i32>,
+    /// The gateway's counts in the row, when the case has one.
+    pub gateway: Option<GatewayCounters>,
 }
 
 /// Samples a wait must persist to count as backlog rather than a queue's random excursion.
@@ -55,9 +58,10 @@ pub fn sustained(history: &[HashMap<String, f64>]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The measured record in run seconds, counts moved to the row their attempt was sent
-/// (timeouts: `timeout_s` earlier) or their request started (lost: `lost_after_s` earlier).
-pub fn measured_record(samples: &[Sample], step: f64, timeout_s: f64, lost_after_s: f64) -> Record {
+/// The measured record in run seconds, counts moved to the row their attempt was sent (failed
+/// attempts: timeouts, and a gateway's 5xx, `attempt_s` earlier) or their request started (lost:
+/// `lost_after_s` earlier).
+pub fn measured_record(samples: &[Sample], step: f64, attempt_s: f64, lost_after_s: f64) -> Record {
     let mut rows: Vec<Row> = samples
         .iter()
         .map(|s| Row {
@@ -73,7 +77,7 @@ pub fn measured_record(samples: &[Sample], step: f64, timeout_s: f64, lost_after
         .collect();
     let shift = |i: usize, by: f64| i.saturating_sub((by / step).round() as usize);
     for (i, s) in samples.iter().enumerate() {
-        rows[shift(i, timeout_s)].timed_out += s.load.timeouts;
+        rows[shift(i, attempt_s)].timed_out += s.load.timeouts + s.load.status_5xx;
         rows[shift(i, lost_after_s)].lost += s.load.failed;
     }
     Record { step_s: step, rows }

@@ -167,9 +167,9 @@ pub fn flush_partial(
 /// wait at its last row); the debt itself is a wait of the order of the timeout, and a quarter
 /// of it shifts the recovery time by at most `timeout / (4 (1 - rho))`.
 pub fn measured(samples: &[Sample], rs: &Scenario, step: f64) -> (outcome::Record, Criteria) {
-    let record = record::measured_record(samples, step, rs.timeout_s, rs.settled_s());
+    let record = record::measured_record(samples, step, rs.client_attempt_s(), rs.settled_s());
     let mut c = predict::criteria(rs);
-    c.drained_wait_s = c.drained_wait_s.max(rs.timeout_s / 4.0);
+    c.drained_wait_s = c.drained_wait_s.max(rs.pod_timeout_s() / 4.0);
     (record, c)
 }
 
@@ -250,11 +250,15 @@ struct Summary<'a> {
     pod_crashes: usize,
     /// Whether the noise of one metric window could move the steady pod count (autoscaled cases).
     pod_resolution: Option<PodResolution>,
+    stack: Option<super::stack::StackMeasure>,
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
+
+/// How far the pods' measured amplification may be from the product of the layers (relative).
+pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
 
 /// Evaluates the run, predicts the configuration that ran, writes every file.
 pub fn finish(
@@ -328,6 +332,27 @@ pub fn finish(
             ),
         }
     };
+    // Behind a gateway the layers must multiply at the pods, whatever the recovery did.
+    let stack = rs
+        .gateway
+        .and_then(|_| super::stack::measure(&m.samples, &m.pods, &rs, step));
+    let verdict = match &stack {
+        Some(st)
+            if verdict.judgement == Judgement::Held
+                && !super::stack::product_holds(st, &rs, AMPLIFICATION_TOLERANCE) =>
+        {
+            Verdict {
+                judgement: Judgement::Refuted,
+                reason: format!(
+                    "{}; but the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
+                    verdict.reason,
+                    st.pods,
+                    rs.amplification()
+                ),
+            }
+        }
+        _ => verdict,
+    };
     let verdict_word = if m.complete {
         verdict.judgement.word()
     } else {
@@ -378,6 +403,7 @@ pub fn finish(
         },
         pod_crashes: crashes,
         pod_resolution: resolution,
+        stack,
     };
     record::write(dir, "timeseries.csv", &record::csv(&m.samples, &rec, s))?;
     record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
@@ -390,14 +416,14 @@ pub fn finish(
         &pooled_curve,
         &per_pod_curve,
         s,
-        rs.timeout_s,
+        rs.pod_timeout_s(),
     )?;
     super::plot::pod_waits(
         dir,
         &m.samples,
         &m.pods,
         s,
-        rs.timeout_s,
+        rs.pod_timeout_s(),
         criteria.drained_wait_s,
     )?;
     let result = CaseResult {
@@ -416,6 +442,7 @@ pub fn finish(
         hpa: description.hpa.clone(),
         runner_cpu: frac(m.runner_cpu_s),
         meter_cpu: frac(m.meter_cpu_s),
+        stack,
         series: Series {
             pods_ready: m
                 .samples
@@ -660,6 +687,28 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         {
             let _ = writeln!(o, "| {figure} | {} | {} | {} | - |", mm[i], pm[i], om[i]);
         }
+    }
+    if let Some(g) = &rs.gateway {
+        let _ = writeln!(
+            o,
+            "\n{}",
+            super::stack::markdown(r.stack.as_ref(), rs, summary.time_scale)
+        );
+        let _ = writeln!(
+            o,
+            "Gateway: {} with {} retries on a {} s server timeout (experiment time {} s); the \
+             client's {} s timeout{}.\n",
+            g.kind,
+            g.retries,
+            g.timeout_s,
+            g.timeout_s * summary.time_scale,
+            rs.timeout_s * summary.time_scale,
+            if g.abort_on_close {
+                "; it stops trying when the client leaves"
+            } else {
+                "; it keeps trying after the client leaves"
+            }
+        );
     }
     let sentence = match r.matches.as_str() {
         "both" => "The measurement matches both fluid predictions (they agree here).".to_string(),
