@@ -149,7 +149,7 @@ pub struct Backoff {
 }
 
 /// The proxy between the clients and the pods (F5, retry stacks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum GatewayKind {
     /// HAProxy 2.6: `retries N`, `retry-on response-timeout conn-failure`, `timeout server`.
@@ -609,32 +609,52 @@ pub struct Params {
     pub hpa: Option<HpaParams>,
 }
 
-/// `gateway = { kind = "haproxy", retries = 2, timeout = "3s" }`.
-#[derive(Debug, Clone, Deserialize)]
+/// `gateway = { kind = "haproxy", retries = 2, timeout = "3s" }`; flags override field by field.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayParams {
-    pub kind: GatewayKind,
-    pub retries: u32,
-    /// Its server timeout per try.
-    pub timeout: String,
+    pub kind: Option<GatewayKind>,
+    /// Default 2.
+    pub retries: Option<u32>,
+    /// Its server timeout per try. Default: the client's timeout over the tries, so they fit.
+    pub timeout: Option<String>,
     /// Default: what the proxy does by default (HAProxy no, nginx yes).
     pub abort_on_close: Option<bool>,
 }
 
 impl GatewayParams {
+    fn over(self, base: GatewayParams) -> GatewayParams {
+        GatewayParams {
+            kind: self.kind.or(base.kind),
+            retries: self.retries.or(base.retries),
+            timeout: self.timeout.or(base.timeout),
+            abort_on_close: self.abort_on_close.or(base.abort_on_close),
+        }
+    }
+
     fn resolve(&self, context: &str, client_timeout_s: f64) -> Result<Gateway, ExperimentError> {
-        let timeout_s = positive(
-            context,
-            "gateway.timeout",
-            duration(context, "gateway.timeout", Some(&self.timeout))?,
-        )?;
+        let Some(kind) = self.kind else {
+            return Err(field_err(
+                context,
+                "gateway.kind",
+                "",
+                "is required with any other gateway setting (haproxy or nginx)",
+            ));
+        };
+        let retries = self.retries.unwrap_or(2);
+        let timeout_s = match &self.timeout {
+            Some(t) => positive(
+                context,
+                "gateway.timeout",
+                duration(context, "gateway.timeout", Some(t))?,
+            )?,
+            None => client_timeout_s / f64::from(retries + 1),
+        };
         let g = Gateway {
-            kind: self.kind,
-            retries: self.retries,
+            kind,
+            retries,
             timeout_s,
-            abort_on_close: self
-                .abort_on_close
-                .unwrap_or(self.kind == GatewayKind::Nginx),
+            abort_on_close: self.abort_on_close.unwrap_or(kind == GatewayKind::Nginx),
         };
         // A gateway that keeps trying after the client left overlaps the client's next attempt
         // with its own tries: the models' chain of attempts cannot hold that.
@@ -737,7 +757,10 @@ impl Params {
             retry_budget: self.retry_budget.or(base.retry_budget),
             retry_budget_min_per_s: self.retry_budget_min_per_s.or(base.retry_budget_min_per_s),
             retry_budget_ttl: self.retry_budget_ttl.or(base.retry_budget_ttl),
-            gateway: self.gateway.or(base.gateway),
+            gateway: match (self.gateway, base.gateway) {
+                (Some(a), Some(b)) => Some(a.over(b)),
+                (a, b) => a.or(b),
+            },
             abandoned: self.abandoned.or(base.abandoned),
             service: self.service.or(base.service),
             topology: self.topology.or(base.topology),
