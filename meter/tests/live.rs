@@ -30,6 +30,8 @@ enum Behavior {
         rates: Vec<(u32, f64)>,
         log: Arc<Mutex<FakeLog>>,
     },
+    /// Good counters but no `/arrivals` (404): a pod from before distinct counting.
+    NoArrivals,
     /// 200 with an HTML page.
     Garbage,
     /// 200 with a 64 KiB body and no Content-Length.
@@ -159,6 +161,13 @@ impl Behavior {
                 body.push_str("# TYPE retrydebt_queue_depth gauge\nretrydebt_queue_depth 3\n");
                 ok(&body)
             }
+            Behavior::NoArrivals if head.starts_with("GET /arrivals") => Some((
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_vec(),
+                false,
+            )),
+            Behavior::NoArrivals => ok(
+                "# TYPE retrydebt_arrivals_total counter\nretrydebt_arrivals_total{attempt=\"0\"} 5\n",
+            ),
             Behavior::Garbage => ok("<html><body>not metrics</body></html>\n"),
             Behavior::Huge => {
                 let mut bytes = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_vec();
@@ -410,8 +419,11 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
     b_behavior.restart();
     meter.wait_ready().await;
     tokio::time::sleep(INTERVAL * 3).await;
+    // No gateway here (every id once): the distinct count equals the header count.
     let expect = [
         ("first_attempt_rate", 350.0),
+        ("header_first_attempt_rate", 350.0),
+        ("client_attempt_rate", 550.0),
         ("ingress_rate", 550.0),
         ("retry_rate", 200.0),
     ];
@@ -469,6 +481,7 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
 async fn faulty_pods_are_skipped_and_counted_by_reason() {
     let good = FakePod::start(Behavior::counting(&[(0, 100.0)])).await;
     let faulty = [
+        FakePod::start(Behavior::NoArrivals).await,
         FakePod::start(Behavior::Garbage).await,
         FakePod::start(Behavior::Huge).await,
         FakePod::start(Behavior::Hang).await,
@@ -486,14 +499,22 @@ async fn faulty_pods_are_skipped_and_counted_by_reason() {
     let meter = RunningMeter::start(PodSource::Static(urls), |c| c.max_body = 16 * 1024).await;
     meter.wait_ready().await;
     let (_, metrics) = meter.get_text("/metrics").await;
-    for reason in ["parse", "too_large", "timeout", "status", "http", "connect"] {
+    for reason in [
+        "parse",
+        "too_large",
+        "timeout",
+        "status",
+        "http",
+        "connect",
+        "no_arrivals",
+    ] {
         let n = sample(
             &metrics,
             &format!("retrydebt_meter_scrape_errors_total{{reason=\"{reason}\"}}"),
         );
         assert!(n >= 1.0, "no {reason} error counted:\n{metrics}");
     }
-    assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 7.0);
+    assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 8.0);
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_scraped"), 1.0);
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 1);
