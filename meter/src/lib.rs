@@ -123,7 +123,7 @@ impl Config {
             // A request's whole life in the kit is (R + 1) tau_out = 30 s; ten
             // minutes also covers a user's longer timeouts and backoff.
             distinct_retention: Duration::from_secs(600),
-            // About 50 MiB; at 10 minutes it binds above 1,700 new ids/s.
+            // About 70 MiB; at 10 minutes it binds above 1,700 new ids/s.
             distinct_max_ids: 1 << 20,
         }
     }

@@ -67,11 +67,11 @@ struct Cli {
     history: Duration,
     /// How long a request id is remembered for the distinct first-attempt
     /// count: at least a request's whole life (all its attempts, with
-    /// timeouts and backoff), or later copies count again. Memory: about 50
+    /// timeouts and backoff), or later copies count again. Memory: about 70
     /// bytes per id, new ids/s x this.
     #[arg(long, env = "METER_DISTINCT_RETENTION", default_value = "10m", value_parser = humantime::parse_duration)]
     distinct_retention: Duration,
-    /// Most request ids remembered (about 50 bytes each); beyond, the oldest
+    /// Most request ids remembered (about 70 bytes each); beyond, the oldest
     /// are forgotten early and counted in
     /// retrydebt_meter_distinct_evicted_early_total.
     #[arg(long, env = "METER_DISTINCT_MAX_IDS", default_value_t = 1 << 20, value_name = "IDS")]
