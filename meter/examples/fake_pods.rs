@@ -1,13 +1,17 @@
 //! Bench-only: serves many fake pods on loopback whose `retrydebt_arrivals_total`
-//! counters follow a known arrival pattern (a constant rate, then one step), writes
-//! their base URLs to a pods file for the meter, and exits after `--duration`.
+//! counters and `/arrivals` logs follow a known arrival pattern (a constant
+//! rate, then one step; every request id unique, so the distinct count equals
+//! the header count), writes their base URLs to a pods file for the meter,
+//! and exits after `--duration`.
 //! Used by `scripts/bench-meter.sh`.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::extract::Query;
 use axum::routing::get;
 use clap::Parser;
 
@@ -71,6 +75,44 @@ impl Pattern {
     }
 }
 
+/// One pod's arrival log, brought up to the pattern's counts when read.
+struct Log {
+    pod: usize,
+    /// Arrivals logged so far of attempts 0, 1, 2.
+    logged: [u64; 3],
+    /// Attempt of each entry, in order; entry `n`'s id is `<pod>-<n>`.
+    attempts: Vec<u8>,
+}
+
+impl Log {
+    fn page(&mut self, pattern: &Pattern, after: u64) -> String {
+        let first = pattern.first_attempts(Instant::now());
+        let due = [first, first / 2.0, first / 4.0].map(|v| v.floor() as u64);
+        for (attempt, n) in due.iter().enumerate() {
+            while self.logged[attempt] < *n {
+                self.logged[attempt] += 1;
+                self.attempts.push(attempt as u8);
+            }
+        }
+        let newest = self.attempts.len() as u64;
+        let from = after.min(newest) as usize;
+        let listed = &self.attempts[from..(from + 8192).min(self.attempts.len())];
+        let next = if listed.is_empty() {
+            newest
+        } else {
+            (from + listed.len()) as u64
+        };
+        let mut out = format!(
+            "next {next} newest {newest} lost 0 epoch {:016x}\n",
+            self.pod
+        );
+        for (i, attempt) in listed.iter().enumerate() {
+            let _ = writeln!(out, "{attempt} {}-{}", self.pod, from + i + 1);
+        }
+        out
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -84,14 +126,29 @@ async fn main() -> anyhow::Result<()> {
         .duration_since(UNIX_EPOCH)?
         .as_millis();
     let mut urls = String::new();
-    for _ in 0..args.pods {
+    for pod in 0..args.pods {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         urls.push_str(&format!("http://{}\n", listener.local_addr()?));
-        let pattern = pattern.clone();
-        let app = Router::new().route(
-            "/metrics",
-            get(move || async move { pattern.body(Instant::now()) }),
-        );
+        let log = Arc::new(Mutex::new(Log {
+            pod,
+            logged: [0; 3],
+            attempts: Vec::new(),
+        }));
+        let (metrics, arrivals) = (pattern.clone(), pattern.clone());
+        let app = Router::new()
+            .route(
+                "/metrics",
+                get(move || async move { metrics.body(Instant::now()) }),
+            )
+            .route(
+                "/arrivals",
+                get(
+                    move |Query(q): Query<std::collections::HashMap<String, u64>>| async move {
+                        let after = q.get("after").copied().unwrap_or(0);
+                        log.lock().unwrap().page(&arrivals, after)
+                    },
+                ),
+            );
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     let write = |path: &PathBuf, text: &str| -> std::io::Result<()> {

@@ -24,11 +24,19 @@ pub const GROUP_VERSION: &str = "external.metrics.k8s.io/v1beta1";
 pub const DISCOVERY_PATH: &str = "/apis/external.metrics.k8s.io/v1beta1";
 
 /// The metrics the meter serves (GUIDE contract).
-pub const METRICS: [&str; 3] = ["first_attempt_rate", "ingress_rate", "retry_rate"];
+pub const METRICS: [&str; 5] = [
+    "first_attempt_rate",
+    "ingress_rate",
+    "retry_rate",
+    "header_first_attempt_rate",
+    "client_attempt_rate",
+];
 
 fn metric_value(metric: &str, r: &Reading) -> Option<f64> {
     match metric {
         "first_attempt_rate" => Some(r.first_attempt_rate),
+        "header_first_attempt_rate" => Some(r.header_first_attempt_rate),
+        "client_attempt_rate" => Some(r.client_attempt_rate),
         "ingress_rate" => Some(r.ingress_rate),
         "retry_rate" => Some(r.retry_rate),
         _ => None,

@@ -1,14 +1,28 @@
-//! The meter: reads the pods' arrival counters and publishes first-attempt, ingress
-//! and retry rates for the autoscaler.
+//! The meter: reads the pods' arrival counters and arrival logs and publishes
+//! first-attempt, ingress and retry rates for the autoscaler.
+//!
+//! First attempts are counted by distinct request id, not by the `x-attempt`
+//! header: a retrying gateway resends the client's bytes unchanged (its
+//! retries say `x-attempt: 0` too, and may land on other pods), and no proxy
+//! marks its own retries, so only the id tells a copy from the original.
 //!
 //! Layout:
 //! - [`rate`]: the pure core. Per-pod counter histories, Prometheus-`rate`-like
 //!   rates over a window with counter resets handled, summed over pods; when data
 //!   is fresh enough to publish ([`rate::Coverage`]). Time is an argument.
+//! - [`distinct`]: the pure distinct count ([`distinct::DistinctArrivals`]):
+//!   a time-bounded memory of request ids, cumulative first attempts (distinct
+//!   `(id, 0)`), client attempts (distinct `(id, attempt)`) and arrivals.
+//! - [`arrivals`]: a pod's `GET /arrivals` page, parsed strictly, and the
+//!   per-pod cursor (baseline, continued, restarted).
+//! - [`tally`]: [`tally::Tally`], the state the scrape loop keeps between
+//!   rounds; it credits each distinct pair to the pod where its first copy
+//!   was read and turns those per-pod counts into rates with the same
+//!   [`rate::RateWindow`] as the pods' counters. Pure.
 //! - [`exposition`]: a strict parser for the Prometheus text format and the
 //!   extraction of `retrydebt_arrivals_total{attempt="N"}`.
 //! - [`scrape`]: the pod list (static, file, DNS) and bounded, timed HTTP scrapes
-//!   with errors by reason.
+//!   of `/metrics` and `/arrivals` with errors by reason.
 //! - [`state`]: what the scrape loop publishes (latest reading, history, the
 //!   meter's own metrics) for the two servers.
 //! - [`k8s`]: the external metrics API (`external.metrics.k8s.io/v1beta1`) router,
@@ -20,11 +34,14 @@
 //! [`Meter::bind`] binds both ports, [`Meter::run`] runs the scrape loop and both
 //! servers until the shutdown future resolves; [`run`] does both.
 
+pub mod arrivals;
+pub mod distinct;
 pub mod exposition;
 pub mod k8s;
 pub mod rate;
 pub mod scrape;
 pub mod state;
+pub mod tally;
 pub mod tls;
 pub mod web;
 
@@ -38,9 +55,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::rate::RateWindow;
 use crate::scrape::{PodSource, Scraper};
 use crate::state::Shared;
+use crate::tally::Tally;
 pub use crate::tls::TlsFiles;
 
 /// Everything the meter can fail with at start.
@@ -83,6 +100,10 @@ pub struct Config {
     pub max_body: usize,
     /// How much `/history` keeps.
     pub history: Duration,
+    /// How long a request id is remembered for the distinct count.
+    pub distinct_retention: Duration,
+    /// Most request ids remembered (the oldest go first beyond).
+    pub distinct_max_ids: usize,
 }
 
 impl Config {
@@ -99,6 +120,11 @@ impl Config {
             client_ca: None,
             max_body: 1 << 20,
             history: Duration::from_secs(6 * 3600),
+            // A request's whole life in the kit is (R + 1) tau_out = 30 s; ten
+            // minutes also covers a user's longer timeouts and backoff.
+            distinct_retention: Duration::from_secs(600),
+            // About 70 MiB; at 10 minutes it binds above 1,700 new ids/s.
+            distinct_max_ids: 1 << 20,
         }
     }
 
@@ -124,6 +150,12 @@ impl Config {
         }
         if self.max_body == 0 {
             return bad("--max-body 0: must be positive".into());
+        }
+        if self.distinct_retention.is_zero() {
+            return bad("--distinct-retention 0s: must be positive".into());
+        }
+        if self.distinct_max_ids == 0 {
+            return bad("--distinct-max-ids 0: must be positive".into());
         }
         if let PodSource::Static(urls) = &self.pods
             && urls.is_empty()
@@ -251,7 +283,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send) -> R
 /// Scrapes every pod once per interval and publishes the rates.
 async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
     // A pod that could not be read for three rounds is taken as gone.
-    let mut window = RateWindow::new(config.window, 3 * config.scrape_interval);
+    let mut tally = Tally::new(
+        config.window,
+        3 * config.scrape_interval,
+        config.distinct_retention,
+        config.distinct_max_ids,
+    );
     let mut ticker = tokio::time::interval(config.scrape_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_discovery_error = String::new();
@@ -274,12 +311,14 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
             }
             last_discovery_error = summary;
         }
-        window.retain_listed(|pod| pods.iter().any(|u| u.as_str() == pod));
+        tally.retain_listed(|pod| pods.iter().any(|u| u.as_str() == pod));
         let mut scrapes = JoinSet::new();
+        let started = Instant::now();
         for pod in &pods {
             let (scraper, pod) = (scraper.clone(), pod.clone());
+            let cursor = tally.cursor(pod.as_str(), started);
             scrapes.spawn(async move {
-                let result = scraper.scrape(&pod).await;
+                let result = scraper.scrape(&pod, cursor).await;
                 (pod, Instant::now(), result)
             });
         }
@@ -290,8 +329,11 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
             };
             shared.metrics.scrapes.increment(1);
             match result {
-                Ok(counts) => {
-                    window.record(pod.as_str(), at, counts);
+                Ok(scrape) => {
+                    if scrape.arrivals.kind == arrivals::ReadKind::Restarted {
+                        tracing::debug!("{pod}: restarted, reading its arrival log from the start");
+                    }
+                    tally.record(pod.as_str(), at, scrape);
                     scraped += 1;
                 }
                 Err(e) => {
@@ -301,7 +343,11 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
             }
         }
         let now = Instant::now();
-        let rates = window.rates(now);
+        tally.end_round(now);
+        let rates = tally.rates(now);
+        shared
+            .metrics
+            .distinct(tally.counts(), tally.remembered(), tally.lost());
         shared.publish(
             now,
             time::OffsetDateTime::now_utc(),

@@ -7,8 +7,8 @@ use clap::{ArgGroup, Parser};
 use meter::scrape::{PodSource, parse_dns_target, parse_pod_url};
 use meter::{Config, TlsFiles};
 
-/// Reads the pods' arrival counters and publishes first-attempt, ingress and retry
-/// rates through the Kubernetes external metrics API (HTTPS) and as Prometheus gauges.
+/// Reads the pods' arrival counters and arrival logs and publishes first-attempt
+/// (distinct request ids), ingress and retry rates through the Kubernetes external metrics API (HTTPS) and as Prometheus gauges.
 ///
 /// Durations take units: 100ms, 1s, 30s, 2m. Every flag can also be set from the
 /// environment variable shown.
@@ -65,6 +65,17 @@ struct Cli {
     /// How much per-scrape history /history keeps.
     #[arg(long, env = "METER_HISTORY", default_value = "6h", value_parser = humantime::parse_duration)]
     history: Duration,
+    /// How long a request id is remembered for the distinct first-attempt
+    /// count: at least a request's whole life (all its attempts, with
+    /// timeouts and backoff), or later copies count again. Memory: about 70
+    /// bytes per id, new ids/s x this.
+    #[arg(long, env = "METER_DISTINCT_RETENTION", default_value = "10m", value_parser = humantime::parse_duration)]
+    distinct_retention: Duration,
+    /// Most request ids remembered (about 70 bytes each); beyond, the oldest
+    /// are forgotten early and counted in
+    /// retrydebt_meter_distinct_evicted_early_total.
+    #[arg(long, env = "METER_DISTINCT_MAX_IDS", default_value_t = 1 << 20, value_name = "IDS")]
+    distinct_max_ids: usize,
 }
 
 impl Cli {
@@ -89,6 +100,8 @@ impl Cli {
         config.client_ca = self.client_ca;
         config.max_body = self.max_body;
         config.history = self.history;
+        config.distinct_retention = self.distinct_retention;
+        config.distinct_max_ids = self.distinct_max_ids;
         config
     }
 }

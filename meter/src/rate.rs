@@ -16,9 +16,21 @@ pub struct ArrivalCounts {
 }
 
 /// Summed rates (per second) over the pods that currently contribute.
+///
+/// [`RateWindow::rates`] fills `first_attempt` and `header_first_attempt`
+/// alike from the counters; [`crate::tally::Tally`] then puts the distinct
+/// count in `first_attempt` and `client_attempt`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Rates {
+    /// First attempts: distinct `(request id, attempt 0)` pairs (see
+    /// [`crate::distinct`]); a gateway's copies count once.
     pub first_attempt: f64,
+    /// Arrivals whose `x-attempt` header is 0: what a header-only count reads,
+    /// a gateway's retries included.
+    pub header_first_attempt: f64,
+    /// Attempts the clients made: distinct `(request id, attempt)` pairs.
+    pub client_attempt: f64,
+    /// Every arrival at the pods.
     pub ingress: f64,
     /// `ingress - first_attempt`, never negative.
     pub retry: f64,
@@ -142,6 +154,7 @@ impl RateWindow {
             rates.first_attempt += first_attempt;
             rates.ingress += all;
         }
+        rates.header_first_attempt = rates.first_attempt;
         rates.retry = (rates.ingress - rates.first_attempt).max(0.0);
         rates
     }

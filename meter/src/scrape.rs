@@ -1,10 +1,11 @@
-//! Finding the pods and reading their counters over HTTP.
+//! Finding the pods and reading their counters and arrival logs over HTTP.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use reqwest::Url;
 
+use crate::arrivals::{self, Cursor, Page, Read, ReadKind};
 use crate::exposition::{self, ParseError};
 use crate::rate::ArrivalCounts;
 
@@ -143,12 +144,21 @@ pub enum ScrapeError {
     TooLarge(usize),
     #[error("parse: {0}")]
     Parse(#[from] ParseError),
+    #[error("no /arrivals (404): the pod predates distinct counting")]
+    NoArrivals,
 }
 
 impl ScrapeError {
     /// Every reason, to pre-register the error counters at zero.
-    pub const REASONS: [&'static str; 6] =
-        ["connect", "timeout", "http", "status", "too_large", "parse"];
+    pub const REASONS: [&'static str; 7] = [
+        "connect",
+        "timeout",
+        "http",
+        "status",
+        "too_large",
+        "parse",
+        "no_arrivals",
+    ];
 
     pub fn reason(&self) -> &'static str {
         match self {
@@ -158,11 +168,19 @@ impl ScrapeError {
             ScrapeError::Status(_) => "status",
             ScrapeError::TooLarge(_) => "too_large",
             ScrapeError::Parse(_) => "parse",
+            ScrapeError::NoArrivals => "no_arrivals",
         }
     }
 }
 
-/// Reads pods' `/metrics` with a bounded body and an overall deadline.
+/// What one pod gave in one round: its counters and its new arrivals.
+#[derive(Clone, Debug)]
+pub struct PodScrape {
+    pub counts: ArrivalCounts,
+    pub arrivals: Read,
+}
+
+/// Reads pods' `/metrics` and `/arrivals` with bounded bodies and an overall deadline.
 #[derive(Clone, Debug)]
 pub struct Scraper {
     client: reqwest::Client,
@@ -193,15 +211,94 @@ impl Scraper {
         url
     }
 
-    pub async fn scrape(&self, base: &Url) -> Result<ArrivalCounts, ScrapeError> {
-        let url = Self::metrics_url(base);
-        match tokio::time::timeout(self.timeout, self.fetch(url)).await {
+    /// `<base>/arrivals?after=N` for a pod base URL.
+    pub fn arrivals_url(base: &Url, after: u64) -> Url {
+        let mut url = base.clone();
+        let path = format!("{}/arrivals", base.path().trim_end_matches('/'));
+        url.set_path(&path);
+        url.set_query(Some(&format!("after={after}")));
+        url
+    }
+
+    /// Reads a pod's counters, then its arrivals after `cursor` (`None`: only
+    /// where its log stands), all within the scrape deadline. Any failure
+    /// fails the whole pod for this round: its cursor stays, so nothing of its
+    /// log is skipped.
+    pub async fn scrape(
+        &self,
+        base: &Url,
+        cursor: Option<Cursor>,
+    ) -> Result<PodScrape, ScrapeError> {
+        let both = async {
+            let counts = self.counts(base).await?;
+            let arrivals = self.arrivals(base, cursor).await?;
+            Ok(PodScrape { counts, arrivals })
+        };
+        match tokio::time::timeout(self.timeout, both).await {
             Ok(result) => result,
             Err(_) => Err(ScrapeError::Timeout(self.timeout)),
         }
     }
 
-    async fn fetch(&self, url: Url) -> Result<ArrivalCounts, ScrapeError> {
+    async fn counts(&self, base: &Url) -> Result<ArrivalCounts, ScrapeError> {
+        let text = self.get(Self::metrics_url(base), self.max_body).await?;
+        Ok(exposition::arrival_counts(&text)?)
+    }
+
+    async fn page(&self, base: &Url, after: u64) -> Result<Page, ScrapeError> {
+        let url = Self::arrivals_url(base, after);
+        let text = match self.get(url, arrivals::MAX_BODY).await {
+            Err(ScrapeError::Status(404)) => return Err(ScrapeError::NoArrivals),
+            other => other?,
+        };
+        Ok(arrivals::parse_page(&text, after)?)
+    }
+
+    async fn arrivals(&self, base: &Url, cursor: Option<Cursor>) -> Result<Read, ScrapeError> {
+        let Some(cursor) = cursor else {
+            let header = self.page(base, arrivals::PEEK).await?.header;
+            return Ok(Read {
+                kind: ReadKind::Baseline,
+                epoch: header.epoch,
+                next: header.newest,
+                lost: 0,
+                entries: Vec::new(),
+            });
+        };
+        let mut page = self.page(base, cursor.next).await?;
+        let mut kind = ReadKind::Continued;
+        if arrivals::restarted(&cursor, &page.header) {
+            kind = ReadKind::Restarted;
+            page = self.page(base, 0).await?;
+        }
+        let epoch = page.header.epoch;
+        let mut read = Read {
+            kind,
+            epoch,
+            next: page.header.next,
+            lost: page.header.lost,
+            entries: page.entries,
+        };
+        let mut header = page.header;
+        for _ in 1..arrivals::MAX_PAGES {
+            if header.next >= header.newest {
+                break;
+            }
+            let page = self.page(base, header.next).await?;
+            if page.header.epoch != epoch || page.header.next < header.next {
+                // Restarted while being read: the next round starts it over.
+                break;
+            }
+            header = page.header;
+            read.next = header.next;
+            read.lost += header.lost;
+            read.entries.extend(page.entries);
+        }
+        Ok(read)
+    }
+
+    /// A successful response's body, at most `limit` bytes, as UTF-8.
+    async fn get(&self, url: Url, limit: usize) -> Result<String, ScrapeError> {
         let classify = |e: reqwest::Error| {
             if e.is_connect() {
                 ScrapeError::Connect(e.to_string())
@@ -213,24 +310,22 @@ impl Scraper {
         if !response.status().is_success() {
             return Err(ScrapeError::Status(response.status().as_u16()));
         }
-        if response
-            .content_length()
-            .is_some_and(|n| n > self.max_body as u64)
-        {
-            return Err(ScrapeError::TooLarge(self.max_body));
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(ScrapeError::TooLarge(limit));
         }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(classify)? {
-            if body.len() + chunk.len() > self.max_body {
-                return Err(ScrapeError::TooLarge(self.max_body));
+            if body.len() + chunk.len() > limit {
+                return Err(ScrapeError::TooLarge(limit));
             }
             body.extend_from_slice(&chunk);
         }
-        let text = std::str::from_utf8(&body).map_err(|e| ParseError {
-            line: 0,
-            reason: format!("body is not UTF-8: {e}"),
-        })?;
-        Ok(exposition::arrival_counts(text)?)
+        String::from_utf8(body).map_err(|e| {
+            ScrapeError::Parse(ParseError {
+                line: 0,
+                reason: format!("body is not UTF-8: {e}"),
+            })
+        })
     }
 }
 
@@ -253,6 +348,10 @@ mod tests {
         );
         let base = parse_pod_url("http://h/p/").unwrap();
         assert_eq!(Scraper::metrics_url(&base).as_str(), "http://h/p/metrics");
+        assert_eq!(
+            Scraper::arrivals_url(&base, 7).as_str(),
+            "http://h/p/arrivals?after=7"
+        );
     }
 
     #[test]

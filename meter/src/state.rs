@@ -11,6 +11,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::distinct::DistinctCounts;
 use crate::rate::{Coverage, DataState, Rates};
 use crate::scrape::ScrapeError;
 
@@ -24,7 +25,12 @@ pub struct Reading {
     /// RFC 3339, UTC, milliseconds.
     pub timestamp: String,
     pub unix_ms: i64,
+    /// Distinct `(request id, attempt 0)` per second: a gateway's copies count once.
     pub first_attempt_rate: f64,
+    /// Arrivals with `x-attempt: 0` per second: what a header-only count reads.
+    pub header_first_attempt_rate: f64,
+    /// Distinct `(request id, attempt)` per second: attempts the clients made.
+    pub client_attempt_rate: f64,
     pub ingress_rate: f64,
     pub retry_rate: f64,
     /// Pods contributing to the rates.
@@ -109,6 +115,8 @@ impl Shared {
             timestamp: rfc3339_millis(wall),
             unix_ms: (wall.unix_timestamp_nanos() / 1_000_000) as i64,
             first_attempt_rate: rates.first_attempt,
+            header_first_attempt_rate: rates.header_first_attempt,
+            client_attempt_rate: rates.client_attempt,
             ingress_rate: rates.ingress,
             retry_rate: rates.retry,
             pods: rates.pods,
@@ -122,6 +130,8 @@ impl Shared {
         drop(inner);
         let m = &self.metrics;
         m.first_attempt_rate.set(rates.first_attempt);
+        m.header_first_attempt_rate.set(rates.header_first_attempt);
+        m.client_attempt_rate.set(rates.client_attempt);
         m.ingress_rate.set(rates.ingress);
         m.retry_rate.set(rates.retry);
         m.pods_listed.set(listed as f64);
@@ -193,8 +203,16 @@ pub struct MeterMetrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     first_attempt_rate: Gauge,
+    header_first_attempt_rate: Gauge,
+    client_attempt_rate: Gauge,
     ingress_rate: Gauge,
     retry_rate: Gauge,
+    distinct_ids: Gauge,
+    distinct_first_attempts: Counter,
+    distinct_client_attempts: Counter,
+    arrivals_read: Counter,
+    arrivals_lost: Counter,
+    distinct_evicted_early: Counter,
     pods_listed: Gauge,
     pods_scraped: Gauge,
     pods_contributing: Gauge,
@@ -230,7 +248,42 @@ impl MeterMetrics {
         let first_attempt_rate = gauge(
             "retrydebt_meter_first_attempt_rate",
             None,
-            "First attempts (attempt 0) per second, summed over pods, over the window.",
+            "First attempts per second over the window: distinct request ids with attempt 0 over all pods (a gateway's copies count once).",
+        );
+        let header_first_attempt_rate = gauge(
+            "retrydebt_meter_header_first_attempt_rate",
+            None,
+            "Arrivals with x-attempt 0 per second, summed over pods, over the window: a header-only count, a gateway's retries included.",
+        );
+        let client_attempt_rate = gauge(
+            "retrydebt_meter_client_attempt_rate",
+            None,
+            "Attempts the clients made per second over the window: distinct (request id, attempt) pairs over all pods.",
+        );
+        let distinct_ids = gauge(
+            "retrydebt_meter_distinct_ids",
+            None,
+            "Request ids remembered for the distinct count (--distinct-retention, --distinct-max-ids).",
+        );
+        let distinct_first_attempts = counter(
+            "retrydebt_meter_distinct_first_attempts_total",
+            "Distinct (request id, attempt 0) pairs read from the pods' arrival logs.",
+        );
+        let distinct_client_attempts = counter(
+            "retrydebt_meter_distinct_client_attempts_total",
+            "Distinct (request id, attempt) pairs read from the pods' arrival logs.",
+        );
+        let arrivals_read = counter(
+            "retrydebt_meter_arrivals_read_total",
+            "Entries read from the pods' arrival logs (GET /arrivals), copies included.",
+        );
+        let arrivals_lost = counter(
+            "retrydebt_meter_arrivals_lost_total",
+            "Entries a pod's arrival log overwrote before the meter read them (missing from the distinct count).",
+        );
+        let distinct_evicted_early = counter(
+            "retrydebt_meter_distinct_evicted_early_total",
+            "Request ids forgotten before --distinct-retention because --distinct-max-ids were remembered.",
         );
         let ingress_rate = gauge(
             "retrydebt_meter_ingress_rate",
@@ -296,8 +349,16 @@ impl MeterMetrics {
             recorder,
             handle,
             first_attempt_rate,
+            header_first_attempt_rate,
+            client_attempt_rate,
             ingress_rate,
             retry_rate,
+            distinct_ids,
+            distinct_first_attempts,
+            distinct_client_attempts,
+            arrivals_read,
+            arrivals_lost,
+            distinct_evicted_early,
             pods_listed,
             pods_scraped,
             pods_contributing,
@@ -307,6 +368,17 @@ impl MeterMetrics {
             discovery_errors,
             scrape_errors,
         }
+    }
+
+    /// The distinct count's cumulative figures after a round.
+    pub fn distinct(&self, counts: DistinctCounts, remembered: usize, lost: u64) {
+        self.distinct_first_attempts.absolute(counts.first_attempts);
+        self.distinct_client_attempts
+            .absolute(counts.client_attempts);
+        self.arrivals_read.absolute(counts.arrivals);
+        self.distinct_evicted_early.absolute(counts.evicted_early);
+        self.arrivals_lost.absolute(lost);
+        self.distinct_ids.set(remembered as f64);
     }
 
     pub fn scrape_error(&self, reason: &str) {

@@ -31,6 +31,8 @@ fn ready_shared(require_client_cert: bool) -> Arc<Shared> {
         ingress: 2000.25,
         retry: 1998.75,
         pods: 3,
+        header_first_attempt: 4.5,
+        client_attempt: 2.25,
     };
     for back_ms in [2500, 2000, 1500, 1000, 500, 0] {
         let at = now - Duration::from_millis(back_ms);
@@ -79,7 +81,13 @@ async fn discovery_is_an_api_resource_list() {
             "kind": "APIResourceList",
             "apiVersion": "v1",
             "groupVersion": "external.metrics.k8s.io/v1beta1",
-            "resources": [resource("first_attempt_rate"), resource("ingress_rate"), resource("retry_rate")],
+            "resources": [
+                resource("first_attempt_rate"),
+                resource("ingress_rate"),
+                resource("retry_rate"),
+                resource("header_first_attempt_rate"),
+                resource("client_attempt_rate"),
+            ],
         });
         assert_eq!(body, expected);
     }
@@ -92,6 +100,8 @@ async fn values_are_an_external_metric_value_list() {
         ("first_attempt_rate", "1500m"),
         ("ingress_rate", "2000250m"),
         ("retry_rate", "1998750m"),
+        ("header_first_attempt_rate", "4500m"),
+        ("client_attempt_rate", "2250m"),
     ];
     for (metric, value) in cases {
         // Any namespace is answered; a valid label selector is accepted.

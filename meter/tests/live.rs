@@ -20,15 +20,18 @@ const WINDOW: Duration = Duration::from_secs(2);
 const INTERVAL: Duration = Duration::from_millis(100);
 const BASE: &str = "/apis/external.metrics.k8s.io/v1beta1";
 
-/// What a fake pod answers on `GET /metrics`.
+/// What a fake pod answers on `GET /metrics` (and `GET /arrivals`).
 #[derive(Clone)]
 enum Behavior {
-    /// Arrivals at fixed rates per attempt (attempt, per second) since `origin`;
-    /// `origin` moves to "now" on a restart (the counter starts again from zero).
+    /// Arrivals at fixed rates per attempt (attempt, per second) since the
+    /// log's origin, each with a request id of its own; a restart starts the
+    /// counters and the arrival log again from zero with a new epoch.
     Counting {
         rates: Vec<(u32, f64)>,
-        origin: Arc<Mutex<Instant>>,
+        log: Arc<Mutex<FakeLog>>,
     },
+    /// Good counters but no `/arrivals` (404): a pod from before distinct counting.
+    NoArrivals,
     /// 200 with an HTML page.
     Garbage,
     /// 200 with a 64 KiB body and no Content-Length.
@@ -41,22 +44,100 @@ enum Behavior {
     NotHttp,
 }
 
+/// A fake pod's arrivals: per attempt how many so far, and the log in arrival order.
+struct FakeLog {
+    origin: Instant,
+    epoch: u64,
+    counted: Vec<u64>,
+    /// (attempt, request id)
+    entries: Vec<(u32, String)>,
+}
+
+/// Epochs unique in the process: ids carry them, so no two fake pods (or
+/// lives of one) share an id.
+static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl FakeLog {
+    fn new(attempts: usize) -> Self {
+        FakeLog {
+            origin: Instant::now(),
+            epoch: EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            counted: vec![0; attempts],
+            entries: Vec::new(),
+        }
+    }
+
+    /// Brings the log up to now: every arrival of every attempt, interleaved
+    /// in the order of their times. Ids are unique: no gateway here, so the
+    /// distinct count must equal the header count.
+    fn catch_up(&mut self, rates: &[(u32, f64)]) {
+        let elapsed = self.origin.elapsed().as_secs_f64();
+        loop {
+            // The attempt whose next arrival is earliest and already due.
+            let due = rates
+                .iter()
+                .enumerate()
+                .filter(|(i, (_, rate))| ((rate * elapsed).floor() as u64) > self.counted[*i])
+                .min_by(|(i, (_, a)), (j, (_, b))| {
+                    let ta = (self.counted[*i] + 1) as f64 / a;
+                    let tb = (self.counted[*j] + 1) as f64 / b;
+                    ta.total_cmp(&tb)
+                });
+            let Some((i, (attempt, _))) = due else { break };
+            self.counted[i] += 1;
+            let id = format!("{:x}-{attempt}-{}", self.epoch, self.counted[i]);
+            self.entries.push((*attempt, id));
+        }
+    }
+
+    fn page(&self, after: u64) -> String {
+        let newest = self.entries.len() as u64;
+        let from = after.saturating_add(1);
+        let listed: Vec<&(u32, String)> = self
+            .entries
+            .iter()
+            .skip(from.saturating_sub(1).min(newest) as usize)
+            .take(8192)
+            .collect();
+        let next = if listed.is_empty() {
+            newest
+        } else {
+            after + listed.len() as u64
+        };
+        let mut body = format!(
+            "next {next} newest {newest} lost 0 epoch {:016x}\n",
+            self.epoch
+        );
+        for (attempt, id) in listed {
+            body.push_str(&format!("{attempt} {id}\n"));
+        }
+        body
+    }
+}
+
+/// `after` out of a request head's `GET /arrivals?after=N`.
+fn arrivals_after(head: &str) -> Option<u64> {
+    let target = head.split(' ').nth(1)?;
+    let query = target.strip_prefix("/arrivals?")?;
+    query.strip_prefix("after=")?.parse().ok()
+}
+
 impl Behavior {
     fn counting(rates: &[(u32, f64)]) -> Self {
         Behavior::Counting {
             rates: rates.to_vec(),
-            origin: Arc::new(Mutex::new(Instant::now())),
+            log: Arc::new(Mutex::new(FakeLog::new(rates.len()))),
         }
     }
 
     fn restart(&self) {
-        if let Behavior::Counting { origin, .. } = self {
-            *origin.lock().unwrap() = Instant::now();
+        if let Behavior::Counting { log, rates } = self {
+            *log.lock().unwrap() = FakeLog::new(rates.len());
         }
     }
 
     /// The response bytes and whether to close afterwards; `None` to hang.
-    fn respond(&self) -> Option<(Vec<u8>, bool)> {
+    fn respond(&self, head: &str) -> Option<(Vec<u8>, bool)> {
         let ok = |body: &str| {
             let head = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
@@ -65,11 +146,14 @@ impl Behavior {
             Some(((head + body).into_bytes(), false))
         };
         match self {
-            Behavior::Counting { rates, origin } => {
-                let elapsed = origin.lock().unwrap().elapsed().as_secs_f64();
+            Behavior::Counting { rates, log } => {
+                let mut log = log.lock().unwrap();
+                log.catch_up(rates);
+                if let Some(after) = arrivals_after(head) {
+                    return ok(&log.page(after));
+                }
                 let mut body = String::from("# TYPE retrydebt_arrivals_total counter\n");
-                for (attempt, rate) in rates {
-                    let n = (rate * elapsed).floor();
+                for ((attempt, _), n) in rates.iter().zip(&log.counted) {
                     body.push_str(&format!(
                         "retrydebt_arrivals_total{{attempt=\"{attempt}\"}} {n}\n"
                     ));
@@ -77,6 +161,13 @@ impl Behavior {
                 body.push_str("# TYPE retrydebt_queue_depth gauge\nretrydebt_queue_depth 3\n");
                 ok(&body)
             }
+            Behavior::NoArrivals if head.starts_with("GET /arrivals") => Some((
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_vec(),
+                false,
+            )),
+            Behavior::NoArrivals => ok(
+                "# TYPE retrydebt_arrivals_total counter\nretrydebt_arrivals_total{attempt=\"0\"} 5\n",
+            ),
             Behavior::Garbage => ok("<html><body>not metrics</body></html>\n"),
             Behavior::Huge => {
                 let mut bytes = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_vec();
@@ -133,8 +224,9 @@ async fn serve_connection(mut stream: TcpStream, behavior: Behavior) {
             }
         }
         let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
         buf.drain(..end);
-        let Some((bytes, close)) = behavior.respond() else {
+        let Some((bytes, close)) = behavior.respond(&head) else {
             return std::future::pending().await;
         };
         if stream.write_all(&bytes).await.is_err() || close {
@@ -327,8 +419,11 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
     b_behavior.restart();
     meter.wait_ready().await;
     tokio::time::sleep(INTERVAL * 3).await;
+    // No gateway here (every id once): the distinct count equals the header count.
     let expect = [
         ("first_attempt_rate", 350.0),
+        ("header_first_attempt_rate", 350.0),
+        ("client_attempt_rate", 550.0),
         ("ingress_rate", 550.0),
         ("retry_rate", 200.0),
     ];
@@ -386,6 +481,7 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
 async fn faulty_pods_are_skipped_and_counted_by_reason() {
     let good = FakePod::start(Behavior::counting(&[(0, 100.0)])).await;
     let faulty = [
+        FakePod::start(Behavior::NoArrivals).await,
         FakePod::start(Behavior::Garbage).await,
         FakePod::start(Behavior::Huge).await,
         FakePod::start(Behavior::Hang).await,
@@ -403,14 +499,22 @@ async fn faulty_pods_are_skipped_and_counted_by_reason() {
     let meter = RunningMeter::start(PodSource::Static(urls), |c| c.max_body = 16 * 1024).await;
     meter.wait_ready().await;
     let (_, metrics) = meter.get_text("/metrics").await;
-    for reason in ["parse", "too_large", "timeout", "status", "http", "connect"] {
+    for reason in [
+        "parse",
+        "too_large",
+        "timeout",
+        "status",
+        "http",
+        "connect",
+        "no_arrivals",
+    ] {
         let n = sample(
             &metrics,
             &format!("retrydebt_meter_scrape_errors_total{{reason=\"{reason}\"}}"),
         );
         assert!(n >= 1.0, "no {reason} error counted:\n{metrics}");
     }
-    assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 7.0);
+    assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 8.0);
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_scraped"), 1.0);
     let latest = meter.latest().await;
     assert_eq!(latest["pods"], 1);
@@ -642,7 +746,9 @@ async fn history_and_metrics_endpoints() {
     let mut keys: Vec<&String> = readings[0].as_object().unwrap().keys().collect();
     keys.sort();
     let want = [
+        "client_attempt_rate",
         "first_attempt_rate",
+        "header_first_attempt_rate",
         "ingress_rate",
         "pods",
         "published",

@@ -76,6 +76,13 @@ pub struct Config {
     /// larger ones get 431.
     #[arg(long, env = "SERVICE_MAX_HEADER_BYTES", default_value_t = defaults::MAX_HEADER_BYTES)]
     pub max_header_bytes: usize,
+
+    /// Arrivals kept for GET /arrivals, in entries (one per request:
+    /// x-request-id and x-attempt, about 60 bytes each). The meter reads the
+    /// log every scrape; what it has not read when the ring wraps is lost to
+    /// its distinct count (and reported as lost).
+    #[arg(long, env = "SERVICE_ARRIVAL_LOG_SIZE", default_value_t = defaults::ARRIVAL_LOG_SIZE, value_parser = parse_log_size)]
+    pub arrival_log_size: usize,
 }
 
 impl Default for Config {
@@ -95,6 +102,7 @@ impl Default for Config {
             pod_name: defaults::POD_NAME.into(),
             header_read_timeout: defaults::header_read_timeout(),
             max_header_bytes: defaults::MAX_HEADER_BYTES,
+            arrival_log_size: defaults::ARRIVAL_LOG_SIZE,
         }
     }
 }
@@ -108,6 +116,8 @@ mod defaults {
     pub const CPU_LIMIT: f64 = 1.0;
     pub const POD_NAME: &str = "service";
     pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+    /// 2^17: over 20 minutes of a pod's full rate of 100/s, over 2 s at 50,000/s.
+    pub const ARRIVAL_LOG_SIZE: usize = 1 << 17;
 
     pub fn ready_after() -> humantime::Duration {
         Duration::from_secs(90).into()
@@ -138,6 +148,15 @@ fn parse_cpu_limit(s: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_log_size(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1 << 26).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a number of entries from 1 to 67108864, got {s:?}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +171,7 @@ mod tests {
         assert_eq!(*c.shutdown_grace, Duration::from_secs(30));
         assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
         assert_eq!(c.max_queue, None);
+        assert_eq!(c.arrival_log_size, 1 << 17);
         assert_eq!((c.abandoned, c.work), (Abandoned::Finish, Work::Sleep));
         assert_eq!(format!("{c:?}"), format!("{d:?}"));
     }
@@ -173,6 +193,7 @@ mod tests {
             "--pod-name=p1",
             "--header-read-timeout=1s",
             "--max-header-bytes=9000",
+            "--arrival-log-size=64",
         ])
         .unwrap();
         assert_eq!(c.rate, 250.5);
@@ -182,6 +203,7 @@ mod tests {
         assert_eq!((c.work, c.cpu_limit), (Work::Spin, 0.02));
         assert_eq!(c.max_queue, Some(10));
         assert_eq!(c.pod_name, "p1");
+        assert_eq!(c.arrival_log_size, 64);
     }
 
     #[test]

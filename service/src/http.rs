@@ -1,14 +1,16 @@
-//! HTTP surface: [`app`] routes `/work`, `/readyz`, `/healthz`, `/metrics`.
+//! HTTP surface: [`app`] routes `/work`, `/readyz`, `/healthz`, `/metrics`,
+//! `/arrivals` (its format: [`crate::arrivals`]).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 
+use crate::arrivals::check_id;
 use crate::metrics::Rejection;
 use crate::pod::Pod;
 
@@ -19,6 +21,7 @@ pub fn app(pod: Pod) -> Router {
         .route("/readyz", get(readyz))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/arrivals", get(arrivals))
         .with_state(pod)
 }
 
@@ -41,8 +44,14 @@ async fn work(State(pod): State<Pod>, headers: HeaderMap) -> Response {
         Ok(d) => d,
         Err(why) => return bad_request(&pod, Rejection::BadDeadline, why),
     };
-    // Counted before queueing, also if the queue then turns it away.
+    let request_id = match headers.get("x-request-id").map(|v| check_id(v.as_bytes())) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(why)) => return bad_request(&pod, Rejection::BadRequestId, why),
+    };
+    // Counted and logged before queueing, also if the queue then turns it away.
     pod.metrics().arrival(attempt);
+    pod.arrivals().record(attempt, request_id);
     let deadline = deadline_ms.and_then(|ms| deadline_instant(ms, arrival, SystemTime::now()));
     let Ok(reply) = pod.queue().admit(arrival, deadline) else {
         return queue_full(&pod);
@@ -102,6 +111,37 @@ async fn metrics(State(pod): State<Pod>) -> impl IntoResponse {
         )],
         pod.render_metrics(),
     )
+}
+
+/// `GET /arrivals?after=N`: the arrival log after sequence number `N`.
+async fn arrivals(State(pod): State<Pod>, RawQuery(query): RawQuery) -> Response {
+    let after = match parse_after(query.as_deref().unwrap_or("")) {
+        Ok(after) => after,
+        Err(why) => return (StatusCode::BAD_REQUEST, why + "\n").into_response(),
+    };
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        pod.arrivals().page(after),
+    )
+        .into_response()
+}
+
+/// The `/arrivals` query: only `after`, plain decimal digits, absent = 0.
+fn parse_after(query: &str) -> Result<u64, String> {
+    let mut after = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "after" {
+            return Err(format!(
+                "unknown query parameter {key:?}: /arrivals takes only after=N"
+            ));
+        }
+        let ok = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+        after = value.parse().ok().filter(|_| ok).ok_or_else(|| {
+            format!("after: expected a sequence number (decimal, 0 to 18446744073709551615), got {value:?}")
+        })?;
+    }
+    Ok(after)
 }
 
 /// `x-attempt`: decimal, 0 for the first attempt; missing means 0.

@@ -8,12 +8,18 @@
 //! - [`queue`]: [`Queue`], the backlog behind a lock, and the single worker
 //!   thread that sleeps or spins through each service time.
 //! - [`metrics`]: the counters and their Prometheus text.
+//! - [`arrivals`]: [`ArrivalLog`], the bounded log of `(x-request-id,
+//!   x-attempt)` behind `GET /arrivals`, from which the meter counts distinct
+//!   requests (a gateway's retries repeat the client's headers); its wire
+//!   format is in the module doc.
 //! - [`pod`]: [`Pod`], the state the handlers share (queue, counters, readiness).
-//! - [`http`]: [`app`], the routes (`/work`, `/readyz`, `/healthz`, `/metrics`).
+//! - [`http`]: [`app`], the routes (`/work`, `/readyz`, `/healthz`, `/metrics`,
+//!   `/arrivals`).
 //! - [`server`]: [`run`], the accept loop with HTTP/1 limits and the graceful
 //!   shutdown; [`bind`] and [`shutdown_signal`] for `main`.
 //! - [`config`]: [`Config`], every flag also from an environment variable.
 
+pub mod arrivals;
 pub mod backlog;
 pub mod config;
 pub mod http;
@@ -22,6 +28,7 @@ pub mod pod;
 pub mod queue;
 pub mod server;
 
+pub use arrivals::ArrivalLog;
 pub use backlog::{Abandoned, Backlog, ServiceTime};
 pub use config::Config;
 pub use http::app;

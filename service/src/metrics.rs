@@ -18,10 +18,16 @@ pub enum Rejection {
     BadAttempt,
     BadDeadline,
     QueueFull,
+    BadRequestId,
 }
 
 /// `reason` labels, indexed by [`Rejection`].
-const REJECTION_LABELS: [&str; 3] = ["bad_attempt", "bad_deadline", "queue_full"];
+const REJECTION_LABELS: [&str; 4] = [
+    "bad_attempt",
+    "bad_deadline",
+    "queue_full",
+    "bad_request_id",
+];
 
 /// How a queued request left the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +48,7 @@ const OUTCOME_LABELS: [&str; 3] = ["answered", "abandoned", "dropped"];
 pub struct Metrics {
     arrivals: [AtomicU64; ATTEMPT_CAP as usize + 1],
     completions: [AtomicU64; 3],
-    rejections: [AtomicU64; 3],
+    rejections: [AtomicU64; 4],
     busy_nanos: AtomicU64,
     cpu_nanos: AtomicU64,
 }
@@ -184,7 +190,13 @@ impl Metrics {
 }
 
 /// One series per label value, zeros included.
-fn labelled(out: &mut String, name: &str, key: &str, labels: &[&str; 3], counts: &[AtomicU64; 3]) {
+fn labelled<const N: usize>(
+    out: &mut String,
+    name: &str,
+    key: &str,
+    labels: &[&str; N],
+    counts: &[AtomicU64; N],
+) {
     for (label, n) in labels.iter().zip(counts) {
         let _ = writeln!(out, "{name}{{{key}=\"{label}\"}} {}", n.load(Relaxed));
     }
@@ -227,6 +239,7 @@ mod tests {
             "retrydebt_completions_total{outcome=\"dropped\"} 0",
             "retrydebt_rejections_total{reason=\"queue_full\"} 1",
             "retrydebt_rejections_total{reason=\"bad_attempt\"} 0",
+            "retrydebt_rejections_total{reason=\"bad_request_id\"} 0",
             "retrydebt_queue_depth 7",
             "retrydebt_wait_seconds 0.25",
             "retrydebt_busy_seconds_total 1.5",

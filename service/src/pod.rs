@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use crate::arrivals::ArrivalLog;
 use crate::backlog::{Backlog, ServiceTimes};
 use crate::config::Config;
 use crate::metrics::{Gauges, Metrics};
@@ -18,6 +19,7 @@ struct Shared {
     name: String,
     queue: Arc<Queue>,
     metrics: Arc<Metrics>,
+    arrivals: ArrivalLog,
     ready_at: Instant,
     draining: AtomicBool,
     work: crate::queue::Work,
@@ -37,6 +39,7 @@ impl Pod {
             name: config.pod_name.clone(),
             queue: Queue::new(backlog, metrics.clone()),
             metrics,
+            arrivals: ArrivalLog::new(config.arrival_log_size, rand::random()),
             ready_at: now + *config.ready_after,
             draining: AtomicBool::new(false),
             work: config.work,
@@ -59,6 +62,11 @@ impl Pod {
 
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The `(x-request-id, x-attempt)` log behind `GET /arrivals`.
+    pub fn arrivals(&self) -> &ArrivalLog {
+        &self.0.arrivals
     }
 
     /// Ready once the dead time has passed, until shutdown begins.

@@ -209,3 +209,169 @@ async fn expired_request_is_dropped_with_503_in_drop_expired_mode() {
     )
     .await;
 }
+
+/// A pod that turns every `/work` away at once (503, queue full) but still
+/// counts and logs it: arrivals without waiting for service.
+fn logging_pod(arrival_log_size: usize) -> Pod {
+    Pod::new(&Config {
+        max_queue: Some(0),
+        arrival_log_size,
+        ..config()
+    })
+}
+
+async fn arrive(pod: &Pod, attempt: u32, id: Option<&str>) {
+    let attempt = attempt.to_string();
+    let mut headers = vec![("x-attempt", attempt.as_str())];
+    headers.extend(id.map(|id| ("x-request-id", id)));
+    let (status, body) = call(pod, get("/work", &headers)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+}
+
+/// `/arrivals?after=N`: the first line's fields and the entry lines.
+async fn arrivals(pod: &Pod, after: u64) -> (Vec<(String, u64)>, Vec<String>) {
+    let resp = app(pod.clone())
+        .oneshot(get(&format!("/arrivals?after={after}"), &[]))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        resp.headers()[header::CONTENT_TYPE],
+        "text/plain; charset=utf-8"
+    );
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(text.ends_with('\n'), "{text:?}");
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    assert_eq!(head.len(), 8, "{text}");
+    assert_eq!(
+        [head[0], head[2], head[4], head[6]],
+        ["next", "newest", "lost", "epoch"]
+    );
+    assert_eq!(head[7].len(), 16, "{text}");
+    let fields = [0, 2, 4]
+        .iter()
+        .map(|&i| (head[i].to_owned(), head[i + 1].parse().unwrap()))
+        .collect();
+    (fields, lines.map(str::to_owned).collect())
+}
+
+fn head(next: u64, newest: u64, lost: u64) -> Vec<(String, u64)> {
+    vec![
+        ("next".into(), next),
+        ("newest".into(), newest),
+        ("lost".into(), lost),
+    ]
+}
+
+#[tokio::test]
+async fn arrivals_lists_ids_and_attempts_and_pages_by_after() {
+    let pod = logging_pod(1 << 17);
+    assert_eq!(arrivals(&pod, 0).await, (head(0, 0, 0), vec![]));
+    arrive(&pod, 0, Some("r-1")).await;
+    arrive(&pod, 0, Some("r-1")).await; // a gateway's copy: same bytes
+    arrive(&pod, 1, Some("r-1")).await;
+    arrive(&pod, 0, None).await;
+    let (h, lines) = arrivals(&pod, 0).await;
+    assert_eq!(h, head(4, 4, 0));
+    assert_eq!(lines, ["0 r-1", "0 r-1", "1 r-1", "0"]);
+    assert_eq!(
+        arrivals(&pod, 2).await,
+        (head(4, 4, 0), vec!["1 r-1".into(), "0".into()])
+    );
+    assert_eq!(arrivals(&pod, 4).await, (head(4, 4, 0), vec![]));
+    // A cursor past the newest (another life of the pod): `next` goes back.
+    assert_eq!(arrivals(&pod, 99).await, (head(4, 4, 0), vec![]));
+    // The counters agree with the log.
+    expect(
+        &pod,
+        &[
+            ("retrydebt_arrivals_total{attempt=\"0\"}", 3.0),
+            ("retrydebt_arrivals_total{attempt=\"1\"}", 1.0),
+        ],
+    )
+    .await;
+
+    // Pages are capped; the caller follows `next` until it reaches `newest`.
+    let cap = service::arrivals::PAGE_ENTRIES as u64;
+    for i in 0..cap {
+        arrive(&pod, 0, Some(&format!("p{i}"))).await;
+    }
+    let (h, lines) = arrivals(&pod, 0).await;
+    assert_eq!((h, lines.len() as u64), (head(cap, cap + 4, 0), cap));
+    let (h, lines) = arrivals(&pod, cap).await;
+    assert_eq!(h, head(cap + 4, cap + 4, 0));
+    let want: Vec<String> = (cap - 4..cap).map(|i| format!("0 p{i}")).collect();
+    assert_eq!(lines, want);
+}
+
+#[tokio::test]
+async fn arrivals_overwritten_before_they_were_read_are_reported_lost() {
+    let pod = logging_pod(3);
+    for i in 1..=5 {
+        arrive(&pod, 0, Some(&format!("r{i}"))).await;
+    }
+    let (h, lines) = arrivals(&pod, 0).await;
+    assert_eq!(h, head(5, 5, 2));
+    assert_eq!(lines, ["0 r3", "0 r4", "0 r5"]);
+    assert_eq!(arrivals(&pod, 1).await.0, head(5, 5, 1));
+    let (h, lines) = arrivals(&pod, 3).await;
+    assert_eq!(
+        (h, lines),
+        (head(5, 5, 0), vec!["0 r4".into(), "0 r5".into()])
+    );
+}
+
+#[tokio::test]
+async fn bad_after_and_bad_request_ids_get_400_naming_field_and_value() {
+    let pod = logging_pod(16);
+    for (query, want) in [
+        ("after=-1", "after: expected a sequence number"),
+        ("after=x", "\"x\""),
+        ("after=", "\"\""),
+        ("after=18446744073709551616", "\"18446744073709551616\""),
+        ("after=1&limit=5", "unknown query parameter \"limit\""),
+    ] {
+        let (status, body) = call(&pod, get(&format!("/arrivals?{query}"), &[])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert!(
+            body.contains(want) && body.ends_with('\n') && body.lines().count() == 1,
+            "{query}: {body}"
+        );
+    }
+    let (status, body) = call(&pod, get("/arrivals?after=-1", &[])).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            StatusCode::BAD_REQUEST,
+            "after: expected a sequence number (decimal, 0 to 18446744073709551615), got \"-1\"\n"
+        )
+    );
+    // No `after` means from the start.
+    assert_eq!(call(&pod, get("/arrivals", &[])).await.0, StatusCode::OK);
+
+    let long = "x".repeat(129);
+    for bad in [long.as_str(), "has space", ""] {
+        let (status, body) = call(&pod, get("/work", &[("x-request-id", bad)])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}");
+        assert!(
+            body.starts_with("x-request-id: expected 1 to 128 visible ASCII characters, got ")
+                && body.lines().count() == 1,
+            "{body}"
+        );
+    }
+    // Rejected requests are neither arrivals nor logged.
+    expect(
+        &pod,
+        &[
+            ("retrydebt_rejections_total{reason=\"bad_request_id\"}", 3.0),
+            ("retrydebt_arrivals_total{attempt=\"0\"}", 0.0),
+        ],
+    )
+    .await;
+    assert_eq!(arrivals(&pod, 0).await, (head(0, 0, 0), vec![]));
+    // 128 bytes is fine.
+    arrive(&pod, 0, Some(&"y".repeat(128))).await;
+    assert_eq!(arrivals(&pod, 0).await.0, head(1, 1, 0));
+}
