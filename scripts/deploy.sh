@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Deploy the kit (pods, meter, APIService, HPA) with one of the HPA signals.
-#   TAG=abc1234 scripts/deploy.sh first|ingress|paired|cpu
+#   TAG=abc1234 scripts/deploy.sh first|ingress|paired|cpu|gateway
+# gateway is first with F5's HAProxy in front of the pods (Service gateway, port 8080; its
+# stats as CSV on port 8404 at /stats;csv); it needs an image with haproxy (k8s/Dockerfile).
 # cpu scales on the pods' CPU: it needs metrics-server (the resource metrics API
 # v1beta1.metrics.k8s.io, Available); the one-machine cluster's up installs it.
 # Refuses to replace an external metrics APIService that belongs to someone else
@@ -8,14 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-overlay=${1:?usage: scripts/deploy.sh first|ingress|paired|cpu}
+overlay=${1:?usage: scripts/deploy.sh first|ingress|paired|cpu|gateway}
 tag=${TAG:-dev}
 ns=retry-debt
 apiservice=v1beta1.external.metrics.k8s.io
 
 case "$overlay" in
-  first | ingress | paired | cpu) ;;
-  *) echo "deploy: overlay must be first, ingress, paired or cpu, got '$overlay'" >&2; exit 2 ;;
+  first | ingress | paired | cpu | gateway) ;;
+  *) echo "deploy: overlay must be first, ingress, paired, cpu or gateway, got '$overlay'" >&2; exit 2 ;;
 esac
 if [[ $overlay == cpu ]] && ! kubectl get apiservice v1beta1.metrics.k8s.io \
   -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null | grep -qx True; then
@@ -46,6 +48,9 @@ kubectl kustomize "k8s/overlays/$overlay" \
 
 kubectl -n "$ns" rollout status deployment/meter --timeout=120s
 kubectl -n "$ns" rollout status deployment/service --timeout=300s
+[[ $overlay != gateway ]] || kubectl -n "$ns" rollout status deployment/gateway --timeout=120s
 kubectl wait --for=condition=Available "apiservice/$apiservice" --timeout=120s
 kubectl get --raw "/apis/external.metrics.k8s.io/v1beta1/namespaces/$ns/first_attempt_rate" >/dev/null
 echo "deploy: '$overlay' is up; HPA: kubectl -n $ns get hpa service -w"
+[[ $overlay != gateway ]] ||
+  echo "deploy: clients call http://gateway.$ns.svc.cluster.local:8080/work; counters: kubectl get --raw '/api/v1/namespaces/$ns/services/gateway:stats/proxy/stats;csv'"
