@@ -1,8 +1,9 @@
 //! The objects a kube run applies: the `k8s/` overlay of the case's signal rendered by
 //! `kubectl kustomize` (the one source of the manifests), parsed into typed objects, with the
 //! experiment's values set on them (namespace, image, replicas, pod rate, dead time, grace,
-//! meter window, HPA metrics, targets and behavior), plus the loadgen as an Indexed Job.
-//! Everything here but [`render`] is pure.
+//! meter window, HPA metrics, targets and behavior), plus the loadgen as an Indexed Job, and
+//! for a case with a gateway (F5) the `gateway` overlay's HAProxy with the case's configuration.
+//! Everything here but [`render`] and [`render_case`] is pure.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +25,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
-use crate::experiment::{HpaSignal, Scenario};
+use super::gateway;
+use crate::experiment::{GatewayKind, HpaSignal, Scenario};
 use crate::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
 use crate::runner::{loadgen_args, micros, service_flags};
 
@@ -51,6 +53,10 @@ pub enum ManifestError {
     Missing(&'static str),
     #[error("the rendered manifests have an object the runner does not know: {0}")]
     Unknown(String),
+    #[error(
+        "case {case}: the kube backend deploys HAProxy only (`gateway.kind = \"{kind}\"` runs on the embedded cluster)"
+    )]
+    Gateway { case: String, kind: GatewayKind },
 }
 
 /// The `k8s/` directory: `K8S_DIR`-like flag, else `./k8s`, else the one beside this crate's
@@ -94,6 +100,48 @@ pub fn render(k8s: &Path, overlay: &str) -> Result<String, ManifestError> {
     String::from_utf8(out.stdout).map_err(|e| ManifestError::Parse(e.to_string()))
 }
 
+/// The YAML of a case: its signal's overlay, plus, when it has a gateway, the `gateway`
+/// overlay's gateway objects (labelled [`gateway::COMPONENT`]), so any signal can sit behind
+/// the gateway.
+pub fn render_case(k8s: &Path, se: &Scenario) -> Result<String, ManifestError> {
+    if let Some(g) = &se.gateway
+        && g.kind != GatewayKind::Haproxy
+    {
+        return Err(ManifestError::Gateway {
+            case: se.name.clone(),
+            kind: g.kind,
+        });
+    }
+    let mut yaml = render(k8s, overlay(se))?;
+    if se.gateway.is_some() {
+        yaml.push_str("\n---\n");
+        yaml.push_str(&gateway_objects(&render(k8s, "gateway")?)?);
+    }
+    Ok(yaml)
+}
+
+fn parse_docs(yaml: &str) -> Result<Vec<serde_json::Value>, ManifestError> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(yaml).map_err(|e| ManifestError::Parse(e.to_string()))?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+fn is_gateway(doc: &serde_json::Value) -> bool {
+    doc["metadata"]["labels"][gateway::COMPONENT.0].as_str() == Some(gateway::COMPONENT.1)
+}
+
+/// The gateway objects of a rendered overlay, as YAML documents.
+pub fn gateway_objects(yaml: &str) -> Result<String, ManifestError> {
+    let mut out = String::new();
+    for doc in parse_docs(yaml)?.iter().filter(|d| is_gateway(d)) {
+        out.push_str("---\n");
+        out.push_str(
+            &serde_saphyr::to_string(doc).map_err(|e| ManifestError::Parse(e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
+
 /// The experiment's values, run time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Values {
@@ -111,6 +159,34 @@ pub struct Values {
     pub scrape_interval_s: f64,
     pub hpa: Option<HpaValues>,
     pub loadgen: LoadgenValues,
+    /// F5's gateway, when the case has one ([`GatewayValues::new`]).
+    pub gateway: Option<GatewayValues>,
+}
+
+/// The gateway of a case, run time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayValues {
+    /// HAProxy's configuration ([`gateway::haproxy_config`]).
+    pub config: String,
+    /// Server slots: one per pod the case can have (the HPA's ceiling, or its fixed pods).
+    pub slots: u32,
+}
+
+impl GatewayValues {
+    /// The gateway of a run-time scenario `rs` at `time_scale` in `namespace`; `None` without
+    /// one. The pods are re-resolved every experiment second (run seconds 1 / S, at least 0.1).
+    pub fn new(rs: &Scenario, namespace: &str, time_scale: f64) -> Option<GatewayValues> {
+        let g = rs.gateway?;
+        let slots = rs
+            .autoscaler()
+            .map_or(rs.pods, |a| a.spec.max_replicas.max(1) as u32)
+            .max(rs.pods);
+        let resolve_s = (1.0 / time_scale).max(0.1);
+        Some(GatewayValues {
+            config: gateway::haproxy_config(&g, namespace, slots, resolve_s),
+            slots,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -130,9 +206,9 @@ pub struct LoadgenValues {
     pub args: Vec<String>,
     /// When the shards start their schedule (Unix seconds); set at run time only.
     pub start_at: Option<f64>,
-    /// The Service's ClusterIP, set at run time once the Service exists, so the shards need
-    /// no DNS lookup per connection (a trapped run opens one per attempt); without it the
-    /// Service's name.
+    /// The target Service's ClusterIP (`service`, or `gateway` when the case has one), set at
+    /// run time once the Service exists, so the shards need no DNS lookup per connection (a
+    /// trapped run opens one per attempt); without it the Service's name.
     pub cluster_ip: Option<String>,
 }
 
@@ -173,6 +249,7 @@ impl Values {
                 start_at: None,
                 cluster_ip: None,
             },
+            gateway: None,
         }
     }
 }
@@ -191,8 +268,18 @@ pub struct Manifests {
     pub autoscaling: Option<Autoscaling>,
     /// Applied once the pods are ready, with its start time.
     pub loadgen: Job,
+    /// F5's gateway; none for a case without one.
+    pub gateway: Option<GatewayObjects>,
 }
 
+/// HAProxy in front of the pods: its configuration, the headless Service of the ready pods it
+/// resolves, the Service the clients call, and its Deployment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayObjects {
+    pub config: ConfigMap,
+    pub services: Vec<Service>,
+    pub deployment: Deployment,
+}
 /// The external metrics API registration, the HPA controller's right to read it, and the HPA.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Autoscaling {
@@ -209,15 +296,29 @@ fn parse_as<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, M
 impl Manifests {
     /// Parses an overlay's YAML and sets `values` on it.
     pub fn new(yaml: &str, values: &Values) -> Result<Manifests, ManifestError> {
-        let docs: Vec<serde_json::Value> =
-            serde_saphyr::from_multiple(yaml).map_err(|e| ManifestError::Parse(e.to_string()))?;
+        let docs = parse_docs(yaml)?;
         let mut namespace = None;
         let mut service_accounts = Vec::new();
         let mut services = Vec::new();
         let mut deployments: BTreeMap<String, Deployment> = BTreeMap::new();
         let (mut api_service, mut cluster_role, mut binding, mut hpa) = (None, None, None, None);
-        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+        let (mut gw_config, mut gw_services, mut gw_deployment) = (None, Vec::new(), None);
+        for doc in docs {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            if is_gateway(&doc) {
+                match kind.as_str() {
+                    "ConfigMap" => gw_config = Some(parse_as::<ConfigMap>(doc)?),
+                    "Service" => gw_services.push(parse_as(doc)?),
+                    "Deployment" => gw_deployment = Some(parse_as::<Deployment>(doc)?),
+                    _ => {
+                        return Err(ManifestError::Unknown(format!(
+                            "gateway {kind} {}",
+                            doc["metadata"]["name"]
+                        )));
+                    }
+                }
+                continue;
+            }
             match kind.as_str() {
                 "Namespace" => namespace = Some(parse_as::<Namespace>(doc)?),
                 "ServiceAccount" => service_accounts.push(parse_as(doc)?),
@@ -262,6 +363,14 @@ impl Manifests {
                 hpa: hpa.ok_or(ManifestError::Missing("HorizontalPodAutoscaler"))?,
             }),
             loadgen: Job::default(),
+            gateway: match (gw_config, gw_deployment) {
+                (Some(config), Some(deployment)) => Some(GatewayObjects {
+                    config,
+                    services: gw_services,
+                    deployment,
+                }),
+                _ => None,
+            },
         };
         if let Some(extra) = deployments.keys().next() {
             return Err(ManifestError::Unknown(format!("Deployment {extra}")));
@@ -368,6 +477,28 @@ impl Manifests {
             (None, _) => self.autoscaling = None,
             (Some(_), None) => return Err(ManifestError::Missing("HorizontalPodAutoscaler")),
         }
+        match (&v.gateway, self.gateway.as_mut()) {
+            (Some(g), Some(o)) => {
+                in_ns(&mut o.config.metadata);
+                o.config.data = Some(BTreeMap::from([("haproxy.cfg".into(), g.config.clone())]));
+                o.services.iter_mut().for_each(|s| in_ns(&mut s.metadata));
+                in_ns(&mut o.deployment.metadata);
+                let c = o
+                    .deployment
+                    .spec
+                    .as_mut()
+                    .and_then(|s| s.template.spec.as_mut())
+                    .and_then(|p| p.containers.first_mut())
+                    .ok_or(ManifestError::Missing("gateway container"))?;
+                c.image = Some(v.image.clone());
+            }
+            (Some(_), None) => {
+                return Err(ManifestError::Missing(
+                    "gateway objects (k8s/overlays/gateway: ConfigMap and Deployment gateway)",
+                ));
+            }
+            (None, _) => self.gateway = None,
+        }
         self.loadgen = loadgen_job(v);
         Ok(())
     }
@@ -392,6 +523,13 @@ impl Manifests {
         }
         doc(&mut out, &self.service)?;
         doc(&mut out, &self.meter)?;
+        if let Some(g) = &self.gateway {
+            doc(&mut out, &g.config)?;
+            for s in &g.services {
+                doc(&mut out, s)?;
+            }
+            doc(&mut out, &g.deployment)?;
+        }
         if let Some(a) = &self.autoscaling {
             doc(&mut out, &a.api_service)?;
             doc(&mut out, &a.cluster_role)?;
@@ -507,14 +645,19 @@ pub fn loadgen_labels() -> BTreeMap<String, String> {
 }
 
 /// The loadgen as an Indexed Job of `shards` pods, each 1/N of the schedule with its own seed
-/// (`--instances`, `--instance-index` from the completion index), to the ClusterIP Service,
-/// printing its rows to stdout for the runner to follow.
+/// (`--instances`, `--instance-index` from the completion index), to the ClusterIP Service
+/// (the gateway's when the case has one), printing its rows to stdout for the runner to follow.
 pub fn loadgen_job(v: &Values) -> Job {
     let l = &v.loadgen;
+    let (service, port) = match v.gateway {
+        Some(_) => ("gateway", format!(":{}", gateway::PORT)),
+        None => ("service", String::new()),
+    };
     let host = l
         .cluster_ip
         .clone()
-        .unwrap_or_else(|| format!("service.{}.svc.cluster.local", v.namespace));
+        .unwrap_or_else(|| format!("{service}.{}.svc.cluster.local", v.namespace))
+        + &port;
     let mut args = vec![format!("--target=http://{host}/work")];
     args.extend(l.args.iter().cloned());
     args.push(format!("--instances={}", l.shards));
@@ -860,6 +1003,170 @@ mod tests {
             .map(|x| x.external.as_ref().unwrap().metric.name.clone())
             .collect();
         assert_eq!(names, ["first_attempt_rate", "ingress_rate"]);
+    }
+
+    /// F5's case `i` at scale `s` in namespace rdk-test, with its gateway.
+    fn f5_values(i: usize, s: f64) -> (Scenario, Values) {
+        let se = load("F5").unwrap().cases[i].scenario.clone();
+        let rs = se.time_scaled(s);
+        let mut v = Values::new(&rs, "rdk-test", "retry-debt-kit:abc", 7, 2, None, 30.0 / s);
+        v.gateway = GatewayValues::new(&rs, "rdk-test", s);
+        (se, v)
+    }
+
+    /// The gateway overlay's objects without kubectl: its file, and the ConfigMap its generator
+    /// makes from haproxy.cfg.
+    fn gateway_yaml() -> String {
+        [
+            include_str!("../../../k8s/overlays/gateway/gateway.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gateway\n  labels:\n    \
+             app.kubernetes.io/component: gateway\ndata:\n  haproxy.cfg: overlay's\n",
+        ]
+        .join("\n---\n")
+    }
+
+    #[test]
+    fn f5_on_kube_puts_haproxy_with_the_case_between_the_loadgen_and_the_pods() {
+        let (se, mut v) = f5_values(1, 20.0);
+        assert_eq!(overlay(&se), "first");
+        let g = v.gateway.clone().unwrap();
+        // 4 fixed pods: 4 slots; 3 s per try / 20; the pods re-resolved every 100 ms.
+        assert_eq!(g.slots, 4);
+        for want in [
+            "    retries 2\n",
+            "    retry-on response-timeout conn-failure\n",
+            "    timeout server 150ms\n",
+            "    hold valid 100ms\n",
+            "server-template pod 1-4 service-ready.rdk-test.svc.cluster.local:8080 check resolvers kube",
+        ] {
+            assert!(g.config.contains(want), "{want:?} in\n{}", g.config);
+        }
+        assert!(!g.config.contains("abortonclose"));
+        let yaml = format!("{}\n---\n{}", base_yaml(), gateway_yaml());
+        let m = Manifests::new(&yaml, &v).unwrap();
+        let o = m.gateway.as_ref().unwrap();
+        assert_eq!(o.config.metadata.namespace.as_deref(), Some("rdk-test"));
+        assert_eq!(
+            o.config.data.as_ref().unwrap().get("haproxy.cfg"),
+            Some(&g.config)
+        );
+        let names: Vec<_> = o
+            .services
+            .iter()
+            .map(|s| {
+                assert_eq!(s.metadata.namespace.as_deref(), Some("rdk-test"));
+                s.metadata.name.clone().unwrap()
+            })
+            .collect();
+        assert_eq!(names, ["gateway", "service-ready"]);
+        let ready = o.services[1].spec.as_ref().unwrap();
+        assert_eq!(ready.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(ready.publish_not_ready_addresses, Some(false));
+        let pod = pod_of(&o.deployment);
+        assert_eq!(
+            pod.containers[0].image.as_deref(),
+            Some("retry-debt-kit:abc")
+        );
+        assert_eq!(
+            pod.containers[0].command.as_ref().unwrap()[..3],
+            ["/usr/sbin/haproxy", "-db", "-f"]
+        );
+        // The base's Services stay the base's; no HPA for fixed pods.
+        assert_eq!(m.services.len(), 3);
+        assert!(m.autoscaling.is_none());
+        // The clients call the gateway and retry on its 504.
+        let a = args(
+            &m.loadgen
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0],
+        );
+        assert_eq!(
+            a[0],
+            "--target=http://gateway.rdk-test.svc.cluster.local:8080/work"
+        );
+        assert!(
+            a.contains(&"--retry-on=timeout,connect,5xx".to_string()),
+            "{a:?}"
+        );
+        v.loadgen.cluster_ip = Some("198.18.128.9".into());
+        let at_run = args(
+            &loadgen_job(&v)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap()
+                .containers[0],
+        );
+        assert_eq!(at_run[0], "--target=http://198.18.128.9:8080/work");
+        // `manifests` prints them.
+        let printed = m.yaml().unwrap();
+        assert!(
+            printed.contains("retry-on response-timeout conn-failure"),
+            "{printed}"
+        );
+        assert!(printed.contains("name: service-ready"));
+        assert!(printed.contains("/usr/sbin/haproxy"));
+    }
+
+    #[test]
+    fn the_gateway_follows_the_case_and_leaves_other_cases_alone() {
+        // abortonclose iff the case says so; slots up to the HPA's ceiling.
+        let (_, mut v) = f5_values(0, 5.0);
+        let mut rs = load("F5").unwrap().cases[0].scenario.time_scaled(5.0);
+        rs.gateway.as_mut().unwrap().abort_on_close = true;
+        rs.hpa = load("F3").unwrap().cases[0].scenario.hpa.clone();
+        let g = GatewayValues::new(&rs, "ns", 5.0).unwrap();
+        assert!(g.config.contains("    option abortonclose\n"));
+        assert_eq!(g.slots, 50);
+        assert!(g.config.contains("server-template pod 1-50 "));
+        // A case without a gateway drops the overlay's gateway objects.
+        v.gateway = None;
+        let yaml = format!("{}\n---\n{}", base_yaml(), gateway_yaml());
+        let m = Manifests::new(&yaml, &v).unwrap();
+        assert!(m.gateway.is_none());
+        assert!(!m.yaml().unwrap().contains("haproxy"));
+        // A case with a gateway needs its objects.
+        let (_, v) = f5_values(0, 5.0);
+        assert!(matches!(
+            Manifests::new(&base_yaml(), &v),
+            Err(ManifestError::Missing(_))
+        ));
+        // nginx is refused before anything is rendered.
+        let mut se = load("F5").unwrap().cases[0].scenario.clone();
+        se.gateway.as_mut().unwrap().kind = GatewayKind::Nginx;
+        let e = render_case(Path::new("/nonexistent"), &se).unwrap_err();
+        assert!(e.to_string().contains("deploys HAProxy only"), "{e}");
+    }
+
+    #[test]
+    fn f5_renders_with_the_gateway_overlay_where_kubectl_is() {
+        if std::process::Command::new("kubectl")
+            .args(["version", "--client"])
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no kubectl on PATH to render the gateway overlay");
+            return;
+        }
+        let (se, v) = f5_values(1, 5.0);
+        let m = Manifests::new(&render_case(&k8s_dir(None), &se).unwrap(), &v).unwrap();
+        let o = m.gateway.unwrap();
+        assert_eq!(o.deployment.metadata.namespace.as_deref(), Some("rdk-test"));
+        let cfg = o.config.data.unwrap()["haproxy.cfg"].clone();
+        assert!(cfg.contains("timeout server 600ms"), "{cfg}");
+        assert!(
+            cfg.contains("service-ready.rdk-test.svc.cluster.local"),
+            "{cfg}"
+        );
+        // The base's objects once: the signal overlay's, not the gateway overlay's copy.
+        assert_eq!(m.services.len(), 3);
     }
 
     #[test]

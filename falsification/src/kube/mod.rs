@@ -9,6 +9,7 @@
 //! This file does the I/O.
 
 pub mod books;
+pub mod gateway;
 pub mod manifests;
 pub mod scale;
 pub mod shards;
@@ -33,6 +34,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::experiment::{Case, Experiment, Scenario};
+use crate::runner::gateway::GatewayCounters;
 use crate::runner::probe::{MeterGauges, PodQueue};
 use crate::runner::record::write;
 use crate::runner::{Cluster, Description, Ended, Observation, RunOptions, row_step};
@@ -211,7 +213,7 @@ pub fn plan(
         Some(h) => Some(scale::scaled_behavior(&h.behavior, opts.time_scale)?),
         None => None,
     };
-    let values = Values::new(
+    let mut values = Values::new(
         &rs,
         &t.namespace,
         &facts.image,
@@ -220,8 +222,9 @@ pub fn plan(
         behavior,
         30.0 / opts.time_scale,
     );
+    values.gateway = manifests::GatewayValues::new(&rs, &t.namespace, opts.time_scale);
     let k8s = manifests::k8s_dir(t.k8s_dir.as_deref());
-    let yaml = manifests::render(&k8s, manifests::overlay(se))?;
+    let yaml = manifests::render_case(&k8s, se)?;
     let m = Manifests::new(&yaml, &values)?;
     Ok((values, m))
 }
@@ -241,6 +244,8 @@ struct ClusterRecord {
     /// How late the last shard started after the agreed start, run seconds.
     shard_start_lateness_s: Option<f64>,
     merge: Option<shards::MergeCheck>,
+    /// F5's gateway: what ran in front of the pods.
+    gateway: Option<String>,
     created_cluster_scoped: Vec<String>,
     cleanup: Option<String>,
 }
@@ -265,6 +270,8 @@ pub struct KubeCluster {
     /// The Deployment's replicas and the pods' counts at the last row that read them: a read
     /// that fails (the API server busy for a moment) repeats them rather than ending the case.
     last_counts: (u32, u32, u32, Vec<String>),
+    /// The gateway's counters at the last row that read them (cumulative).
+    last_gateway: Option<GatewayCounters>,
     created: Vec<String>,
     applied: bool,
 }
@@ -286,15 +293,6 @@ impl KubeCluster {
         dir: &Path,
         opts: &RunOptions,
     ) -> anyhow::Result<(Scenario, KubeCluster)> {
-        if let Some(g) = &se.gateway {
-            // Before anything is created: a run without its gateway would measure another stack.
-            bail!(
-                "case {}: the kube backend does not deploy a gateway yet ({} in front of the pods); \
-                 run F5 on the embedded cluster",
-                se.name,
-                g.kind
-            );
-        }
         let client = connect(t).await?;
         let facts = match &t.facts {
             Some(f) => f.clone(),
@@ -316,6 +314,19 @@ impl KubeCluster {
             sockets_per_shard: sockets,
             shard_start_lateness_s: None,
             merge: None,
+            gateway: rs.gateway.zip(values.gateway.as_ref()).map(|(g, v)| {
+                format!(
+                    "haproxy (Debian bookworm's, in the image): retries {}, retry-on response-timeout \
+                     conn-failure, timeout server {:.3} s (run), abortonclose {}, {} server slots \
+                     resolving {}.{}",
+                    g.retries,
+                    g.timeout_s,
+                    g.abort_on_close,
+                    v.slots,
+                    gateway::PODS_SERVICE,
+                    t.namespace
+                )
+            }),
             created_cluster_scoped: Vec::new(),
             cleanup: None,
         };
@@ -335,6 +346,7 @@ impl KubeCluster {
             pods: PodBook::default(),
             hpa_book: HpaBook::default(),
             last_counts: (0, 0, 0, Vec::new()),
+            last_gateway: None,
             created: Vec::new(),
             applied: false,
             rs,
@@ -450,6 +462,13 @@ impl KubeCluster {
         }
         self.apply_ns(&m.service).await?;
         self.apply_ns(&m.meter).await?;
+        if let Some(g) = &m.gateway {
+            self.apply_ns(&g.config).await?;
+            for s in &g.services {
+                self.apply_ns(s).await?;
+            }
+            self.apply_ns(&g.deployment).await?;
+        }
         if let Some(a) = &m.autoscaling {
             if api_owner.flatten().is_none() {
                 let name = a.api_service.metadata.name.clone().unwrap_or_default();
@@ -498,13 +517,29 @@ impl KubeCluster {
                     }),
                 None => true,
             };
-            if pods >= self.values.pods as i32 && meter >= 1 && available {
+            // The gateway: running, and its servers resolved to the ready pods and up.
+            let (gateway_ok, gateway_state) = match &self.values.gateway {
+                Some(_) => {
+                    let running = ready(&deployments.get("gateway").await?);
+                    let up = match self.proxy(&gateway::stats_path(self.ns())).await {
+                        Some(csv) => gateway::servers_up(&csv),
+                        None => 0,
+                    };
+                    (
+                        running >= 1 && up >= self.values.pods as usize,
+                        format!(", gateway ready {}, {up} of its servers up", running >= 1),
+                    )
+                }
+                None => (true, String::new()),
+            };
+            if pods >= self.values.pods as i32 && meter >= 1 && available && gateway_ok {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!(
                     "not ready within {within:?}: {pods} of {} service pods ready, meter ready {}, \
-                     external metrics API available {available} (kubectl -n {} get pods,apiservice)",
+                     external metrics API available {available}{gateway_state} \
+                     (kubectl -n {} get pods,apiservice)",
                     self.values.pods,
                     meter >= 1,
                     self.ns()
@@ -516,9 +551,15 @@ impl KubeCluster {
 
     /// Starts the loadgen shards at a common time and follows their logs.
     async fn start_loadgen(&mut self) -> anyhow::Result<()> {
+        // The clients call the gateway when the case has one, else the pods' Service.
+        let target = if self.values.gateway.is_some() {
+            "gateway"
+        } else {
+            "service"
+        };
         let ip =
             Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client.clone(), self.ns())
-                .get("service")
+                .get(target)
                 .await?
                 .spec
                 .and_then(|s| s.cluster_ip)
@@ -721,7 +762,12 @@ impl Cluster for KubeCluster {
         let lp = ListParams::default().labels("app.kubernetes.io/name=service");
         let meter_path = format!("/api/v1/namespaces/{ns}/services/meter:metrics/proxy/metrics");
         let has_hpa = self.manifests.autoscaling.is_some();
-        let (hpa, dep, pods, meter) = tokio::join!(
+        let gateway_path = self
+            .values
+            .gateway
+            .as_ref()
+            .map(|_| gateway::stats_path(&ns));
+        let (hpa, dep, pods, meter, stats) = tokio::join!(
             async {
                 if has_hpa {
                     hpa_api.get_opt("service").await.ok().flatten()
@@ -732,7 +778,20 @@ impl Cluster for KubeCluster {
             dep_api.get("service"),
             pod_api.list(&lp),
             self.proxy(&meter_path),
+            async {
+                match &gateway_path {
+                    Some(p) => self.proxy(p).await,
+                    None => None,
+                }
+            },
         );
+        // A page that does not come (the API server busy for a moment) repeats the last one.
+        if let Some(c) = stats.as_deref().and_then(gateway::counters) {
+            self.last_gateway = Some(c);
+        }
+        if gateway_path.is_some() && self.last_gateway.is_none() {
+            self.last_gateway = Some(GatewayCounters::default());
+        }
         if let Ok(d) = dep {
             self.last_counts.0 = d.spec.and_then(|s| s.replicas).unwrap_or(0).max(0) as u32;
         }
@@ -771,7 +830,7 @@ impl Cluster for KubeCluster {
             queues,
             meter: meter.map(|t| MeterGauges::parse(&t)),
             hpa,
-            gateway: None,
+            gateway: self.last_gateway,
         })
     }
 

@@ -190,23 +190,27 @@ pub fn scaled_behavior(b: &Behavior, scale: f64) -> Result<Behavior, ScaleError>
 
 /// Refuses a shard count whose pods would hold too many sockets: with every attempt failing,
 /// a loadgen holds about `A x lambda x tau_out` of them (run time, so the time scale divides
-/// the timeout and not the rate).
+/// the timeout and not the rate), `A` and `tau_out` the client layer's (behind a gateway, an
+/// attempt ends at the gateway's 504 when that comes first).
 pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
-    let a = rs.amplification();
+    // The loadgen holds its own attempts: the client layer's, each until its timeout or, behind
+    // a gateway, the gateway's 504 (the gateway's tries are the gateway's sockets).
+    let a = crate::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
+    let timeout_s = rs.client_attempt_s();
     let peak = rs.base_rate()
         * match rs.event {
             crate::experiment::LoadEvent::Spike { k, .. }
             | crate::experiment::LoadEvent::Step { k } => k.max(1.0),
             crate::experiment::LoadEvent::None => 1.0,
         };
-    let sockets = a * peak * rs.timeout_s / f64::from(shards);
+    let sockets = a * peak * timeout_s / f64::from(shards);
     if sockets > SOCKETS_PER_SHARD {
-        let need = (a * peak * rs.timeout_s / SOCKETS_PER_SHARD).ceil() as u32;
+        let need = (a * peak * timeout_s / SOCKETS_PER_SHARD).ceil() as u32;
         return Err(ScaleError::Sockets {
             sockets,
             a,
             rate: peak,
-            timeout_s: rs.timeout_s,
+            timeout_s,
             shards,
             max: SOCKETS_PER_SHARD,
             need,
@@ -277,5 +281,12 @@ mod tests {
         assert_eq!(check_sockets(&rs, 3).unwrap(), 10_000.0);
         // At S = 5 one shard holds 6,000.
         assert_eq!(check_sockets(&rs.time_scaled(5.0), 1).unwrap(), 6_000.0);
+        // F5 behind its gateway: the clients' 3 attempts each end at the gateway's 504 after
+        // 9 s, not A = 9 attempts of 10 s: 3 x 720/s x 9 s = 19,440 at S = 1, 3,888 at S = 5.
+        let rs = load("F5").unwrap().cases[1].scenario.clone();
+        let e = check_sockets(&rs, 1).unwrap_err().to_string();
+        assert!(e.contains("--loadgen-shards 2"), "{e}");
+        assert!((check_sockets(&rs, 2).unwrap() - 9_720.0).abs() < 1e-6);
+        assert!((check_sockets(&rs.time_scaled(5.0), 1).unwrap() - 3_888.0).abs() < 1e-6);
     }
 }
