@@ -1155,4 +1155,36 @@ mod tests {
         assert_eq!(s.retry_delay(2), 11.5);
         assert_eq!(s.amplification(), 3.0);
     }
+
+    #[test]
+    fn a_gateway_must_fit_the_models_chain() {
+        let with = |gateway: &str| {
+            parse(
+                "t",
+                &format!(
+                    "id = \"t\"\ntitle = \"\"\ncondition = \"\"\nrefuted_if = \"\"\n\
+                     [defaults]\nrho = 0.1\ntimeout = \"10s\"\ngateway = {gateway}\n[[cases]]\nname = \"c\"\n"
+                ),
+            )
+        };
+        // The client's 10 s cover 3 tries of 3 s: A = 9.
+        let e = with("{ kind = \"haproxy\", retries = 2, timeout = \"3s\" }").unwrap();
+        assert_eq!(e.cases[0].scenario.amplification(), 9.0);
+        // Tries of 5 s: a gateway that ignores the client leaving overlaps its next attempt.
+        let err = with("{ kind = \"haproxy\", timeout = \"5s\" }")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("field `timeout`") && err.contains("15 s"),
+            "{err}"
+        );
+        // One that stops when the client leaves makes the 2 tries started by then: A = 6.
+        let e = with("{ kind = \"nginx\", timeout = \"5s\" }").unwrap();
+        assert_eq!(e.cases[0].scenario.amplification(), 6.0);
+        // No timeout: the client's over the tries.
+        let e = with("{ kind = \"haproxy\", retries = 4 }").unwrap();
+        assert_eq!(e.cases[0].scenario.pod_timeout_s(), 2.0);
+        let err = with("{ retries = 1 }").unwrap_err().to_string();
+        assert!(err.contains("gateway.kind"), "{err}");
+    }
 }

@@ -394,4 +394,49 @@ mod tests {
         assert!(cpu.lost_fraction > ingress.lost_fraction);
         assert!(first.lost_fraction.unwrap() > 0.99);
     }
+
+    /// F5: a gateway's tries multiply the client's; a client budget caps only the client's.
+    #[test]
+    fn f5_stacks_multiply_in_the_models() {
+        let f5 = crate::experiment::load("F5").unwrap();
+        let case = |name: &str| {
+            f5.cases
+                .iter()
+                .find(|c| c.scenario.name == name)
+                .unwrap()
+                .scenario
+                .clone()
+        };
+        let (a10, a15, budget) = (case("a9-rho-10"), case("a9-rho-15"), case("budget-rho-20"));
+        assert_eq!((a15.gateway_tries(), a15.pod_retries()), (3, 8));
+        assert!((a15.amplification() - 9.0).abs() < 1e-9);
+        assert!((budget.amplification() - 3.6).abs() < 1e-9);
+        // The gateway retries at once after its 3 s timeout; the client's retry follows the 504.
+        assert_eq!(a15.attempt_offset(3), 9.0);
+        assert_eq!(a15.settled_s(), 27.0);
+        assert!(closed_form(&a15).trapped && !closed_form(&a10).trapped);
+        assert!(closed_form(&budget).recovery_s.is_some());
+        // In the trapped state every first attempt becomes 9 attempts at the pods, and the budget
+        // case's failed phase 3.6: the client's retries capped at 20% of first attempts, each
+        // tried 3 times by the gateway.
+        let ratio = |s: &Scenario, from: f64, to: f64| {
+            let r = fluid::simulate(s, Topology::Pooled).unwrap();
+            let rows: Vec<_> = r.rows.iter().filter(|x| x.t >= from && x.t < to).collect();
+            rows.iter().map(|x| x.attempts).sum::<f64>()
+                / rows.iter().map(|x| x.first_attempts).sum::<f64>()
+        };
+        let trapped = ratio(&a15, 200.0, 2900.0);
+        assert!((trapped - 9.0).abs() < 0.05, "trapped A = {trapped}");
+        let capped = ratio(&budget, 100.0, 300.0);
+        assert!((capped - 3.6).abs() < 0.05, "budget A = {capped}");
+        // The fluid agrees with the laws on which cases recover.
+        assert!(fluid_outcome(&a15, Topology::Pooled).unwrap().trapped);
+        for s in [&a10, &budget] {
+            assert!(
+                fluid_outcome(s, Topology::Pooled).unwrap().recovered,
+                "{}",
+                s.name
+            );
+        }
+    }
 }

@@ -234,7 +234,13 @@ impl Cluster for Embedded {
             .arg(format!("--window={}", micros(window)))
             .arg(format!("--listen={}", self.meter_listen))
             .arg(format!("--api-listen={}", self.meter_api))
-            .arg("--history=1h");
+            .arg("--history=1h")
+            // A request's ids must outlive its retry chain (the gateway's copies and the client's
+            // retries): ten minutes of experiment time, as the meter's default is at S = 1.
+            .arg(format!(
+                "--distinct-retention={}",
+                micros(600.0 / self.rs.time_scale)
+            ));
         let logs = self.dir.join("logs");
         let meter = spawn(cmd, &self.bins.meter, &logs.join("meter.log"))?;
         self.meter_cpu0 = meter

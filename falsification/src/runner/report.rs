@@ -892,6 +892,11 @@ pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> an
         );
     }
     provisioning_table(&mut o, results);
+    let stacks: Vec<(String, &super::stack::StackMeasure)> = results
+        .iter()
+        .filter_map(|r| Some((format!("{} {}", r.experiment, r.case), r.stack.as_ref()?)))
+        .collect();
+    o += &super::stack::index_table(&stacks);
     draw_signals(session, results)?;
     record::write(session, "index.md", &o)?;
     record::write(session, "index.json", &record::json(&results))?;

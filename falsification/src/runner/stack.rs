@@ -25,6 +25,8 @@ pub struct StackMeasure {
     pub to_s: f64,
     /// Logical requests the loadgen started in the phase.
     pub requests: f64,
+    /// The layers' product as configured (with the tries the timeouts allow).
+    pub configured: f64,
     /// Attempts per logical request at the client.
     pub client: f64,
     /// Tries per client attempt at the gateway.
@@ -107,6 +109,7 @@ pub fn measure(
         from_s: samples[first].t,
         to_s: samples[last].t + step,
         requests,
+        configured: rs.amplification(),
         client: attempts / requests,
         gateway,
         pods: at_pods / requests,
@@ -137,6 +140,34 @@ pub fn configured(rs: &Scenario) -> (f64, f64, f64) {
 /// Whether the pods' measured `A` is the product of the layers, within `tolerance` (relative).
 pub fn product_holds(m: &StackMeasure, rs: &Scenario, tolerance: f64) -> bool {
     (m.pods / rs.amplification() - 1.0).abs() <= tolerance
+}
+
+/// The session index's table: one row per case that measured its stack.
+pub fn index_table(rows: &[(String, &StackMeasure)]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let cell = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+    let mut o = String::from(
+        "\n## Retry stacks\n\nEach layer's amplification over the failed phase: the client's \
+         attempts per logical request, the gateway's tries per client attempt, the pods' arrivals \
+         per logical request (A), and first attempts per logical request as a count of \
+         `x-attempt: 0` would read them and as the meter reads them (distinct request ids).\n\n\
+         | case | A configured | client | gateway | pods (A) | header-only first attempts | \
+         meter's first attempts |\n|---|---|---|---|---|---|---|\n",
+    );
+    for (case, m) in rows {
+        o += &format!(
+            "| {case} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} |\n",
+            m.configured,
+            m.client,
+            cell(m.gateway),
+            m.pods,
+            m.header_first,
+            cell(m.meter_first)
+        );
+    }
+    o
 }
 
 /// The report's section: configured and measured, layer by layer.
@@ -278,5 +309,8 @@ mod tests {
             .collect();
         assert_eq!(measure(&healthy, &pods, &rs, step), None);
         assert!(markdown(None, &rs, 20.0).contains("No failed phase"));
+        let index = index_table(&[("F5 a9-rho-15".into(), &m)]);
+        assert!(index.contains("| F5 a9-rho-15 | 9.00 | 3.00 | 3.00 | 9.00 | 3.00 | 1.00 |"));
+        assert!(index_table(&[]).is_empty());
     }
 }
