@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The kit's tests, on a fresh machine: installs what they need when it is missing (promtool
 # checks the metrics of the pod, loadgen and meter; shellcheck checks scripts/; perf counts the
-# loadgen's system calls per request; kubectl with kustomize renders the manifests), then runs
-# every test of the workspace.
+# loadgen's system calls per request; HAProxy is F5's gateway; kubectl with kustomize renders the
+# manifests), then runs every test of the workspace.
 #   scripts/test.sh [extra cargo test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,7 @@ need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)
 command -v perf >/dev/null || need_apt+=(linux-perf)
+command -v haproxy >/dev/null || need_apt+=(haproxy)
 if ((${#need_apt[@]})); then
   sudo=()
   [[ $(id -u) == 0 ]] || sudo=(sudo)

@@ -77,6 +77,11 @@ pub struct TriggerArgs {
     /// Directory holding the `loadgen` binary [default: beside this one].
     #[arg(long, env = "FALSIFICATION_BIN_DIR")]
     pub bin_dir: Option<PathBuf>,
+    /// Base URLs of the target's pods, comma-separated, e.g. http://10.0.0.7:8080: their /metrics
+    /// (the kit's pod's `retrydebt_arrivals_total`), read every second, give the amplification at
+    /// the pods, which a retrying gateway in front of them multiplies.
+    #[arg(long, value_delimiter = ',', env = "FALSIFICATION_TRIGGER_PODS")]
+    pub pods: Vec<String>,
 }
 
 /// What the plan is computed from (seconds, requests/s).
@@ -506,6 +511,36 @@ pub struct Measured {
     pub health_before: Option<BaseHealth>,
     /// Whether the target was still failing when the load stopped (so the next run knows).
     pub failing_at_end: bool,
+    /// The failed phase `amplification` is measured over, seconds from the start.
+    pub failed_phase: Option<(f64, f64)>,
+    /// Arrivals at the pods per first attempt over that phase (with `--pods`).
+    pub pod_amplification: Option<f64>,
+}
+
+/// Arrivals at the pods per first attempt over `phase`: `arrivals` holds (seconds from the start,
+/// the pods' cumulative arrivals), read about every second; the first attempts are the record's.
+pub fn pod_amplification(
+    arrivals: &[(f64, f64)],
+    record: &Record,
+    phase: (f64, f64),
+) -> Option<f64> {
+    // The pods' count at `t`, linear between readings; none outside them.
+    let at = |t: f64| {
+        let i = arrivals.iter().position(|(s, _)| *s >= t)?;
+        let (t1, a1) = arrivals[i];
+        let (t0, a0) = *arrivals.get(i.checked_sub(1)?)?;
+        Some(a0 + (a1 - a0) * (t - t0) / (t1 - t0).max(1e-9))
+    };
+    let (from, to) = phase;
+    let rows: Vec<&crate::outcome::Row> = record
+        .rows
+        .iter()
+        .filter(|r| r.t >= from && r.t + record.step_s <= to + 1e-9)
+        .collect();
+    let first: f64 = rows.iter().map(|r| r.first_attempts).sum();
+    // Over exactly the rows' span, so both counts cover the same seconds.
+    let pods = at(rows.last()?.t + record.step_s)? - at(rows.first()?.t)?;
+    (first > 0.0).then(|| pods / first)
 }
 
 pub fn measure(
@@ -543,6 +578,10 @@ pub fn measure(
         complete,
         health_before,
         failing_at_end: failing_at_end(record, p.timeout_s),
+        failed_phase: last_bad
+            .filter(|_| first > 0.0)
+            .map(|i| (from, record.rows[i].t + record.step_s)),
+        pod_amplification: None,
     }
 }
 
@@ -614,6 +653,14 @@ fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
         ),
         p.amplification
     );
+    if let Some(a) = m.pod_amplification {
+        let _ = writeln!(
+            t,
+            "| arrivals at the pods per first attempt, same phase (`--pods`) | {a:.3} | \
+             {:.3}, or that times a gateway's tries in front of the pods |",
+            p.amplification
+        );
+    }
     let _ = writeln!(
         t,
         "| lost fraction | {} | |",
@@ -761,6 +808,7 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
     // The loadgen prints each closed second: the base phase is judged from them before the spike.
     cmd.arg("--stdout-rows");
     let rt = tokio::runtime::Runtime::new()?;
+    let mut arrivals: Vec<(f64, f64)> = Vec::new();
     let (complete, health) = rt.block_on(async {
         let log = std::fs::File::create(a.out.join("loadgen.log"))
             .with_context(|| format!("creating {}", a.out.join("loadgen.log").display()))?;
@@ -779,6 +827,9 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
             });
         }
         let mut interrupt = runner::interrupt_signal();
+        let started = tokio::time::Instant::now();
+        let mut pods_tick = tokio::time::interval(Duration::from_secs(1));
+        let probe = runner::probe::Probe::new(Duration::from_millis(800))?;
         // A stopped loadgen may let attempts in flight finish for one timeout, then writes files.
         let grace = Duration::from_secs_f64(p.timeout_s + 5.0);
         let expiry = tokio::time::sleep(Duration::from_secs_f64(max_duration));
@@ -794,6 +845,15 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
                         bail!("loadgen failed ({status}): see {}", a.out.join("loadgen.log").display());
                     }
                     return Ok((max_duration >= p.length_s, health));
+                }
+                _ = pods_tick.tick(), if !a.pods.is_empty() => {
+                    let urls = a.pods.iter().map(|u| (u.clone(), u.trim_end_matches('/').to_string())).collect();
+                    let read = probe.pods(urls).await;
+                    // Only a round that read every pod is a total.
+                    if read.len() == a.pods.len() {
+                        let total = read.iter().map(|(_, q)| q.arrivals).sum();
+                        arrivals.push((started.elapsed().as_secs_f64(), total));
+                    }
                 }
                 _ = &mut check, if health.is_none() => {
                     let h = base_health(&rows.lock().unwrap_or_else(|e| e.into_inner()));
@@ -824,7 +884,10 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
     let rows = parse_timeseries(&text)?;
     let rec = measured_record(&rows, &p);
     let stopped_unhealthy = health.as_ref().and_then(|h| h.problem.clone());
-    let m = measure(&rec, &p, complete, health);
+    let mut m = measure(&rec, &p, complete, health);
+    m.pod_amplification = m
+        .failed_phase
+        .and_then(|phase| pod_amplification(&arrivals, &rec, phase));
     #[derive(Serialize)]
     struct RecordFile<'a> {
         target: &'a str,
@@ -1015,5 +1078,38 @@ mod tests {
             },
             2.0
         ));
+    }
+
+    #[test]
+    fn pod_amplification_reads_the_pods_over_the_failed_phase() {
+        // 10 first attempts a second; the pods see 90 a second from t = 20 (A = 9 behind a
+        // gateway), read at uneven instants.
+        let record = Record {
+            step_s: 1.0,
+            rows: (0..60)
+                .map(|t| crate::outcome::Row {
+                    t: f64::from(t),
+                    first_attempts: 10.0,
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let pods = |t: f64| {
+            if t < 20.0 {
+                10.0 * t
+            } else {
+                200.0 + 90.0 * (t - 20.0)
+            }
+        };
+        let readings: Vec<(f64, f64)> = [0.3, 5.1, 19.0, 21.5, 30.2, 44.9, 50.0, 59.7]
+            .iter()
+            .map(|&t| (t, pods(t)))
+            .collect();
+        // Whole rows 31..49: 190 first attempts, 1,710 arrivals.
+        let a = pod_amplification(&readings, &record, (30.2, 50.0)).unwrap();
+        assert!((a - 9.0).abs() < 1e-9, "{a}");
+        // Outside the readings: nothing to say.
+        assert_eq!(pod_amplification(&readings, &record, (0.0, 50.0)), None);
+        assert_eq!(pod_amplification(&[], &record, (30.0, 50.0)), None);
     }
 }

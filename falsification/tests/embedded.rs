@@ -359,15 +359,10 @@ fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
     assert!(index.contains("0 of 2 cases run"), "{index}");
 }
 
-#[test]
-fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // The README's main-job compression (S = 20, half the rates): CPU's recovery is predicted
-    // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
-    // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
-    // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
-    // The whole workspace, as the README builds it, and outside `cargo test`'s environment: with
-    // it, cargo rebuilt kube and falsification (3.5 min in CI), and again at the next build.
+/// The release binaries, built as the README builds them: the whole workspace, outside `cargo
+/// test`'s environment (with it, cargo rebuilt kube and falsification, 3.5 min in CI, and again at
+/// the next build). Returns their directory.
+fn release_binaries() -> PathBuf {
     let mut cargo = Command::new(env!("CARGO"));
     cargo.env_clear();
     for keep in [
@@ -386,7 +381,17 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
         .status()
         .expect("running cargo build");
     assert!(status.success(), "building the release binaries failed");
-    let release = bin_dir().parent().unwrap().join("release");
+    bin_dir().parent().unwrap().join("release")
+}
+
+#[test]
+fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The README's main-job compression (S = 20, half the rates): CPU's recovery is predicted
+    // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
+    // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
+    // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
+    let release = release_binaries();
     let out = tempfile::tempdir().unwrap();
     let result = Command::new(env!("CARGO_BIN_EXE_falsification"))
         .args([
@@ -446,4 +451,69 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     for plot in ["signals-pods.svg", "signals-goodput.svg", "region.svg"] {
         assert!(session.join(plot).is_file(), "{plot} missing");
     }
+}
+
+/// F5 at S = 20 behind a real HAProxy: the three predicted verdicts, A = 9 at the pods in the
+/// failed phase (3 client attempts x 3 gateway tries), and the meter's first attempts counted
+/// once per logical request while the `x-attempt: 0` header arrives 3 times.
+#[test]
+fn f5_a_retrying_gateway_multiplies_the_clients_amplification() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let haproxy = Command::new("haproxy").arg("-v").output();
+    assert!(
+        haproxy.is_ok_and(|o| o.status.success()),
+        "F5 needs HAProxy on PATH (scripts/test.sh installs Debian's haproxy)"
+    );
+    let release = release_binaries();
+    let out = tempfile::tempdir().unwrap();
+    // The three cases are 4 pods each at 10-20% of their capacity: side by side on 2 cores.
+    let result = Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .args([
+            "run",
+            "F5",
+            "--time-scale",
+            "20",
+            "--jobs",
+            "3",
+            "--bin-dir",
+        ])
+        .arg(&release)
+        .arg("--out")
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        result.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert_none_left_of(&release);
+    let session = session_dir(out.path());
+    let summary = |case: &str| read_json(&session.join(format!("F5-{case}")).join("summary.json"));
+    let (a10, a15, budget) = (
+        summary("a9-rho-10"),
+        summary("a9-rho-15"),
+        summary("budget-rho-20"),
+    );
+    for s in [&a10, &a15, &budget] {
+        assert_eq!(s["verdict"], "held", "{s}");
+    }
+    assert_eq!(a15["measured"]["trapped"], true);
+    let stack = &a15["stack"];
+    let f = |k: &str| stack[k].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        (f("pods") / 9.0 - 1.0).abs() <= 0.05,
+        "A at the pods: {stack}"
+    );
+    assert!((f("client") - 3.0).abs() <= 0.15, "{stack}");
+    assert!((f("gateway") - 3.0).abs() <= 0.15, "{stack}");
+    // The header arrives with every gateway try; the meter counts each request id once.
+    assert!((f("header_first") - 3.0).abs() <= 0.15, "{stack}");
+    assert!((f("meter_first") - 1.0).abs() <= 0.15, "{stack}");
+    assert!((f("meter_header_first") - 3.0).abs() <= 0.45, "{stack}");
+    let index = std::fs::read_to_string(session.join("index.md")).unwrap();
+    assert!(index.contains("## Retry stacks") && index.contains("| F5 a9-rho-15 | 9.00 |"));
+    let report = std::fs::read_to_string(session.join("F5-a9-rho-15").join("report.md")).unwrap();
+    assert!(report.contains("## Retry stack") && report.contains("Gateway: haproxy"));
 }
