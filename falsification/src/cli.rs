@@ -101,19 +101,8 @@ pub struct ScenarioFlags {
     /// Retry budget: retries/s at most this fraction of first attempts/s.
     #[arg(long, env = "FALSIFICATION_RETRY_BUDGET")]
     pub retry_budget: Option<f64>,
-    /// A retrying proxy between the clients and the pods (F5): HAProxy 2.6 or nginx 1.22 from the
-    /// distribution, on PATH.
-    #[arg(long, value_enum, env = "FALSIFICATION_GATEWAY")]
-    pub gateway: Option<GatewayKind>,
-    /// The gateway's retries per client attempt, on its server timeout [default: 2].
-    #[arg(long, env = "FALSIFICATION_GATEWAY_RETRIES")]
-    pub gateway_retries: Option<u32>,
-    /// The gateway's server timeout per try, e.g. 3s [default: the client's timeout / tries].
-    #[arg(long, env = "FALSIFICATION_GATEWAY_TIMEOUT")]
-    pub gateway_timeout: Option<String>,
-    /// Whether the gateway stops trying when the client leaves [default: HAProxy no, nginx yes].
-    #[arg(long, env = "FALSIFICATION_GATEWAY_ABORT_ON_CLOSE")]
-    pub gateway_abort_on_close: Option<bool>,
+    #[command(flatten)]
+    pub gateway: GatewayFlags,
     /// Backoff before each retry: `none` or exp:BASE,CAP (no jitter) [default: none].
     #[arg(long, env = "FALSIFICATION_BACKOFF")]
     pub backoff: Option<String>,
@@ -162,6 +151,38 @@ pub struct ScenarioFlags {
     pub metric_window: Option<String>,
 }
 
+/// A retrying proxy between the clients and the pods (F5); unset fields keep the experiment's.
+#[derive(Debug, Args, Default)]
+pub struct GatewayFlags {
+    /// The gateway: HAProxy 2.6 or nginx 1.22 from the distribution, on PATH.
+    #[arg(long, value_enum, env = "FALSIFICATION_GATEWAY")]
+    pub gateway: Option<GatewayKind>,
+    /// The gateway's retries per client attempt, on its server timeout [default: 2].
+    #[arg(long, env = "FALSIFICATION_GATEWAY_RETRIES")]
+    pub gateway_retries: Option<u32>,
+    /// The gateway's server timeout per try, e.g. 3s [default: the client's timeout / tries].
+    #[arg(long, env = "FALSIFICATION_GATEWAY_TIMEOUT")]
+    pub gateway_timeout: Option<String>,
+    /// Whether the gateway stops trying when the client leaves [default: HAProxy no, nginx yes].
+    #[arg(long, env = "FALSIFICATION_GATEWAY_ABORT_ON_CLOSE")]
+    pub gateway_abort_on_close: Option<bool>,
+}
+
+impl GatewayFlags {
+    pub fn params(&self) -> Option<GatewayParams> {
+        (self.gateway.is_some()
+            || self.gateway_retries.is_some()
+            || self.gateway_timeout.is_some()
+            || self.gateway_abort_on_close.is_some())
+        .then(|| GatewayParams {
+            kind: self.gateway,
+            retries: self.gateway_retries,
+            timeout: self.gateway_timeout.clone(),
+            abort_on_close: self.gateway_abort_on_close,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AbandonedArg {
     Serve,
@@ -207,16 +228,7 @@ impl ScenarioFlags {
             retries: self.retries,
             backoff: self.backoff.clone(),
             retry_budget: self.retry_budget,
-            gateway: (self.gateway.is_some()
-                || self.gateway_retries.is_some()
-                || self.gateway_timeout.is_some()
-                || self.gateway_abort_on_close.is_some())
-            .then(|| GatewayParams {
-                kind: self.gateway,
-                retries: self.gateway_retries,
-                timeout: self.gateway_timeout.clone(),
-                abort_on_close: self.gateway_abort_on_close,
-            }),
+            gateway: self.gateway.params(),
             abandoned: self.abandoned.map(|a| match a {
                 AbandonedArg::Serve => Abandoned::Serve,
                 AbandonedArg::Drop => Abandoned::Drop,

@@ -134,6 +134,11 @@ pub struct CommonArgs {
     /// Accounting horizon after the load event, experiment time (e.g. 500s) [default: the case's].
     #[arg(long, env = "FALSIFICATION_HORIZON")]
     pub horizon: Option<String>,
+    /// Client timeout per attempt, experiment time (e.g. 5s) [default: the case's].
+    #[arg(long, env = "FALSIFICATION_TIMEOUT")]
+    pub timeout: Option<String>,
+    #[command(flatten)]
+    pub gateway: crate::cli::GatewayFlags,
     /// Warm-up before the load event, experiment time [default: the case's, at most 60s when
     /// autoscaled: two metric windows].
     #[arg(long, env = "FALSIFICATION_WARMUP")]
@@ -202,6 +207,8 @@ impl CommonArgs {
     pub(crate) fn overrides(&self) -> Params {
         Params {
             horizon: self.horizon.clone(),
+            timeout: self.timeout.clone(),
+            gateway: self.gateway.params(),
             ..Params::default()
         }
     }
