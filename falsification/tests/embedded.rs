@@ -384,25 +384,14 @@ fn release_binaries() -> PathBuf {
     bin_dir().parent().unwrap().join("release")
 }
 
-#[test]
-fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // The README's main-job compression (S = 20, half the rates): CPU's recovery is predicted
-    // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
-    // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
-    // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
+/// `falsification <args>` on the release binaries into a fresh directory: it must succeed and
+/// leave no process behind. Returns the directory and the session in it.
+fn run_released(args: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let release = release_binaries();
     let out = tempfile::tempdir().unwrap();
     let result = Command::new(env!("CARGO_BIN_EXE_falsification"))
-        .args([
-            "run",
-            "F0",
-            "--time-scale",
-            "20",
-            "--rate-scale",
-            "0.5",
-            "--bin-dir",
-        ])
+        .args(args)
+        .arg("--bin-dir")
         .arg(&release)
         .arg("--out")
         .arg(out.path())
@@ -416,6 +405,17 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     );
     assert_none_left_of(&release);
     let session = session_dir(out.path());
+    (out, session)
+}
+
+#[test]
+fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // The README's main-job compression (S = 20, half the rates): CPU's recovery is predicted
+    // near 1,400 s after the step, so the case's 1,500 s horizon is kept. At S = 20 the pods and
+    // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
+    // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
+    let (_out, session) = run_released(&["run", "F0", "--time-scale", "20", "--rate-scale", "0.5"]);
     let summary = |case: &str| read_json(&session.join(format!("F0-{case}")).join("summary.json"));
     let (cpu, ingress, first) = (summary("cpu"), summary("ingress"), summary("first-attempt"));
     for s in [&cpu, &ingress, &first] {
@@ -464,32 +464,8 @@ fn f5_a_retrying_gateway_multiplies_the_clients_amplification() {
         haproxy.is_ok_and(|o| o.status.success()),
         "F5 needs HAProxy on PATH (scripts/test.sh installs Debian's haproxy)"
     );
-    let release = release_binaries();
-    let out = tempfile::tempdir().unwrap();
     // The three cases are 4 pods each at 10-20% of their capacity: side by side on 2 cores.
-    let result = Command::new(env!("CARGO_BIN_EXE_falsification"))
-        .args([
-            "run",
-            "F5",
-            "--time-scale",
-            "20",
-            "--jobs",
-            "3",
-            "--bin-dir",
-        ])
-        .arg(&release)
-        .arg("--out")
-        .arg(out.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        result.status.success(),
-        "run failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    assert_none_left_of(&release);
-    let session = session_dir(out.path());
+    let (_out, session) = run_released(&["run", "F5", "--time-scale", "20", "--jobs", "3"]);
     let summary = |case: &str| read_json(&session.join(format!("F5-{case}")).join("summary.json"));
     let (a10, a15, budget) = (
         summary("a9-rho-10"),

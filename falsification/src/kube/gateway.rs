@@ -16,7 +16,9 @@
 //! Everything here is pure; `kube/mod.rs` applies the objects and reads the page.
 
 use crate::experiment::Gateway;
-use crate::runner::gateway::{GatewayCounters, parse_haproxy_stats};
+use crate::runner::gateway::{
+    GatewayCounters, MAX_CONNECTIONS, haproxy_defaults, parse_haproxy_stats,
+};
 
 /// The frontend's port (the Service `gateway`'s `http`).
 pub const PORT: u16 = 8080;
@@ -27,9 +29,6 @@ pub const PODS_SERVICE: &str = "service-ready";
 /// The proxies of the configuration: clients in, pods out.
 const FRONTEND: &str = "clients";
 const BACKEND: &str = "pods";
-/// HAProxy keeps 2 sockets per proxied connection and refuses to start when `maxconn` needs more
-/// than the open-files limit (20,000 on the one-machine cluster): as the embedded gateway.
-pub const MAX_CONNECTIONS: u32 = 8_000;
 /// The label on the overlay's gateway objects, which the runner applies only for a case with a
 /// gateway.
 pub const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "gateway");
@@ -37,27 +36,14 @@ pub const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "gateway");
 /// HAProxy's configuration for `g` (run time) in `namespace`, with `slots` servers, re-resolving
 /// the pods every `resolve_s` (run seconds).
 pub fn haproxy_config(g: &Gateway, namespace: &str, slots: u32, resolve_s: f64) -> String {
-    let ms = |s: f64| ((s * 1000.0).round() as u64).max(1);
-    let abort = if g.abort_on_close {
-        "    option abortonclose\n"
-    } else {
-        ""
-    };
-    let resolve = ms(resolve_s);
+    let resolve = ((resolve_s * 1000.0).round() as u64).max(1);
     format!(
         "# F5's gateway (falsification/src/kube/gateway.rs writes this file; a run replaces it with\n\
          # the case's values): {retries} retries on a response timeout or a failed connection, one\n\
          # try every `timeout server`; the backends are the ready pods, as DNS lists them.\n\
          global\n\
          \x20   maxconn {MAX_CONNECTIONS}\n\
-         defaults\n\
-         \x20   mode http\n\
-         \x20   timeout connect {connect}ms\n\
-         \x20   timeout client {client}ms\n\
-         \x20   timeout server {server}ms\n\
-         \x20   retries {retries}\n\
-         \x20   retry-on response-timeout conn-failure\n\
-         {abort}\
+         {defaults}\
          resolvers kube\n\
          \x20   parse-resolv-conf\n\
          \x20   accepted_payload_size 8192\n\
@@ -79,11 +65,8 @@ pub fn haproxy_config(g: &Gateway, namespace: &str, slots: u32, resolve_s: f64) 
          \x20   bind :{STATS_PORT}\n\
          \x20   stats enable\n\
          \x20   stats uri /stats\n",
-        connect = ms(g.timeout_s.min(1.0)),
-        // The client side never times out before the client does.
-        client = ms(f64::from(g.retries + 1) * g.timeout_s * 10.0),
-        server = ms(g.timeout_s),
         retries = g.retries,
+        defaults = haproxy_defaults(g),
     )
 }
 

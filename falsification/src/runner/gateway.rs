@@ -50,11 +50,11 @@ impl GatewayCounters {
 }
 
 /// HAProxy keeps 2 sockets per proxied connection and refuses to start when `maxconn` needs more
-/// than the open-files limit (20,000 here).
-const MAX_CONNECTIONS: u32 = 8_000;
+/// than the open-files limit (20,000 here and on the one-machine cluster).
+pub const MAX_CONNECTIONS: u32 = 8_000;
 
-/// HAProxy's configuration: one frontend on `listen`, one backend of `slots` disabled servers.
-pub fn haproxy_config(g: &Gateway, listen: SocketAddr, socket: &Path, slots: usize) -> String {
+/// HAProxy's `defaults` section: the gateway's retry policy, the same embedded and on Kubernetes.
+pub fn haproxy_defaults(g: &Gateway) -> String {
     let ms = |s: f64| ((s * 1000.0).round() as u64).max(1);
     let abort = if g.abort_on_close {
         "    option abortonclose\n"
@@ -62,17 +62,29 @@ pub fn haproxy_config(g: &Gateway, listen: SocketAddr, socket: &Path, slots: usi
         ""
     };
     format!(
-        "global\n\
-         \x20   maxconn {MAX_CONNECTIONS}\n\
-         \x20   stats socket {socket} mode 600 level admin\n\
-         defaults\n\
+        "defaults\n\
          \x20   mode http\n\
          \x20   timeout connect {connect}ms\n\
          \x20   timeout client {client}ms\n\
          \x20   timeout server {server}ms\n\
          \x20   retries {retries}\n\
          \x20   retry-on response-timeout conn-failure\n\
-         {abort}\
+         {abort}",
+        connect = ms(g.timeout_s.min(1.0)),
+        // The client side never times out before the client does.
+        client = ms(f64::from(g.retries + 1) * g.timeout_s * 10.0),
+        server = ms(g.timeout_s),
+        retries = g.retries,
+    )
+}
+
+/// HAProxy's configuration: one frontend on `listen`, one backend of `slots` disabled servers.
+pub fn haproxy_config(g: &Gateway, listen: SocketAddr, socket: &Path, slots: usize) -> String {
+    format!(
+        "global\n\
+         \x20   maxconn {MAX_CONNECTIONS}\n\
+         \x20   stats socket {socket} mode 600 level admin\n\
+         {defaults}\
          frontend clients\n\
          \x20   bind {listen}\n\
          \x20   maxconn {MAX_CONNECTIONS}\n\
@@ -81,11 +93,7 @@ pub fn haproxy_config(g: &Gateway, listen: SocketAddr, socket: &Path, slots: usi
          \x20   balance roundrobin\n\
          \x20   server-template pod 1-{slots} 127.0.0.1:1 disabled\n",
         socket = socket.display(),
-        connect = ms(g.timeout_s.min(1.0)),
-        // The client side never times out before the client does.
-        client = ms(f64::from(g.retries + 1) * g.timeout_s * 10.0),
-        server = ms(g.timeout_s),
-        retries = g.retries,
+        defaults = haproxy_defaults(g),
     )
 }
 
