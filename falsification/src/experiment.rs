@@ -14,7 +14,7 @@ use crate::outcome::Expect;
 
 /// The suite, as shipped in `falsification/experiments/`.
 /// The built-in experiments; the suite is F1-F4 ([`SUITE`]).
-pub const BUILTIN: [(&str, &str); 7] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
         "F0-specimen",
@@ -25,6 +25,10 @@ pub const BUILTIN: [(&str, &str); 7] = [
     ("F3", include_str!("../experiments/F3.toml")),
     ("F4", include_str!("../experiments/F4.toml")),
     ("F5", include_str!("../experiments/F5.toml")),
+    (
+        "F5-autoscaled",
+        include_str!("../experiments/F5-autoscaled.toml"),
+    ),
 ];
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
@@ -33,7 +37,7 @@ pub const SUITE: [&str; 4] = ["F1", "F2", "F3", "F4"];
 #[derive(Debug, Error)]
 pub enum ExperimentError {
     #[error(
-        "unknown experiment `{0}` (built in: F0, F0-specimen, F1, F2, F3, F4, F5; or a path to a .toml file)"
+        "unknown experiment `{0}` (built in: F0, F0-specimen, F1, F2, F3, F4, F5, F5-autoscaled; or a path to a .toml file)"
     )]
     Unknown(String),
     // The causes are part of the message (not `source`), so a chain printer does not repeat them.

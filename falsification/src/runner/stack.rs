@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::gateway::GatewayCounters;
 use super::probe::PodQueue;
 use super::record::Sample;
-use crate::experiment::Scenario;
+use crate::experiment::{HpaSignal, Scenario};
 
 /// What each layer multiplied, over the failed phase.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -170,10 +170,47 @@ pub fn index_table(rows: &[(String, &StackMeasure)]) -> String {
     o
 }
 
+/// Under an HPA, which bound decides: a first-attempt scaler is trapped iff `u* >= 1/A`; the
+/// ingress (or paired) signal asks for `A lambda / (u* c)` pods while everything fails, and escapes
+/// only if the ceiling allows them.
+pub fn bounds(rs: &Scenario) -> Option<String> {
+    let h = rs.hpa.as_ref()?;
+    let a = rs.amplification();
+    let lambda = rs.demand(rs.horizon_s);
+    let needed = a * lambda / (h.target_utilization * rs.rate_per_pod);
+    Some(match h.signal {
+        HpaSignal::First => format!(
+            "A first-attempt scaler is trapped iff u* >= 1/A: u* = {:.2} against 1/A = {:.3}, so \
+             it {}.",
+            h.target_utilization,
+            1.0 / a,
+            if h.target_utilization >= 1.0 / a {
+                "stays failed"
+            } else {
+                "escapes"
+            }
+        ),
+        HpaSignal::Ingress | HpaSignal::Paired => format!(
+            "While every attempt fails, ingress asks for A lambda / (u* c) = {needed:.1} pods; the \
+             ceiling is {}: {}.",
+            h.max_replicas,
+            if needed <= f64::from(h.max_replicas) {
+                "the ceiling allows them, so the capacity bound decides and it can escape"
+            } else {
+                "the ceiling bound holds it failed"
+            }
+        ),
+        HpaSignal::Cpu => return None,
+    })
+}
+
 /// The report's section: configured and measured, layer by layer.
 pub fn markdown(m: Option<&StackMeasure>, rs: &Scenario, time_scale: f64) -> String {
     let (client, gateway, product) = configured(rs);
     let mut o = String::from("## Retry stack\n\n");
+    if let Some(b) = bounds(rs) {
+        o += &format!("{b}\n\n");
+    }
     let Some(m) = m else {
         o += &format!(
             "Configured A = {client:.2} (client) x {gateway:.0} (gateway tries) = {product:.2}. \
@@ -312,5 +349,29 @@ mod tests {
         let index = index_table(&[("F5 a9-rho-15".into(), &m)]);
         assert!(index.contains("| F5 a9-rho-15 | 9.00 | 3.00 | 3.00 | 9.00 | 3.00 | 1.00 |"));
         assert!(index_table(&[]).is_empty());
+        assert_eq!(bounds(&rs), None, "fixed pods");
+    }
+
+    #[test]
+    fn the_report_says_which_bound_decides_under_an_hpa() {
+        let e = load("F5-autoscaled").unwrap();
+        let text = |i: usize| bounds(&e.cases[i].scenario).unwrap();
+        assert!(
+            text(0).contains("1/A = 0.111, so it stays failed"),
+            "{}",
+            text(0)
+        );
+        assert!(
+            text(1).contains("45.0 pods; the ceiling is 50: the ceiling allows them"),
+            "{}",
+            text(1)
+        );
+        let mut low = e.cases[1].scenario.clone();
+        low.hpa.as_mut().unwrap().max_replicas = 40;
+        assert!(
+            bounds(&low)
+                .unwrap()
+                .contains("the ceiling bound holds it failed")
+        );
     }
 }
