@@ -77,6 +77,14 @@ pub struct TriggerArgs {
     /// Directory holding the `loadgen` binary [default: beside this one].
     #[arg(long, env = "FALSIFICATION_BIN_DIR")]
     pub bin_dir: Option<PathBuf>,
+    /// What the clients retry, passed to the loadgen: `timeout`, `connect`, `io`, `5xx`. Behind a
+    /// retrying gateway add `5xx`: it ends a failed attempt with its own 504 before the timeout.
+    #[arg(
+        long,
+        default_value = "timeout,connect",
+        env = "FALSIFICATION_TRIGGER_RETRY_ON"
+    )]
+    pub retry_on: String,
     /// Base URLs of the target's pods, comma-separated, e.g. http://10.0.0.7:8080: their /metrics
     /// (the kit's pod's `retrydebt_arrivals_total`), read every second, give the amplification at
     /// the pods, which a retrying gateway in front of them multiplies.
@@ -796,6 +804,7 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
         .arg(format!("--duration={}", runner::micros(max_duration)))
         .arg(format!("--timeout={}", runner::micros(p.timeout_s)))
         .arg(format!("--retries={}", p.retries))
+        .arg(format!("--retry-on={}", a.retry_on))
         .arg("--arrivals=poisson")
         .arg(format!("--seed={}", a.seed))
         .arg("--out")

@@ -211,6 +211,15 @@ pub fn markdown(m: Option<&StackMeasure>, rs: &Scenario, time_scale: f64) -> Str
     if let Some(b) = bounds(rs) {
         o += &format!("{b}\n\n");
     }
+    if let Some(b) = rs.retry_budget.filter(|_| rs.gateway.is_some()) {
+        o += &format!(
+            "The {:.0}% retry budget is the client's (the loadgen's policy): neither HAProxy nor \
+             nginx has one (Envoy's RetryBudget does; no Envoy can be installed here). The layers \
+             multiply in any order, so A = (1 + {}) x the gateway's tries either way.\n\n",
+            b.ratio * 100.0,
+            b.ratio
+        );
+    }
     let Some(m) = m else {
         o += &format!(
             "Configured A = {client:.2} (client) x {gateway:.0} (gateway tries) = {product:.2}. \
@@ -346,6 +355,8 @@ mod tests {
             .collect();
         assert_eq!(measure(&healthy, &pods, &rs, step), None);
         assert!(markdown(None, &rs, 20.0).contains("No failed phase"));
+        let budget = f5.cases[2].scenario.time_scaled(20.0);
+        assert!(markdown(None, &budget, 20.0).contains("The 20% retry budget is the client's"));
         let index = index_table(&[("F5 a9-rho-15".into(), &m)]);
         assert!(index.contains("| F5 a9-rho-15 | 9.00 | 3.00 | 3.00 | 9.00 | 3.00 | 1.00 |"));
         assert!(index_table(&[]).is_empty());
