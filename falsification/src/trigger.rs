@@ -344,6 +344,8 @@ pub struct LoadRow {
     pub attempts: f64,
     pub successes: f64,
     pub timeouts: f64,
+    /// Attempts answered 5xx: behind a retrying gateway, its 504 after its last try timed out.
+    pub status_5xx: f64,
     pub requests_failed: f64,
 }
 
@@ -356,6 +358,7 @@ fn load_row(r: &loadgen::record::Row) -> LoadRow {
         attempts: n(r.attempts.iter().sum()),
         successes: n(r.successes.iter().sum()),
         timeouts: n(r.timeouts),
+        status_5xx: n(r.errors[loadgen::record::ErrorKind::Status5xx.index()]),
         requests_failed: n(r.requests_failed),
     }
 }
@@ -381,6 +384,7 @@ pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
         col("successes")?,
         col("timeouts")?,
         col("requests_failed")?,
+        col("errors_status_5xx")?,
     ];
     lines
         .enumerate()
@@ -398,6 +402,7 @@ pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
                 attempts: v(2)?,
                 successes: v(3)?,
                 timeouts: v(4)?,
+                status_5xx: v(6)?,
                 requests_failed: v(5)?,
             })
         })
@@ -494,7 +499,8 @@ pub fn measured_record(rows: &[LoadRow], p: &Plan) -> Record {
     let lost_after = p.lost_after_s();
     for (i, r) in rows.iter().enumerate() {
         if let Some(j) = back(i, p.timeout_s).filter(|j| *j < n) {
-            out[j].timed_out += r.timeouts;
+            // A gateway's 504 fails the attempt as a timeout would (up to a timeout earlier).
+            out[j].timed_out += r.timeouts + r.status_5xx;
         }
         if let Some(j) = back(i, lost_after).filter(|j| *j < n) {
             out[j].lost += r.requests_failed;
@@ -861,7 +867,8 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
                     // Only a round that read every pod is a total.
                     if read.len() == a.pods.len() {
                         let total = read.iter().map(|(_, q)| q.arrivals).sum();
-                        arrivals.push((started.elapsed().as_secs_f64(), total));
+                        // In the record's time: seconds from the spike's start.
+                        arrivals.push((started.elapsed().as_secs_f64() - p.before_s, total));
                     }
                 }
                 _ = &mut check, if health.is_none() => {
@@ -1016,7 +1023,9 @@ mod tests {
                     first_attempts: 50.0,
                     attempts: if failing { 150.0 } else { 50.0 },
                     successes: if failing { 0.0 } else { 50.0 },
-                    timeouts: if (5..13).contains(&s) { 150.0 } else { 0.0 },
+                    // Behind a gateway a third of the failed attempts end in its 504.
+                    timeouts: if (5..13).contains(&s) { 100.0 } else { 0.0 },
+                    status_5xx: if (5..13).contains(&s) { 50.0 } else { 0.0 },
                     requests_failed: 0.0,
                 }
             })
@@ -1029,9 +1038,10 @@ mod tests {
         assert!(!m.outcome.trapped);
         assert_eq!(m.amplification, Some(3.0));
         assert!(!m.failing_at_end, "answering again when the load stopped");
-        let csv =
-            "second,first_attempts,attempts,successes,timeouts,requests_failed\n0,5,6,5,1,0\n";
-        assert_eq!(parse_timeseries(csv).unwrap()[0].timeouts, 1.0);
+        let csv = "second,first_attempts,attempts,successes,timeouts,requests_failed,\
+                   errors_status_5xx\n0,5,6,5,1,0,2\n";
+        let row = parse_timeseries(csv).unwrap()[0];
+        assert_eq!((row.timeouts, row.status_5xx), (1.0, 2.0));
         assert!(parse_timeseries("second\n1\n").is_err());
     }
 
@@ -1042,6 +1052,7 @@ mod tests {
             attempts: sent,
             successes: answered,
             timeouts,
+            status_5xx: 0.0,
             requests_failed: 0.0,
         }
     }
