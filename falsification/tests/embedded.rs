@@ -386,6 +386,70 @@ fn release_binaries() -> PathBuf {
 
 /// `falsification <args>` on the release binaries into a fresh directory: it must succeed and
 /// leave no process behind. Returns the directory and the session in it.
+/// What a case's record says about a verdict nobody expected, short enough for a CI log: the
+/// verdict and its reason, every rescaling decision with the readings behind it, the loadgen's
+/// first attempts against the meter's reading per second of run time over the first 12 s after
+/// the load event, the seconds the loadgen ran behind its schedule, and pods that crashed.
+fn explain(case: &Path) -> String {
+    let read = |name: &str| std::fs::read_to_string(case.join(name)).unwrap_or_default();
+    let summary = read_json(&case.join("summary.json"));
+    let mut out = format!(
+        "{}: {} ({})\nmeasured: {}\ndecisions that rescaled (t_run_s,t_exp_s,readings,...):\n",
+        case.display(),
+        summary["verdict"],
+        summary["reason"],
+        summary["measured"]
+    );
+    let decisions = read("decisions.csv");
+    for line in decisions.lines().filter(|l| l.contains(",true,")) {
+        out += &format!("  {line}\n");
+    }
+    out += "per second (t_run_s: loadgen first attempts, meter first-attempt rate, desired/ready pods):\n";
+    let series = read("timeseries.csv");
+    let rows: Vec<Vec<&str>> = series
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let num = |r: &[&str], i: usize| {
+        r.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    for second in rows.chunks(4) {
+        let t = num(&second[0], 0);
+        if (-1.0..12.0).contains(&t) {
+            let first: f64 = second.iter().map(|r| num(r, 2)).sum();
+            let last = second.last().unwrap();
+            out += &format!(
+                "  {t:.2}: {first:.0}, {:.0}, {}/{}\n",
+                num(last, 16),
+                last.get(9).unwrap_or(&"-"),
+                last.get(10).unwrap_or(&"-")
+            );
+        }
+    }
+    let lag = read("loadgen/timeseries.csv");
+    let column = lag
+        .lines()
+        .next()
+        .and_then(|h| h.split(',').position(|c| c == "send_lag_p99_ms"));
+    let behind: Vec<String> = lag
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let v: Vec<&str> = l.split(',').collect();
+            let ms = v.get(column?)?.parse::<f64>().ok()?;
+            (ms > 20.0).then(|| format!("second {}: {ms} ms", v[0]))
+        })
+        .collect();
+    out += &format!("loadgen send lag p99 over 20 ms: {behind:?}\n");
+    let events = read("events.csv");
+    let crashes: Vec<&str> = events.lines().filter(|l| l.contains("crashed")).collect();
+    out += &format!("pod crashes: {crashes:?}\n");
+    out
+}
+
 fn run_released(args: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let release = release_binaries();
     let out = tempfile::tempdir().unwrap();
@@ -416,10 +480,15 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     // the meter run as released: a debug meter took 38% of a core, its readings lagged, and the
     // first-attempt case climbed to 24 pods and drained (CI has built them for the main job).
     let (_out, session) = run_released(&["run", "F0", "--time-scale", "20", "--rate-scale", "0.5"]);
-    let summary = |case: &str| read_json(&session.join(format!("F0-{case}")).join("summary.json"));
+    let case = |name: &str| session.join(format!("F0-{name}"));
+    let summary = |name: &str| read_json(&case(name).join("summary.json"));
     let (cpu, ingress, first) = (summary("cpu"), summary("ingress"), summary("first-attempt"));
-    for s in [&cpu, &ingress, &first] {
-        assert_eq!(s["verdict"], "held", "{s}");
+    for (name, s) in [
+        ("cpu", &cpu),
+        ("ingress", &ingress),
+        ("first-attempt", &first),
+    ] {
+        assert_eq!(s["verdict"], "held", "{}", explain(&case(name)));
     }
     assert_eq!(first["measured"]["trapped"], true);
     // CPU climbs slower than ingress (a round at most doubles the pods that count), so it loses
@@ -466,15 +535,19 @@ fn f5_a_retrying_gateway_multiplies_the_clients_amplification() {
     );
     // The three cases are 4 pods each at 10-20% of their capacity: side by side on 2 cores.
     let (_out, session) = run_released(&["run", "F5", "--time-scale", "20", "--jobs", "3"]);
-    let summary = |case: &str| read_json(&session.join(format!("F5-{case}")).join("summary.json"));
-    let (a10, a15, budget) = (
-        summary("a9-rho-10"),
-        summary("a9-rho-15"),
-        summary("budget-rho-20"),
-    );
-    for s in [&a10, &a15, &budget] {
-        assert_eq!(s["verdict"], "held", "{s}");
+    let case = |name: &str| session.join(format!("F5-{name}"));
+    let summary = |name: &str| read_json(&case(name).join("summary.json"));
+    for name in ["a9-rho-10", "a9-rho-15", "budget-rho-20"] {
+        let s = summary(name);
+        assert_eq!(
+            s["verdict"],
+            "held",
+            "{}\nstack: {}",
+            explain(&case(name)),
+            s["stack"]
+        );
     }
+    let a15 = summary("a9-rho-15");
     assert_eq!(a15["measured"]["trapped"], true);
     let stack = &a15["stack"];
     let f = |k: &str| stack[k].as_f64().unwrap_or(f64::NAN);
