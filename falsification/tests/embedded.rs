@@ -384,14 +384,43 @@ fn release_binaries() -> PathBuf {
     bin_dir().parent().unwrap().join("release")
 }
 
-/// `falsification <args>` on the release binaries into a fresh directory: it must succeed and
-/// leave no process behind. Returns the directory and the session in it.
+/// A record's CSV file by column name (empty when the file is missing).
+struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn read(path: &Path) -> Table {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut lines = text
+            .lines()
+            .map(|l| l.split(',').map(str::to_owned).collect());
+        Table {
+            header: lines.next().unwrap_or_default(),
+            rows: lines.collect(),
+        }
+    }
+
+    /// `row`'s value in `column`: "-" where the column or the cell is missing.
+    fn get<'a>(&self, row: &'a [String], column: &str) -> &'a str {
+        self.header
+            .iter()
+            .position(|c| c == column)
+            .and_then(|i| row.get(i))
+            .map_or("-", String::as_str)
+    }
+
+    fn num(&self, row: &[String], column: &str) -> f64 {
+        self.get(row, column).parse().unwrap_or(f64::NAN)
+    }
+}
+
 /// What a case's record says about a verdict nobody expected, short enough for a CI log: the
 /// verdict and its reason, every rescaling decision with the readings behind it, the loadgen's
 /// first attempts against the meter's reading per second of run time over the first 12 s after
 /// the load event, the seconds the loadgen ran behind its schedule, and pods that crashed.
 fn explain(case: &Path) -> String {
-    let read = |name: &str| std::fs::read_to_string(case.join(name)).unwrap_or_default();
     let summary = read_json(&case.join("summary.json"));
     let mut out = format!(
         "{}: {} ({})\nmeasured: {}\ndecisions that rescaled (t_run_s,t_exp_s,readings,...):\n",
@@ -400,56 +429,53 @@ fn explain(case: &Path) -> String {
         summary["reason"],
         summary["measured"]
     );
-    let decisions = read("decisions.csv");
-    for line in decisions.lines().filter(|l| l.contains(",true,")) {
-        out += &format!("  {line}\n");
+    let decisions = Table::read(&case.join("decisions.csv"));
+    for row in decisions
+        .rows
+        .iter()
+        .filter(|r| decisions.get(r, "rescale") == "true")
+    {
+        out += &format!("  {}\n", row.join(","));
     }
     out += "per second (t_run_s: loadgen first attempts, meter first-attempt rate, desired/ready pods):\n";
-    let series = read("timeseries.csv");
-    let rows: Vec<Vec<&str>> = series
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').collect())
-        .collect();
-    let num = |r: &[&str], i: usize| {
-        r.get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    for second in rows.chunks(4) {
-        let t = num(&second[0], 0);
+    let series = Table::read(&case.join("timeseries.csv"));
+    for second in series.rows.chunks(4) {
+        let t = series.num(&second[0], "t_run_s");
         if (-1.0..12.0).contains(&t) {
-            let first: f64 = second.iter().map(|r| num(r, 2)).sum();
-            let last = second.last().unwrap();
+            let first: f64 = second.iter().map(|r| series.num(r, "first_attempts")).sum();
+            let last = &second[second.len() - 1];
             out += &format!(
                 "  {t:.2}: {first:.0}, {:.0}, {}/{}\n",
-                num(last, 16),
-                last.get(9).unwrap_or(&"-"),
-                last.get(10).unwrap_or(&"-")
+                series.num(last, "meter_first_attempt_rate"),
+                series.get(last, "pods_desired"),
+                series.get(last, "pods_ready")
             );
         }
     }
-    let lag = read("loadgen/timeseries.csv");
-    let column = lag
-        .lines()
-        .next()
-        .and_then(|h| h.split(',').position(|c| c == "send_lag_p99_ms"));
-    let behind: Vec<String> = lag
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let v: Vec<&str> = l.split(',').collect();
-            let ms = v.get(column?)?.parse::<f64>().ok()?;
-            (ms > 20.0).then(|| format!("second {}: {ms} ms", v[0]))
+    let load = Table::read(&case.join("loadgen/timeseries.csv"));
+    let behind: Vec<String> = load
+        .rows
+        .iter()
+        .filter(|r| load.num(r, "send_lag_p99_ms") > 20.0)
+        .map(|r| {
+            let (second, ms) = (load.get(r, "second"), load.get(r, "send_lag_p99_ms"));
+            format!("second {second}: {ms} ms")
         })
         .collect();
     out += &format!("loadgen send lag p99 over 20 ms: {behind:?}\n");
-    let events = read("events.csv");
-    let crashes: Vec<&str> = events.lines().filter(|l| l.contains("crashed")).collect();
+    let events = Table::read(&case.join("events.csv"));
+    let crashes: Vec<String> = events
+        .rows
+        .iter()
+        .filter(|r| events.get(r, "event") == "crashed")
+        .map(|r| r.join(","))
+        .collect();
     out += &format!("pod crashes: {crashes:?}\n");
     out
 }
 
+/// `falsification <args>` on the release binaries into a fresh directory: it must succeed and
+/// leave no process behind. Returns the directory and the session in it.
 fn run_released(args: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let release = release_binaries();
     let out = tempfile::tempdir().unwrap();
