@@ -106,29 +106,37 @@ impl Client {
         }
     }
 
-    /// Sends attempt `attempt` of request `id`; `Ok` on a 2xx response read to its end.
-    /// The caller bounds it with the attempt timeout and drops it when that fires.
-    pub async fn attempt(&self, id: &str, attempt: u32) -> Result<(), ErrorKind> {
+    /// Sends attempt `attempt` of request `id`: `Ok` on a 2xx response read to its end, and
+    /// how long the answer sat unread in the socket (HTTP/1.1; zero for h2c and failures
+    /// without an answer), which its latency does not count. The caller bounds it with the
+    /// attempt timeout and drops it when that fires.
+    pub async fn attempt(&self, id: &str, attempt: u32) -> (Result<(), ErrorKind>, Duration) {
         let deadline_ms = self.deadline.map(|t| {
             (SystemTime::now() + t)
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64)
         });
         if self.http2 {
-            return self.attempt_h2(id, attempt, deadline_ms).await;
+            return (
+                self.attempt_h2(id, attempt, deadline_ms).await,
+                Duration::ZERO,
+            );
         }
         let mut conn = match self.take_idle() {
             Some(c) => c,
-            None => self.connect_h1().await?,
+            None => match self.connect_h1().await {
+                Ok(c) => c,
+                Err(kind) => return (Err(kind), Duration::ZERO),
+            },
         };
         let request = h1::request(&conn.target, id, attempt, deadline_ms);
-        let answer = h1::exchange(&mut conn.stream, request)
-            .await
-            .map_err(|h1::Broken| ErrorKind::Io)?;
+        let Ok((answer, unread)) = h1::exchange(&mut conn.stream, request).await else {
+            return (Err(ErrorKind::Io), Duration::ZERO);
+        };
         if answer.reusable {
             self.put_idle(conn);
         }
-        classify_status(answer.status)
+        (classify_status(answer.status), unread)
     }
 
     /// Opens up to `n` HTTP/1.1 connections to random targets at once and keeps them idle
@@ -180,6 +188,7 @@ impl Client {
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
+        h1::stamp_receive_times(&stream);
         Ok(H1Conn { target, stream })
     }
 

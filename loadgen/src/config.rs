@@ -198,6 +198,16 @@ pub struct Config {
     #[arg(long, value_name = "N", env = "LOADGEN_MAX_IN_FLIGHT", default_value_t = 200_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_in_flight: u64,
+
+    /// How long a thread that has just sent a batch of HTTP/1.1 requests waits for their
+    /// answers, at most, before it sleeps on its reactor (never past its next arrival), so it
+    /// reads them after one `epoll_wait` instead of one each. Latencies do not change: they
+    /// end when the answer arrived (the kernel's receive time), not when it was read. A
+    /// connection comes back for reuse, and a timeout fires, up to this late. `0s` reads each
+    /// answer at once. At most 1ms.
+    #[arg(long, value_name = "DURATION", env = "LOADGEN_ANSWER_GATHER", default_value = "1ms",
+          value_parser = answer_gather)]
+    pub answer_gather: Duration,
 }
 
 /// Outcome classes that `--retry-on` can name.
@@ -274,6 +284,14 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
         return Err("must be more than 0".into());
+    }
+    Ok(d)
+}
+
+fn answer_gather(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d > Duration::from_millis(1) {
+        return Err("at most 1ms (answers are read, and timed, up to this late)".into());
     }
     Ok(d)
 }
@@ -401,6 +419,7 @@ mod tests {
         assert_eq!(c.retries, 2);
         assert_eq!(c.retry_on, [RetryOn::Timeout, RetryOn::Connect]);
         assert_eq!(c.max_in_flight, 200_000);
+        assert_eq!(c.answer_gather, Duration::from_millis(1));
         let p = c.plan().unwrap();
         assert_eq!(p.stop, 5.0);
         assert_eq!(p.drain_on_signal, Duration::from_secs(11));
@@ -450,6 +469,10 @@ mod tests {
                 "backoff",
             ),
             ("--rate 5 --duration 1s", "--target"),
+            (
+                "--target http://h/ --rate 5 --duration 1s --answer-gather 2ms",
+                "at most 1ms",
+            ),
         ] {
             let e = parse(args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args}: {e}");

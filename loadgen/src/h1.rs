@@ -20,6 +20,7 @@
 use std::cell::RefCell;
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
@@ -73,19 +74,29 @@ pub struct Answer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Broken;
 
-/// Writes `request` and reads the answer. Dropped at the attempt timeout, it leaves the
-/// connection mid-exchange, and the caller drops (resets) it.
-pub async fn exchange(stream: &mut TcpStream, request: Vec<u8>) -> Result<Answer, Broken> {
+/// Writes `request` and reads the answer: the answer, and how long its last bytes sat in the
+/// socket before they were read (from the kernel's receive time; zero where there is none).
+/// Dropped at the attempt timeout, it leaves the connection mid-exchange, and the caller drops
+/// (resets) it.
+pub async fn exchange(
+    stream: &mut TcpStream,
+    request: Vec<u8>,
+) -> Result<(Answer, Duration), Broken> {
     stream.write_all(&request).await.map_err(|_| Broken)?;
+    crate::gather::sent();
     // Not held while the answer is awaited, which may be the whole timeout.
     drop(request);
     let mut buffer = AnswerBuffer::default();
     loop {
         stream.readable().await.map_err(|_| Broken)?;
         let mut step = Ok(None);
+        let mut received = None;
         let _ = stream.try_io(Interest::READABLE, || {
             SCRATCH_BUF.with_borrow_mut(|scratch| {
-                let n = recv(stream, scratch);
+                let n = recv(stream, scratch).map(|(n, at)| {
+                    received = at;
+                    n
+                });
                 step = match n {
                     Ok(0) => buffer.end_of_stream().map(Some).ok_or(Broken),
                     Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken),
@@ -107,20 +118,83 @@ pub async fn exchange(stream: &mut TcpStream, request: Vec<u8>) -> Result<Answer
             })
         });
         if let Some(answer) = step? {
-            return Ok(answer);
+            crate::gather::answered();
+            let unread = received.map_or(Duration::ZERO, |at| {
+                SystemTime::now().duration_since(at).unwrap_or_default()
+            });
+            return Ok((answer, unread));
         }
     }
 }
 
-/// One `recv` on the stream's socket, for [`TcpStream::try_io`] (which asks for a plain system
-/// call, not the stream's own reads).
-fn recv(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+/// Asks the kernel to stamp what the socket receives with the time it came
+/// (`SO_TIMESTAMPNS`), so that an answer's latency ends when it arrived, not when a busy or
+/// napping shard (see [`crate::gather`]) read it.
+pub fn stamp_receive_times(stream: &TcpStream) {
+    #[cfg(target_os = "linux")]
+    {
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket and a c_int option value of the right size. Without the
+        // option, reads carry no time and latencies end at the read.
+        unsafe {
+            libc::setsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = stream;
+}
+
+/// One read on the stream's socket, for [`TcpStream::try_io`] (which asks for a plain system
+/// call, not the stream's own reads): the bytes read, and when the last of them arrived if
+/// the kernel stamped them.
+#[cfg(target_os = "linux")]
+fn recv(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<(usize, Option<SystemTime>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one control message carrying a timespec, aligned for its header.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data, valid zeroed.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: a valid socket, and a msghdr whose buffers live across the call.
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut at = None;
+    // SAFETY: the kernel filled `msg` and its control buffer; the CMSG_* walk stays inside.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                at = Some(UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, at))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn recv(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<(usize, Option<SystemTime>)> {
     // SAFETY: a valid socket and a buffer of `buf.len()` writable bytes.
     let n = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
     if n < 0 {
         Err(std::io::Error::last_os_error())
     } else {
-        Ok(n as usize)
+        Ok((n as usize, None))
     }
 }
 
@@ -357,6 +431,36 @@ fn last_token_is(value: &[u8], token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An answer's latency ends when it arrived: one that sat in the socket for about 40 ms
+    /// before the exchange read it says so.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_answer_that_waited_in_the_socket_says_how_long() {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            // Answered before it is asked (once the client has set the option): the bytes
+            // wait in the client's socket.
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        });
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stamp_receive_times(&stream);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200);
+        // Wide band: the answer may come a little after the connect returns.
+        assert!(unread >= Duration::from_millis(25), "{unread:?}");
+        assert!(unread < Duration::from_secs(5), "{unread:?}");
+        server.join().unwrap();
+    }
 
     /// Feeds `parts` one after another as reads would, then ends the stream.
     fn read(parts: &[&[u8]]) -> Result<Option<Answer>, Malformed> {
