@@ -188,7 +188,7 @@ impl Client {
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
-        h1::stamp_receive_times(&stream);
+        stamp_receive_times(&stream);
         Ok(H1Conn { target, stream })
     }
 
@@ -281,21 +281,34 @@ impl Client {
 /// connections to *each* destination instead of in total.
 fn bind_source(socket: &TcpSocket, ip: IpAddr) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket fd and a c_int option value of the right size.
-        unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::IPPROTO_IP,
-                libc::IP_BIND_ADDRESS_NO_PORT,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-    }
+    turn_on(socket, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT);
     socket.bind(SocketAddr::new(ip, 0))
+}
+
+/// Asks the kernel to stamp what the socket receives with the time it came
+/// (`SO_TIMESTAMPNS`), so that an answer's latency ends when it arrived, not when a busy or
+/// napping shard (see [`crate::gather`]) read it ([`h1::exchange`] reads the stamps).
+pub fn stamp_receive_times(stream: &TcpStream) {
+    #[cfg(target_os = "linux")]
+    turn_on(stream, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS);
+    #[cfg(not(target_os = "linux"))]
+    let _ = stream;
+}
+
+/// Sets a boolean socket option. Best effort: without it the socket works, only less well.
+#[cfg(target_os = "linux")]
+fn turn_on(socket: &impl std::os::fd::AsRawFd, level: libc::c_int, option: libc::c_int) {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid socket fd and a c_int option value of the right size.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            option,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }
 
 /// The h2c request (HTTP/1.1 requests are written by [`h1::request`]).

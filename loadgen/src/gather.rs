@@ -10,7 +10,7 @@
 //! arrival's due time, that arrival's timer and the batch's answers come in one `epoll_wait`.
 //!
 //! What it costs: nothing in the latencies, which end at the kernel's receive time of the
-//! answer (`SO_TIMESTAMPNS`, see [`crate::h1::stamp_receive_times`]), not at the read.
+//! answer (`SO_TIMESTAMPNS`, see [`crate::client::stamp_receive_times`]), not at the read.
 //! Arrivals keep their schedule. A connection comes back to the pool, and an attempt timeout
 //! fires, up to one nap late. A nap that gathers fewer than two answers (a slow server) saved
 //! nothing, so the next batches skip it, for twice as many each time it happens again (up to

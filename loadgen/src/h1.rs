@@ -127,29 +127,6 @@ pub async fn exchange(
     }
 }
 
-/// Asks the kernel to stamp what the socket receives with the time it came
-/// (`SO_TIMESTAMPNS`), so that an answer's latency ends when it arrived, not when a busy or
-/// napping shard (see [`crate::gather`]) read it.
-pub fn stamp_receive_times(stream: &TcpStream) {
-    #[cfg(target_os = "linux")]
-    {
-        let one: libc::c_int = 1;
-        // SAFETY: a valid socket and a c_int option value of the right size. Without the
-        // option, reads carry no time and latencies end at the read.
-        unsafe {
-            libc::setsockopt(
-                stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = stream;
-}
-
 /// One read on the stream's socket, for [`TcpStream::try_io`] (which asks for a plain system
 /// call, not the stream's own reads): the bytes read, and when the last of them arrived if
 /// the kernel stamped them.
@@ -450,7 +427,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(200));
         });
         let mut stream = TcpStream::connect(addr).await.unwrap();
-        stamp_receive_times(&stream);
+        crate::client::stamp_receive_times(&stream);
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec())
             .await
