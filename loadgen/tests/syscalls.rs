@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// 500/s for 4 s: slow enough for the unoptimised test build of the loadgen to keep up on a
 /// busy machine (one that falls behind opens connections, which costs system calls of its own).
-/// Measured: 5.0 per request on the 2-core machine (`sendto` and `recvmsg`, a `timerfd_settime`
+/// Measured: 5.0-5.3 per request on the 2-core machine (`sendto` and `recvmsg`, a `timerfd_settime`
 /// and two `epoll_wait` per arrival); 9.6 with the code before the cost work (an
 /// idle-connection probe, a wake-up of tokio's reactor per attempt timeout, two reads per
 /// pacer wake-up).
