@@ -38,9 +38,23 @@ async fn metric(pod: &Pod, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
+/// Each series reaches its value within a second. The worker thread counts an
+/// answer just after handing it over, so a handler can reply (and the test
+/// scrape) a moment before the count moves.
 async fn expect(pod: &Pod, expected: &[(&str, f64)]) {
     for &(series, value) in expected {
-        assert_eq!(metric(pod, series).await, value, "{series}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            let seen = metric(pod, series).await;
+            if seen == value {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series}: {seen}, expected {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 
