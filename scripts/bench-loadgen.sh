@@ -76,6 +76,8 @@ trap cleanup EXIT
 calc() { awk "BEGIN { printf \"%s\", $1 }"; }
 # fmt X DIGITS: X rounded.
 fmt() { awk -v x="$1" -v d="$2" 'BEGIN { printf "%.*f", d, x }'; }
+# ms SECONDS: in milliseconds, to the microsecond (JSON floats print as 1.1199999999999999).
+ms() { awk -v x="$1" 'BEGIN { printf "%.3f", x * 1000 }'; }
 
 # nginx: one worker on CPU 1, 200 "ok" at once, keep-alive without a request limit, and a
 # status page whose counters say how many connections and requests each run made.
@@ -175,12 +177,12 @@ declare -A cost_calls cost_cpu
 for rate in 10000 30000; do
   lg_rate "cost_lg_$rate" "$rate"
   printf '%-8s %-8s %-10s %-10s %-8s %-12s %s\n' "$rate" loadgen "$calls" "$cpu_us" "$conns" \
-    "$(js "cost_lg_$rate" '.attempt_latency_seconds.p99 * 1000')" "$(js "cost_lg_$rate" '.send_lag_seconds.p99 * 1000')"
+    "$(ms "$(js "cost_lg_$rate" '.attempt_latency_seconds.p99')")" "$(ms "$(js "cost_lg_$rate" '.send_lag_seconds.p99')")"
   cost_calls[lg_$rate]=$calls cost_cpu[lg_$rate]=$cpu_us
 
   oha_rate "cost_oha_$rate" "$rate"
   printf '%-8s %-8s %-10s %-10s %-8s %-12s %s\n' "$rate" oha "$calls" "$cpu_us" "$conns" \
-    "$(oha_js "cost_oha_$rate" '.latencyPercentiles.p99 * 1000')" -
+    "$(ms "$(oha_js "cost_oha_$rate" '.latencyPercentiles.p99')")" -
   cost_calls[oha_$rate]=$calls cost_cpu[oha_$rate]=$cpu_us
 
   echo "GET $url" >"$work/vegeta.targets"
@@ -189,7 +191,7 @@ for rate in 10000 30000; do
     -max-workers 64 -output "$work/vegeta_$rate.bin"
   "$vegeta" report -type json "$work/vegeta_$rate.bin" >"$work/vegeta_$rate.json"
   printf '%-8s %-8s %-10s %-10s %-8s %-12s %s\n' "$rate" vegeta "$calls" "$cpu_us" "$conns" \
-    "$(jq -r '.latencies["99th"] / 1e6' "$work/vegeta_$rate.json")" -
+    "$(ms "$(jq -r '.latencies["99th"] / 1e9' "$work/vegeta_$rate.json")")" -
 done
 for rate in 10000 30000; do
   ratio_calls=n/a
@@ -217,14 +219,14 @@ lg_held() {
   lg_rate "held_lg_$1" "$1"
   local name=held_lg_$1 first
   first=$(js "$name" .first_attempts)
-  last="sent $(calc "$first / $secs")/s, send-lag p99 $(js "$name" '.send_lag_seconds.p99 * 1000') ms, latency p99 $(js "$name" '.attempt_latency_seconds.p99 * 1000') ms, ${conns} connections"
+  last="sent $(calc "$first / $secs")/s, send-lag p99 $(ms "$(js "$name" '.send_lag_seconds.p99')") ms, latency p99 $(ms "$(js "$name" '.attempt_latency_seconds.p99')") ms, ${conns} connections"
   (($(calc "($first >= 0.99 * $1 * $secs && $(js "$name" .succeeded) == $first && $(js "$name" .send_lag_seconds.p99) < 0.002) ? 1 : 0")))
 }
 oha_held() {
   oha_rate "held_oha_$1" "$1"
   local name=held_oha_$1 p99
   p99=$(oha_js "$name" '.latencyPercentiles.p99')
-  last="answered $(oha_ok_rate "$name")/s, latency p99 $(calc "$p99 * 1000") ms, ${conns} connections"
+  last="answered $(oha_ok_rate "$name")/s, latency p99 $(ms "$p99") ms, ${conns} connections"
   (($(calc "($(oha_ok_rate "$name") >= 0.99 * $1 && $p99 < 0.002) ? 1 : 0")))
 }
 ladder() {
@@ -310,6 +312,6 @@ per_request inflight "$(js inflight .first_attempts)"
 peak=$(js inflight .peak_in_flight)
 rss=$(js inflight .max_rss_bytes)
 echo "## silent server, 10,000 new connections/s, ${timeout_ms} ms timeouts"
-echo "timeouts $(js inflight .timeouts) of $(js inflight .first_attempts) sent, errors $(jq -c '.errors | with_entries(select(.value > 0))' "$work/inflight/summary.json"), send-lag p99 $(js inflight '.send_lag_seconds.p99 * 1000') ms, ${cpu_us} us CPU and ${calls} system calls per attempt"
-echo "timeout lateness p50 $(js inflight '.timeout_lateness_seconds.p50 * 1000') ms, p99 $(js inflight '.timeout_lateness_seconds.p99 * 1000') ms, p99.9 $(js inflight '.timeout_lateness_seconds.p99_9 * 1000') ms, max $(js inflight '.timeout_lateness_seconds.max * 1000') ms (target: p99 within 5 ms)"
+echo "timeouts $(js inflight .timeouts) of $(js inflight .first_attempts) sent, errors $(jq -c '.errors | with_entries(select(.value > 0))' "$work/inflight/summary.json"), send-lag p99 $(ms "$(js inflight '.send_lag_seconds.p99')") ms, ${cpu_us} us CPU and ${calls} system calls per attempt"
+echo "timeout lateness p50 $(ms "$(js inflight '.timeout_lateness_seconds.p50')") ms, p99 $(ms "$(js inflight '.timeout_lateness_seconds.p99')") ms, p99.9 $(ms "$(js inflight '.timeout_lateness_seconds.p99_9')") ms, max $(ms "$(js inflight '.timeout_lateness_seconds.max')") ms (target: p99 within 5 ms)"
 echo "memory: peak ${peak} in flight, max RSS $(fmt "$(calc "$rss / 1048576")" 1) MiB = $(fmt "$(calc "$rss / $peak")" 0) bytes per attempt in flight; projected at 100,000: ~$(fmt "$(calc "$rss / $peak * 100000 / 1048576")" 0) MiB (target < 1536)"
