@@ -417,23 +417,25 @@ mod tests {
         use std::io::Write as _;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
+        let (stamped, stamped_rx) = std::sync::mpsc::channel();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            // Answered before it is asked (once the client has set the option): the bytes
+            // Answered before it is asked, once the client has set the option: the bytes
             // wait in the client's socket.
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            stamped_rx.recv().unwrap();
             s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
         });
         let mut stream = TcpStream::connect(addr).await.unwrap();
         crate::client::stamp_receive_times(&stream);
+        stamped.send(()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec())
             .await
             .unwrap();
         assert_eq!(answer.status, 200);
-        // Wide band: the answer may come a little after the connect returns.
+        // Wide band: the server thread may wake a little late.
         assert!(unread >= Duration::from_millis(25), "{unread:?}");
         assert!(unread < Duration::from_secs(5), "{unread:?}");
         server.join().unwrap();
