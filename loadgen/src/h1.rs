@@ -418,6 +418,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (stamped, stamped_rx) = std::sync::mpsc::channel();
+        let (written, written_rx) = std::sync::mpsc::channel();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             // Answered before it is asked, once the client has set the option: the bytes
@@ -425,11 +426,15 @@ mod tests {
             stamped_rx.recv().unwrap();
             s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 .unwrap();
+            written.send(()).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
         });
         let mut stream = TcpStream::connect(addr).await.unwrap();
         crate::client::stamp_receive_times(&stream);
         stamped.send(()).unwrap();
+        // The 50 ms count from the server's write, not from the request to write: a server
+        // thread that wakes late on a loaded machine (CI saw 0 ns) cannot shorten the wait.
+        written_rx.recv().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec())
             .await
