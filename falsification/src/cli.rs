@@ -4,11 +4,11 @@ use std::io::Write;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::experiment::{
+use falsification_model::experiment::{
     self, Abandoned, Experiment, GatewayKind, GatewayParams, HpaParams, HpaSignal, Params,
     ServiceTime, Topology,
 };
-use crate::{predict, report};
+use falsification_model::{predict, report};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -22,20 +22,8 @@
 //! - [`trigger`]: `trigger`, the destructive trigger test against a staging target: plan, run, measure.
 //! - [`cli`]: the `falsification` command line (`predict`, `run`, `suite`, `trigger`).
 
-pub mod budget;
 pub mod cli;
 pub mod cluster;
-pub mod control;
-pub mod des;
-pub mod experiment;
-pub mod fluid;
-pub mod hpa;
 pub mod kube;
-pub mod laws;
-pub mod metric;
-pub mod outcome;
-pub mod power;
-pub mod predict;
-pub mod report;
 pub mod runner;
 pub mod trigger;

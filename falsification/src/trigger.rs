@@ -5,7 +5,7 @@
 //! and the predicted outcome (trapped iff `A rho >= 1`, else the closed-form and fluid recovery).
 //! [`command`] prints it, and only with `--yes` and `--target` runs the `loadgen` (base, spike,
 //! base), bounded by `--max-duration` and Ctrl-C, then judges the loadgen's `timeseries.csv` with
-//! [`crate::outcome`] and writes `plan.json`, `record.json`, `report.md` and `trigger.svg`.
+//! [`falsification_model::outcome`] and writes `plan.json`, `record.json`, `report.md` and `trigger.svg`.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -18,10 +18,10 @@ use plotters::style::{BLACK, BLUE, RED};
 use serde::Serialize;
 use tokio::process::Command;
 
-use crate::experiment::{self, Params, Scenario, Topology};
-use crate::outcome::{self, Criteria, Outcome, Record, Row, State};
+use falsification_model::experiment::{self, Params, Scenario, Topology};
+use falsification_model::outcome::{self, Criteria, Outcome, Record, Row, State};
 use crate::runner::{self, Binaries, plot, record};
-use crate::{laws, predict};
+use falsification_model::{laws, predict};
 use loadgen::record::StdoutLine;
 
 #[derive(Debug, Args)]
@@ -546,7 +546,7 @@ pub fn pod_amplification(
         Some(a0 + (a1 - a0) * (t - t0) / (t1 - t0).max(1e-9))
     };
     let (from, to) = phase;
-    let rows: Vec<&crate::outcome::Row> = record
+    let rows: Vec<&falsification_model::outcome::Row> = record
         .rows
         .iter()
         .filter(|r| r.t >= from && r.t + record.step_s <= to + 1e-9)
@@ -1107,7 +1107,7 @@ mod tests {
         let record = Record {
             step_s: 1.0,
             rows: (0..60)
-                .map(|t| crate::outcome::Row {
+                .map(|t| falsification_model::outcome::Row {
                     t: f64::from(t),
                     first_attempts: 10.0,
                     ..Default::default()

@@ -3,7 +3,7 @@
 use clap::Parser;
 use falsification::cli::{self, Cli, Command};
 use falsification::runner::command::ClusterArg;
-use falsification::{predict, report};
+use falsification_model::{predict, report};
 
 fn args(argv: &[&str]) -> cli::PredictArgs {
     match Cli::try_parse_from(argv).unwrap().command {

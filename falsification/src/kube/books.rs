@@ -10,7 +10,7 @@ use k8s_openapi::api::autoscaling::v2::{
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cluster::PodEventKind;
-use crate::hpa::{Decision, Reason};
+use falsification_model::hpa::{Decision, Reason};
 use crate::runner::Sync;
 use crate::runner::probe::quantity;
 

@@ -15,7 +15,7 @@
 //!
 //! Everything here is pure; `kube/mod.rs` applies the objects and reads the page.
 
-use crate::experiment::Gateway;
+use falsification_model::experiment::Gateway;
 use crate::runner::gateway::{
     GatewayCounters, MAX_CONNECTIONS, haproxy_defaults, parse_haproxy_stats,
 };
@@ -125,7 +125,7 @@ pub fn servers_up(csv: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::load;
+    use falsification_model::experiment::load;
 
     fn f5_gateway(s: f64) -> Gateway {
         load("F5").unwrap().cases[0]

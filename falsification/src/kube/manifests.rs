@@ -26,8 +26,8 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
 use super::gateway;
-use crate::experiment::{GatewayKind, HpaSignal, Scenario};
-use crate::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
+use falsification_model::experiment::{GatewayKind, HpaSignal, Scenario};
+use falsification_model::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
 use crate::runner::{loadgen_args, micros, service_flags};
 
 /// The field manager of every server-side apply.
@@ -194,7 +194,7 @@ pub struct HpaValues {
     pub min: i32,
     pub max: i32,
     /// The kit's metrics: External ones by name, the CPU as a Resource metric.
-    pub metrics: Vec<crate::hpa::MetricSpec>,
+    pub metrics: Vec<falsification_model::hpa::MetricSpec>,
     /// Whole run seconds (checked by [`super::scale::scaled_behavior`]).
     pub behavior: Behavior,
 }
@@ -559,8 +559,8 @@ fn set_args(c: &mut Container, values: &[(&str, String)]) -> Result<(), Manifest
 }
 
 /// The kit's metric as the HPA object spells it.
-fn metric_spec(m: &crate::hpa::MetricSpec) -> MetricSpec {
-    use crate::hpa::Target;
+fn metric_spec(m: &falsification_model::hpa::MetricSpec) -> MetricSpec {
+    use falsification_model::hpa::Target;
     let external = |target: MetricTarget| MetricSpec {
         type_: "External".into(),
         external: Some(ExternalMetricSource {
@@ -743,7 +743,7 @@ pub fn loadgen_job(v: &Values) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::load;
+    use falsification_model::experiment::load;
     use crate::kube::scale::scaled_behavior;
 
     /// The base's files as one stream, as the overlays render them before kustomize sets the

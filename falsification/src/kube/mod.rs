@@ -33,7 +33,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::experiment::{Case, Experiment, Scenario};
+use falsification_model::experiment::{Case, Experiment, Scenario};
 use crate::runner::gateway::GatewayCounters;
 use crate::runner::probe::{MeterGauges, PodQueue};
 use crate::runner::record::write;

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::Scenario;
-use crate::hpa::Behavior;
+use falsification_model::experiment::Scenario;
+use falsification_model::hpa::Behavior;
 
 /// What the one-machine cluster records about its controller in ConfigMap
 /// `kube-system/retry-debt-kit-cluster`, key `hpa.json`.
@@ -51,7 +51,7 @@ impl ControllerAssumed {
             },
             None => ControllerAssumed {
                 sync_period_s: hpa_sync_s,
-                tolerance: crate::hpa::DEFAULT_TOLERANCE,
+                tolerance: falsification_model::hpa::DEFAULT_TOLERANCE,
                 source: "--hpa-sync and the upstream default tolerance (no \
                          kube-system/retry-debt-kit-cluster ConfigMap)"
                     .into(),
@@ -65,7 +65,7 @@ impl ControllerAssumed {
     /// default `--time-scale` on a cluster.
     pub fn natural_time_scale(&self) -> f64 {
         self.recorded.as_ref().map_or(
-            crate::hpa::DEFAULT_SYNC_PERIOD_S / self.sync_period_s,
+            falsification_model::hpa::DEFAULT_SYNC_PERIOD_S / self.sync_period_s,
             |r| r.time_scale,
         )
     }
@@ -195,13 +195,13 @@ pub fn scaled_behavior(b: &Behavior, scale: f64) -> Result<Behavior, ScaleError>
 pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
     // The loadgen holds its own attempts: the client layer's, each until its timeout or, behind
     // a gateway, the gateway's 504 (the gateway's tries are the gateway's sockets).
-    let a = crate::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
+    let a = falsification_model::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
     let timeout_s = rs.client_attempt_s();
     let peak = rs.base_rate()
         * match rs.event {
-            crate::experiment::LoadEvent::Spike { k, .. }
-            | crate::experiment::LoadEvent::Step { k } => k.max(1.0),
-            crate::experiment::LoadEvent::None => 1.0,
+            falsification_model::experiment::LoadEvent::Spike { k, .. }
+            | falsification_model::experiment::LoadEvent::Step { k } => k.max(1.0),
+            falsification_model::experiment::LoadEvent::None => 1.0,
         };
     let sockets = a * peak * timeout_s / f64::from(shards);
     if sockets > SOCKETS_PER_SHARD {
@@ -222,7 +222,7 @@ pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::load;
+    use falsification_model::experiment::load;
 
     fn f3() -> Scenario {
         load("F3").unwrap().cases[0].scenario.clone()

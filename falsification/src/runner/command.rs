@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 
 use super::{Binaries, ClusterChoice, RunOptions, report, run_all};
 use crate::cli::SignalArg;
-use crate::experiment::{self, Case, Experiment, HpaSignal, Params};
+use falsification_model::experiment::{self, Case, Experiment, HpaSignal, Params};
 use crate::kube::{self, KubeTarget};
 
 /// The embedded cluster's default time scale.

@@ -262,7 +262,7 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Outcome;
+    use falsification_model::outcome::Outcome;
 
     fn result(recovery: Option<f64>, peak: u32, lost: f64) -> CaseResult {
         let o = Outcome {

@@ -1,6 +1,6 @@
 //! The embedded cluster behind the runner's [`Cluster`] interface: `service` processes as pods
 //! ([`crate::cluster`]), one `meter` process, one `loadgen` process, and the kit's own HPA
-//! ([`crate::hpa::Hpa`]) syncing every (scaled) sync period, reading the meter's external
+//! ([`falsification_model::hpa::Hpa`]) syncing every (scaled) sync period, reading the meter's external
 //! metrics API over HTTPS as the HPA controller does, and for the CPU signal the pods' CPU
 //! counters through [`MetricsServer`]. A case with a gateway puts a real proxy
 //! ([`GatewayProcess`]) between the loadgen and the pods.
@@ -22,10 +22,10 @@ use super::{
     loadgen_args, micros, row_step, service_flags, spawn, stop,
 };
 use crate::cluster::{self, EmbeddedCluster, PodTemplate};
-use crate::control::AutoscalerConfig;
-use crate::experiment::Scenario;
-use crate::hpa::{Hpa, PodSample, Reading, Scale};
-use crate::metric::Signal;
+use falsification_model::control::AutoscalerConfig;
+use falsification_model::experiment::Scenario;
+use falsification_model::hpa::{Hpa, PodSample, Reading, Scale};
+use falsification_model::metric::Signal;
 
 /// One case's embedded cluster, from its pods to its HPA.
 pub struct Embedded {
@@ -213,7 +213,7 @@ impl Cluster for Embedded {
         }
         Description {
             cluster: "embedded".into(),
-            hpa: "emulated (falsification::hpa, the kit's HPA algorithm)".into(),
+            hpa: "emulated (falsification_model::hpa, the kit's HPA algorithm)".into(),
             versions,
         }
     }

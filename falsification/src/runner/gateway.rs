@@ -26,7 +26,7 @@ use tokio::process::{Child, Command};
 
 use super::{spawn, stop};
 use crate::cluster;
-use crate::experiment::{Gateway, GatewayKind};
+use falsification_model::experiment::{Gateway, GatewayKind};
 
 /// What a gateway has done so far (cumulative).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

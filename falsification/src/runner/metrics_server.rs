@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
-use crate::hpa::UsageSample;
+use falsification_model::hpa::UsageSample;
 
 /// The latest CPU sample of every pod scraped twice.
 #[derive(Debug)]

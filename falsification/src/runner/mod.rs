@@ -2,10 +2,10 @@
 //!
 //! Per case: `service` processes play the pods ([`crate::cluster`]), one `meter` scrapes them and
 //! serves the external metrics API over HTTPS, one `loadgen` runs the schedule against the ready
-//! pods. Autoscaled cases drive replicas with [`crate::hpa::Hpa`] every (scaled) sync period,
+//! pods. Autoscaled cases drive replicas with [`falsification_model::hpa::Hpa`] every (scaled) sync period,
 //! reading the meter's API as the HPA controller does. Every duration is divided by the time
 //! scale `S`; `--rate-scale` multiplies every rate (pod rate and demand alike: rho is unchanged).
-//! The measured record is judged by [`crate::outcome`] (the one definition) and the case's
+//! The measured record is judged by [`falsification_model::outcome`] (the one definition) and the case's
 //! refutation rule, beside the pooled and per-pod fluid predictions for the configuration that
 //! actually ran (its time scale, rate scale, warm-up, horizon and measured dead time).
 //!
@@ -34,8 +34,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cluster::{self, PodEventKind};
-use crate::experiment::{Case, Experiment, LoadEvent, Scenario};
-use crate::hpa::Decision;
+use falsification_model::experiment::{Case, Experiment, LoadEvent, Scenario};
+use falsification_model::hpa::Decision;
 use gateway::GatewayCounters;
 use probe::{LoadCounters, MeterGauges, PodQueue};
 use record::Sample;
@@ -56,7 +56,7 @@ pub struct RunOptions {
     /// Show the live status line (only honoured on a terminal).
     pub progress: bool,
     /// `time_scale` is a ceiling: each case runs at the largest scale up to it at which the
-    /// noise of a metric window cannot move the pod count it is judged on ([`crate::power`]).
+    /// noise of a metric window cannot move the pod count it is judged on ([`falsification_model::power`]).
     pub pick_scale: bool,
     /// Where the cases run.
     pub cluster: ClusterChoice,
@@ -126,10 +126,10 @@ pub struct CaseResult {
     pub verdict: String,
     pub reason: String,
     /// Experiment time.
-    pub measured: crate::outcome::Outcome,
-    pub fluid_pooled: crate::outcome::Outcome,
-    pub fluid_per_pod: crate::outcome::Outcome,
-    pub published: crate::experiment::Published,
+    pub measured: falsification_model::outcome::Outcome,
+    pub fluid_pooled: falsification_model::outcome::Outcome,
+    pub fluid_per_pod: falsification_model::outcome::Outcome,
+    pub published: falsification_model::experiment::Published,
     /// Which prediction the measurement matches (see [`report::matches`]).
     pub matches: String,
     /// Mean measured dead time (decision to ready), experiment seconds.
@@ -342,12 +342,12 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> String {
 pub(crate) fn service_flags(rs: &Scenario) -> (&'static str, &'static str) {
     (
         match rs.service {
-            crate::experiment::ServiceTime::Exponential => "exponential",
-            crate::experiment::ServiceTime::Deterministic => "deterministic",
+            falsification_model::experiment::ServiceTime::Exponential => "exponential",
+            falsification_model::experiment::ServiceTime::Deterministic => "deterministic",
         },
         match rs.abandoned {
-            crate::experiment::Abandoned::Serve => "finish",
-            crate::experiment::Abandoned::Drop => "drop-expired",
+            falsification_model::experiment::Abandoned::Serve => "finish",
+            falsification_model::experiment::Abandoned::Drop => "drop-expired",
         },
     )
 }
@@ -374,7 +374,7 @@ pub(crate) fn loadgen_args(rs: &Scenario, seed: u64) -> Vec<String> {
         args.push(format!("--retry-budget-min={}", b.min_per_s));
         args.push(format!("--retry-budget-ttl={}", micros(b.ttl_s)));
     }
-    if rs.abandoned == crate::experiment::Abandoned::Drop {
+    if rs.abandoned == falsification_model::experiment::Abandoned::Drop {
         args.push("--deadline".to_string());
     }
     if rs.gateway.is_some() {
@@ -512,7 +512,7 @@ async fn run_case(
     let picked;
     let opts = if opts.pick_scale {
         picked = RunOptions {
-            time_scale: crate::power::largest_resolving_scale(&se, opts.time_scale),
+            time_scale: falsification_model::power::largest_resolving_scale(&se, opts.time_scale),
             ..opts.clone()
         };
         &picked
@@ -535,7 +535,7 @@ async fn run_case(
 /// Says before the run whether the noise of one metric window can move the pod count at this
 /// scale, and what that means for the case's verdict.
 fn announce_power(e: &Experiment, case: &Case, se: &Scenario, time_scale: f64) {
-    let Some(r) = crate::power::pod_resolution(&se.time_scaled(time_scale)) else {
+    let Some(r) = falsification_model::power::pod_resolution(&se.time_scaled(time_scale)) else {
         return;
     };
     let name = format!("{} {}", e.id, case.scenario.name);
@@ -556,7 +556,7 @@ fn announce_power(e: &Experiment, case: &Case, se: &Scenario, time_scale: f64) {
         "falsification: {name} at S = {time_scale}: the steady pod count cannot be resolved ({}); \
          {consequence}; S = {} resolves it",
         r.text(),
-        crate::power::largest_resolving_scale(se, time_scale),
+        falsification_model::power::largest_resolving_scale(se, time_scale),
     );
 }
 
@@ -700,7 +700,7 @@ async fn drive<C: Cluster>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::load;
+    use falsification_model::experiment::load;
 
     #[test]
     fn schedules_follow_the_case_in_run_time() {

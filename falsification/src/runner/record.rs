@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::gateway::GatewayCounters;
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::cluster::{ClusterError, write_atomically};
-use crate::outcome::{Outcome, Provisioning, Record, Row};
+use falsification_model::outcome::{Outcome, Provisioning, Record, Row};
 
 /// One row of the run, `step` run seconds long, as sampled at its end.
 #[derive(Debug, Clone, Copy, Default)]

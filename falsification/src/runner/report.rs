@@ -9,11 +9,11 @@ use serde::Serialize;
 use super::record::{self, Sample};
 use super::{CaseResult, Description, Measured, RunOptions};
 use crate::cluster::PodEventKind;
-use crate::experiment::{Case, Experiment, Scenario};
-use crate::outcome::{self, Criteria, Evidence, Judgement, Outcome, State, Verdict};
-use crate::power::PodResolution;
-use crate::predict::{self, ExperimentPrediction};
-use crate::{experiment::Topology, fluid};
+use falsification_model::experiment::{Case, Experiment, Scenario};
+use falsification_model::outcome::{self, Criteria, Evidence, Judgement, Outcome, State, Verdict};
+use falsification_model::power::PodResolution;
+use falsification_model::predict::{self, ExperimentPrediction};
+use falsification_model::{experiment::Topology, fluid};
 
 /// Relative band within which a measured recovery time or pod count "agrees" with a prediction.
 pub const BAND: f64 = 0.10;
@@ -245,7 +245,7 @@ struct Summary<'a> {
     matches: &'a str,
     predicted: &'a ExperimentPrediction,
     predicted_experiment_time: PredictedExperimentTime,
-    published: &'a crate::experiment::Published,
+    published: &'a falsification_model::experiment::Published,
     cpu: Cpu,
     pod_crashes: usize,
     /// Whether the noise of one metric window could move the steady pod count (autoscaled cases).
@@ -309,7 +309,7 @@ pub fn finish(
     let p = &prediction.cases[0];
     let exp = |o: &Outcome| record::in_experiment_time(o, s);
     let measured_exp = exp(&run_outcome);
-    let resolution = crate::power::pod_resolution(&rs);
+    let resolution = falsification_model::power::pod_resolution(&rs);
     let verdict = if m.complete {
         // The cluster queues per pod: its prediction first, then the pooled one, then the laws'
         // (which need no horizon, so a run too short for the models still gets a figure).
@@ -518,7 +518,7 @@ fn pct(v: Option<f64>) -> String {
 fn recovery_cell(o: &Outcome) -> String {
     match o.state() {
         State::Recovered => secs(o.recovery_s),
-        _ => crate::report::state_cell(o),
+        _ => falsification_model::report::state_cell(o),
     }
 }
 
@@ -613,7 +613,7 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     let _ = writeln!(
         o,
         "| recovery (from {}) | {} | {} | {} | {} |",
-        if matches!(rs.event, crate::experiment::LoadEvent::Spike { .. }) {
+        if matches!(rs.event, falsification_model::experiment::LoadEvent::Spike { .. }) {
             "spike end"
         } else {
             "step"
@@ -676,7 +676,7 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     );
     if m.provisioning.peak_over_needed.is_some() {
         // Definition 9's figures: the cells are capacity met, peak over needed, work lost.
-        let [mm, pm, om] = [m, pp, po].map(crate::report::provisioning_cells);
+        let [mm, pm, om] = [m, pp, po].map(falsification_model::report::provisioning_cells);
         for (i, figure) in [
             "capacity meets the load (from the step)",
             "peak pods / pods needed at the target",
@@ -789,7 +789,7 @@ fn provisioning_table(o: &mut String, results: &[CaseResult]) {
             ("fluid per pod", &r.fluid_per_pod),
             ("fluid pooled", &r.fluid_pooled),
         ] {
-            let [met, over, lost, end] = crate::report::provisioning_cells(out);
+            let [met, over, lost, end] = falsification_model::report::provisioning_cells(out);
             let _ = writeln!(
                 o,
                 "| {} {} | {source} | {met} | {over} | {lost} | {end} |",

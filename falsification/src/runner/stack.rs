@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::gateway::GatewayCounters;
 use super::probe::PodQueue;
 use super::record::Sample;
-use crate::experiment::{HpaSignal, Scenario};
+use falsification_model::experiment::{HpaSignal, Scenario};
 
 /// What each layer multiplied, over the failed phase.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -142,7 +142,7 @@ impl std::iter::Sum<GatewayCounters> for GatewayCounters {
 
 /// The configured amplification of each layer: client, gateway tries, the product.
 pub fn configured(rs: &Scenario) -> (f64, f64, f64) {
-    let client = crate::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
+    let client = falsification_model::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
     let gateway = f64::from(rs.gateway_tries());
     (client, gateway, rs.amplification())
 }
@@ -267,7 +267,7 @@ pub fn markdown(m: Option<&StackMeasure>, rs: &Scenario, time_scale: f64) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::load;
+    use falsification_model::experiment::load;
     use crate::runner::probe::{LoadCounters, MeterGauges};
 
     fn queue(arrivals: f64, first: f64) -> PodQueue {

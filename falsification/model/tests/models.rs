@@ -1,10 +1,10 @@
 //! The models against the published figures and against each other. Horizons and steps are chosen so
 //! the whole file runs in seconds in debug builds; the full-length checks are in scripts/bench-model.sh.
 
-use falsification::experiment::{self, Abandoned, Case, Scenario, Topology};
-use falsification::outcome::{self, Evidence, Outcome};
-use falsification::predict::{self, criteria};
-use falsification::{des, fluid};
+use falsification_model::experiment::{self, Abandoned, Case, Scenario, Topology};
+use falsification_model::outcome::{self, Evidence, Outcome};
+use falsification_model::predict::{self, criteria};
+use falsification_model::{des, fluid};
 
 fn case(id: &str, name: &str) -> Case {
     let mut c = experiment::load(id)

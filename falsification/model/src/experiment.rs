@@ -12,7 +12,7 @@ use crate::hpa::{
 use crate::metric::Signal;
 use crate::outcome::Expect;
 
-/// The suite, as shipped in `falsification/experiments/`.
+/// The suite, as shipped in `falsification/model/experiments/`.
 /// The built-in experiments; the suite is F1-F4 ([`SUITE`]).
 pub const BUILTIN: [(&str, &str); 8] = [
     ("F0", include_str!("../experiments/F0.toml")),
@@ -153,7 +153,8 @@ pub struct Backoff {
 }
 
 /// The proxy between the clients and the pods (F5, retry stacks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum GatewayKind {
     /// HAProxy 2.6: `retries N`, `retry-on response-timeout conn-failure`, `timeout server`.
@@ -1014,7 +1015,7 @@ fn positive(context: &str, field: &'static str, v: f64) -> Result<f64, Experimen
 
 /// Seconds from a duration like `10s` or `1500ms`; `field` is named in the error. Also used for
 /// the command lines' duration flags (context `command line`).
-pub(crate) fn duration(
+pub fn duration(
     context: &str,
     field: &'static str,
     text: Option<&str>,
@@ -1050,7 +1051,7 @@ fn parse_multiple(context: &str, field: &'static str, text: &str) -> Result<f64,
 }
 
 /// `5x300s` -> `(5, 300)`: a spike of 5 times the base for 300 s.
-pub(crate) fn parse_spike(context: &str, text: &str) -> Result<(f64, f64), ExperimentError> {
+pub fn parse_spike(context: &str, text: &str) -> Result<(f64, f64), ExperimentError> {
     let bad = || {
         field_err(
             context,

@@ -1,0 +1,34 @@
+//! The pure half of the retry-debt kit: SPEC's laws, the HPA algorithm, the pooled and per-pod
+//! fluid models, the request-level model, and the experiments as data.
+//!
+//! Nothing here starts a process, opens a socket or writes a file; the only file it reads is an
+//! experiment's TOML. Time and randomness come in as arguments (seeds, instants), so every
+//! function is tested without I/O. The harness (crate `falsification`) drives real processes
+//! and clusters with these same types; see ARCHITECTURE.md at the repository root.
+//!
+//! Layout, from the bottom up:
+//! - [`laws`]: the closed forms (trap condition, trigger size, recovery time, scaler trap,
+//!   ingress escape, amplification of retry stacks).
+//! - [`hpa`]: the HorizontalPodAutoscaler algorithm as a state machine (the one implementation
+//!   the embedded cluster drives real pods with).
+//! - [`metric`]: rate-over-window readings as the meter computes them.
+//! - [`control`]: fixed or HPA-driven capacity with the dead time, shared by both models.
+//! - [`budget`]: a sliding-window retry budget.
+//! - [`experiment`]: F0-F5 as data (TOML) and ad-hoc scenarios.
+//! - [`fluid`]: the pooled and per-pod fluid models; [`des`]: the seeded request-level model.
+//! - [`outcome`]: the one definition of "recovered" and "lost", applied to any per-second record.
+//! - [`power`]: whether a run's metric noise can move the pod count it is judged on.
+//! - [`predict`]: every model for a case; [`report`]: predictions as text and JSON.
+
+pub mod budget;
+pub mod control;
+pub mod des;
+pub mod experiment;
+pub mod fluid;
+pub mod hpa;
+pub mod laws;
+pub mod metric;
+pub mod outcome;
+pub mod power;
+pub mod predict;
+pub mod report;
