@@ -415,6 +415,25 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn an_answer_that_waited_in_the_socket_says_how_long() {
         use std::io::Write as _;
+        use std::os::fd::AsRawFd as _;
+        // Linux turns receive stamps on for the whole machine a moment after the first socket
+        // asks (a static key flipped by deferred work): a packet that comes before carries none,
+        // and its wait reads 0 (CI saw it on a fresh runner). A socket that asks first, and a
+        // pause, make sure the answer below is stamped.
+        let early = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let one: libc::c_int = 1;
+        // SAFETY: a valid socket fd and a c_int option value of the right size.
+        let set = unsafe {
+            libc::setsockopt(
+                early.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0);
+        std::thread::sleep(std::time::Duration::from_millis(100));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (stamped, stamped_rx) = std::sync::mpsc::channel();
@@ -444,6 +463,7 @@ mod tests {
         assert!(unread >= Duration::from_millis(25), "{unread:?}");
         assert!(unread < Duration::from_secs(5), "{unread:?}");
         server.join().unwrap();
+        drop(early);
     }
 
     /// Feeds `parts` one after another as reads would, then ends the stream.
