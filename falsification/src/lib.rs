@@ -1,29 +1,24 @@
-//! The prediction side of the retry-debt kit: SPEC's laws, the HPA algorithm, a fluid model and a
-//! request-level model of a service whose pods finish abandoned work, and the F1-F4 experiments.
+//! The harness of the retry-debt kit: runs the experiments of [`falsification_model`] on real
+//! processes and clusters, records them, and judges them against the models' predictions.
 //!
-//! Layout:
-//! - [`laws`]: the closed forms (trap condition, trigger size, recovery time, scaler trap, ingress
-//!   escape, amplification of retry stacks).
-//! - [`hpa`]: the HorizontalPodAutoscaler algorithm as a pure state machine (THE implementation the
-//!   embedded runner drives real pods with).
-//! - [`metric`]: rate-over-window readings as the meter computes them.
-//! - [`control`]: fixed or HPA-driven capacity with the dead time, shared by both models.
-//! - [`budget`]: a sliding-window retry budget.
-//! - [`fluid`]: the pooled and per-pod fluid models.
-//! - [`des`]: the seeded request-level discrete-event model.
-//! - [`outcome`]: the one definition of "recovered" and "lost", applied to any per-second record.
-//! - [`power`]: whether a run's metric noise can move the pod count it is judged on.
-//! - [`experiment`]: F1-F4 as data (TOML) and ad-hoc scenarios.
-//! - [`predict`]: every model for a case; [`report`]: text and JSON.
-//! - [`cluster`]: the embedded cluster (`service` processes as pods, routing files, reaping).
-//! - [`runner`]: `run` / `suite` / `compare`: drives a cluster through one interface; records,
-//!   verdicts, plots; the embedded cluster is `runner::embedded`.
-//! - [`kube`]: a Kubernetes cluster through its API (`--cluster kube`), and `manifests`.
-//! - [`trigger`]: `trigger`, the destructive trigger test against a staging target: plan, run, measure.
-//! - [`cli`]: the `falsification` command line (`predict`, `run`, `suite`, `trigger`).
+//! Layout (ARCHITECTURE.md at the repository root has the rules between the layers):
+//! - [`cli`]: the `falsification` command line, the only module that knows clap; it picks the
+//!   environment a run happens in.
+//! - [`runner`]: `run_all` drives any environment through the seam
+//!   ([`runner::Environment`], [`runner::Cluster`]), one [`runner::RunPlan`] per case; records,
+//!   verdicts, plots.
+//! - `embedded`: the embedded cluster (`service` processes as pods, the kit's HPA, a real
+//!   HAProxy or nginx for F5).
+//! - [`kube`]: a Kubernetes cluster through its API; the only module that knows kube-rs.
+//! - `trigger`: the destructive trigger test against a staging target.
+//! - leaves: `gateway` (the proxies' configuration and counters, pure), `invocation` (the
+//!   command lines of the kit's binaries), `process` (children, reaping, atomic files).
 
 pub mod cli;
-pub mod cluster;
+mod embedded;
+mod gateway;
+mod invocation;
 pub mod kube;
+mod process;
 pub mod runner;
-pub mod trigger;
+mod trigger;

@@ -1,8 +1,8 @@
 //! The command line and the JSON contract of `predict --format json`.
 
 use clap::Parser;
+use falsification::cli::ClusterArg;
 use falsification::cli::{self, Cli, Command};
-use falsification::runner::command::ClusterArg;
 use falsification_model::{predict, report};
 
 fn args(argv: &[&str]) -> cli::PredictArgs {

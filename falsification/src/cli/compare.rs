@@ -10,9 +10,9 @@ use clap::Args;
 use plotters::style::RGBColor;
 use serde::Serialize;
 
-use super::command::{ClusterArg, CommonArgs, Selection};
-use super::report::{BAND, LOST_BAND};
-use super::{CaseResult, ClusterChoice, plot, record, run_all};
+use super::run::{CommonArgs, Selection};
+use crate::runner::report::{BAND, LOST_BAND};
+use crate::runner::{CaseResult, plot, record, run_all};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
@@ -127,14 +127,8 @@ const UPSTREAM_READY: RGBColor = RGBColor(240, 140, 130);
 /// `falsification compare`.
 pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     let list = args.select.cases(&args.common.overrides())?;
-    let kube_opts = args.common.options(ClusterArg::Kube, &list)?;
-    let ClusterChoice::Kube(target) = &kube_opts.cluster else {
-        unreachable!("options for ClusterArg::Kube are kube options")
-    };
-    let facts = target
-        .facts
-        .clone()
-        .context("the cluster's facts are read before a kube run")?;
+    let (kube, kube_opts) = args.common.kube(&list)?;
+    let facts = &kube.facts;
     // The emulation runs what the cluster runs: its sync period and tolerance, the same scale.
     let emulated_list: Vec<_> = list
         .iter()
@@ -146,16 +140,23 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
             (e.clone(), c)
         })
         .collect();
-    let mut emb_opts = args.common.options(ClusterArg::Embedded, &emulated_list)?;
-    emb_opts.time_scale = kube_opts.time_scale;
+    let (embedded, _) = args.common.embedded()?;
+    let emb_opts = args.common.options(kube_opts.time_scale, false)?;
     let id = &list[0].0.id;
     let emulated = run_all(
+        &embedded,
         &format!("compare-{id}-emulated"),
         &emulated_list,
         &emb_opts,
         1,
     )?;
-    let upstream = run_all(&format!("compare-{id}-upstream"), &list, &kube_opts, 1)?;
+    let upstream = run_all(
+        &kube,
+        &format!("compare-{id}-upstream"),
+        &list,
+        &kube_opts,
+        1,
+    )?;
     let dir = upstream.dir.with_file_name(format!(
         "{}-vs-emulated",
         upstream

@@ -1,5 +1,10 @@
 //! The `falsification` command line. `main.rs` parses [`Cli`] and calls [`run`].
 
+mod compare;
+mod run;
+
+pub use run::ClusterArg;
+
 use std::io::Write;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -31,15 +36,15 @@ pub enum Command {
     /// Run an experiment's cases on an embedded local cluster (service, meter and loadgen
     /// processes; the HPA module drives replicas), or with --cluster kube on a Kubernetes
     /// cluster (the upstream HPA), and write a record with verdicts and plots.
-    Run(crate::runner::command::RunArgs),
+    Run(run::RunArgs),
     /// Run F1-F4 (or --only some) on the embedded cluster, with an index of verdicts.
-    Suite(crate::runner::command::SuiteArgs),
+    Suite(run::SuiteArgs),
     /// Print the Kubernetes objects a `run --cluster kube` of a case applies (YAML, in apply
     /// order), from the k8s/ overlays with the experiment's values set.
-    Manifests(crate::runner::command::ManifestsArgs),
+    Manifests(run::ManifestsArgs),
     /// Run cases under the kit's HPA emulation (embedded) and under the upstream HPA (a
     /// Kubernetes cluster), and compare pods over time, recovery and lost demand, with a plot.
-    Compare(crate::runner::compare::CompareArgs),
+    Compare(compare::CompareArgs),
     /// Plan (and with --yes run) a trigger test against a staging target: spike it past its client
     /// timeout, return to base load, measure recovery and amplification.
     Trigger(crate::trigger::TriggerArgs),
@@ -317,10 +322,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(out.as_bytes())?;
             Ok(())
         }
-        Command::Run(args) => crate::runner::command::run(&args),
-        Command::Suite(args) => crate::runner::command::suite(&args),
-        Command::Manifests(args) => crate::runner::command::manifests(&args),
-        Command::Compare(args) => crate::runner::compare::compare(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Suite(args) => run::suite(&args),
+        Command::Manifests(args) => run::manifests(&args),
+        Command::Compare(args) => compare::compare(&args),
         Command::Trigger(args) => crate::trigger::command(&args),
     }
 }

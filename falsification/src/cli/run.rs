@@ -1,14 +1,16 @@
-//! The `run`, `suite`, `manifests` and `compare` subcommands' flags and entry points (kept out
-//! of `cli.rs`).
+//! The `run`, `suite` and `manifests` subcommands' flags and entry points, and the choice of
+//! the environment the cases run in (the embedded cluster or a Kubernetes cluster).
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::{Binaries, ClusterChoice, RunOptions, report, run_all};
-use crate::cli::SignalArg;
+use super::SignalArg;
+use crate::embedded::EmbeddedEnvironment;
+use crate::kube::{self, Kube, KubeTarget};
+use crate::process::Binaries;
+use crate::runner::{RunOptions, RunPlan, Session, report, run_all};
 use falsification_model::experiment::{self, Case, Experiment, HpaSignal, Params};
-use crate::kube::{self, KubeTarget};
 
 /// The embedded cluster's default time scale.
 pub const EMBEDDED_TIME_SCALE: f64 = 10.0;
@@ -68,7 +70,6 @@ impl KubeArgs {
             image: self.image.clone(),
             keep: self.keep,
             k8s_dir: self.k8s_dir.clone(),
-            facts: None,
         })
     }
 }
@@ -77,10 +78,10 @@ impl KubeArgs {
 /// time scale (the given one, else the one at which the controller's sync period is the
 /// experiment's 15 s), and checks every case against it before anything is created.
 fn kube_preflight(
-    mut target: KubeTarget,
+    target: KubeTarget,
     time_scale: Option<f64>,
     cases: &[(Experiment, Case)],
-) -> anyhow::Result<(KubeTarget, f64)> {
+) -> anyhow::Result<(Kube, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -103,8 +104,7 @@ fn kube_preflight(
         facts.controller.tolerance,
         facts.controller.source,
     );
-    target.facts = Some(facts);
-    Ok((target, scale))
+    Ok((Kube { target, facts }, scale))
 }
 
 /// Flags shared by `run` and `suite`.
@@ -213,25 +213,12 @@ impl CommonArgs {
         }
     }
 
-    /// The options of a run of `cases` on `cluster`.
-    pub fn options(
-        &self,
-        cluster: ClusterArg,
-        cases: &[(Experiment, Case)],
-    ) -> anyhow::Result<RunOptions> {
+    /// The options of a run at `time_scale`; `pick_scale` lets each case run at the largest
+    /// scale up to it with enough power.
+    pub fn options(&self, time_scale: f64, pick_scale: bool) -> anyhow::Result<RunOptions> {
         let warmup_s = match &self.warmup {
             Some(w) => Some(experiment::duration("command line", "--warmup", Some(w))?),
             None => None,
-        };
-        let (time_scale, cluster) = match cluster {
-            ClusterArg::Embedded => (
-                self.time_scale.unwrap_or(EMBEDDED_TIME_SCALE),
-                ClusterChoice::Embedded(Binaries::locate(self.bin_dir.as_deref())?),
-            ),
-            ClusterArg::Kube => {
-                let (target, scale) = kube_preflight(self.kube.target()?, self.time_scale, cases)?;
-                (scale, ClusterChoice::Kube(Box::new(target)))
-            }
         };
         Ok(RunOptions {
             time_scale,
@@ -240,10 +227,39 @@ impl CommonArgs {
             seed: self.seed,
             warmup_s,
             progress: true,
-            // Embedded, with no scale given: each case at the largest scale with enough power.
-            pick_scale: self.time_scale.is_none() && matches!(cluster, ClusterChoice::Embedded(_)),
-            cluster,
+            pick_scale,
         })
+    }
+
+    /// The embedded cluster and its options: with no scale given, each case at the largest
+    /// scale up to the default with enough power.
+    pub fn embedded(&self) -> anyhow::Result<(EmbeddedEnvironment, RunOptions)> {
+        let env = EmbeddedEnvironment::new(Binaries::locate(self.bin_dir.as_deref())?);
+        let opts = self.options(
+            self.time_scale.unwrap_or(EMBEDDED_TIME_SCALE),
+            self.time_scale.is_none(),
+        )?;
+        Ok((env, opts))
+    }
+
+    /// The Kubernetes cluster, read and checked against `cases`, and the options of a run on it.
+    pub fn kube(&self, cases: &[(Experiment, Case)]) -> anyhow::Result<(Kube, RunOptions)> {
+        let (env, scale) = kube_preflight(self.kube.target()?, self.time_scale, cases)?;
+        Ok((env, self.options(scale, false)?))
+    }
+
+    /// Runs `list` where `--cluster` says.
+    fn run_all(&self, label: &str, list: &[(Experiment, Case)]) -> anyhow::Result<Session> {
+        match self.cluster {
+            ClusterArg::Embedded => {
+                let (env, opts) = self.embedded()?;
+                run_all(&env, label, list, &opts, self.jobs)
+            }
+            ClusterArg::Kube => {
+                let (env, opts) = self.kube(list)?;
+                run_all(&env, label, list, &opts, self.jobs)
+            }
+        }
     }
 }
 
@@ -266,8 +282,7 @@ pub(crate) fn cases(
 }
 
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
-    let opts = common.options(common.cluster, list)?;
-    let s = run_all(label, list, &opts, common.jobs)?;
+    let s = common.run_all(label, list)?;
     print!("{}", report::text(&s.dir, &s.results));
     if !s.failures.is_empty() {
         anyhow::bail!(
@@ -327,24 +342,20 @@ pub struct ManifestsArgs {
 /// apply order (the client CA's data and the loadgen's start time are set at run time).
 pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
     let list = args.select.cases(&Params::default())?;
-    let (target, time_scale) = if args.read_cluster {
+    let (env, time_scale) = if args.read_cluster {
         kube_preflight(args.kube.target()?, args.time_scale, &list)?
     } else {
-        let mut t = args.kube.target()?;
-        let facts = kube::offline_facts(&t);
+        let target = args.kube.target()?;
+        let facts = kube::offline_facts(&target);
         let scale = args
             .time_scale
             .unwrap_or_else(|| facts.controller.natural_time_scale());
         for (_, c) in &list {
-            kube::check_case(&c.scenario, scale, t.shards)?;
+            kube::check_case(&c.scenario, scale, target.shards)?;
         }
-        t.facts = Some(facts);
-        (t, scale)
+        (Kube { target, facts }, scale)
     };
-    let facts = target
-        .facts
-        .clone()
-        .unwrap_or_else(|| kube::offline_facts(&target));
+    let facts = &env.facts;
     let opts = RunOptions {
         time_scale,
         rate_scale: args.rate_scale,
@@ -353,13 +364,11 @@ pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
         warmup_s: None,
         progress: false,
         pick_scale: false,
-        cluster: ClusterChoice::Kube(Box::new(target.clone())),
     };
     let mut out = String::new();
     for (e, c) in &list {
-        let mut se = super::resolved(c, &opts);
-        facts.controller.apply(&mut se, time_scale);
-        let (_, m) = kube::plan(&target, &facts, &se, &opts)?;
+        let plan = RunPlan::new(c, &opts, &env, PathBuf::new());
+        let (_, m) = kube::plan(&env.target, facts, &plan)?;
         out += &format!(
             "# {} {} at time scale {time_scale}: what `falsification run --cluster kube` applies \
              (image {} from {}; HPA sync {} s from {}).\n# At run time the ConfigMap {} gets the \

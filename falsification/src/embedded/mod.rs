@@ -1,5 +1,5 @@
 //! The embedded cluster behind the runner's [`Cluster`] interface: `service` processes as pods
-//! ([`crate::cluster`]), one `meter` process, one `loadgen` process, and the kit's own HPA
+//! ([`pods`]), one `meter` process, one `loadgen` process, and the kit's own HPA
 //! ([`falsification_model::hpa::Hpa`]) syncing every (scaled) sync period, reading the meter's external
 //! metrics API over HTTPS as the HPA controller does, and for the CPU signal the pods' CPU
 //! counters through [`MetricsServer`]. A case with a gateway puts a real proxy
@@ -14,25 +14,46 @@ use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use super::gateway::GatewayProcess;
-use super::metrics_server::MetricsServer;
-use super::probe::{LoadCounters, Probe};
-use super::{
-    Binaries, Cluster, Description, Ended, Observation, RunOptions, Sync, cpu_seconds,
-    loadgen_args, micros, row_step, service_flags, spawn, stop,
-};
-use crate::cluster::{self, EmbeddedCluster, PodTemplate};
+use gateway::GatewayProcess;
+mod gateway;
+mod metrics_server;
+mod pods;
+
+use crate::invocation::{loadgen_args, micros, service_flags};
+use crate::process::{self, Binaries, cpu_seconds, spawn, stop};
+use crate::runner::probe::{LoadCounters, Probe};
+use crate::runner::{Cluster, Description, Ended, Environment, HpaSync, Observation, RunPlan};
 use falsification_model::control::AutoscalerConfig;
 use falsification_model::experiment::Scenario;
 use falsification_model::hpa::{Hpa, PodSample, Reading, Scale};
 use falsification_model::metric::Signal;
+use metrics_server::MetricsServer;
+use pods::{EmbeddedCluster, PodTemplate};
+
+/// The embedded cluster as the place cases run: the kit's binaries on this machine.
+pub struct EmbeddedEnvironment {
+    bins: Binaries,
+}
+
+impl EmbeddedEnvironment {
+    pub fn new(bins: Binaries) -> EmbeddedEnvironment {
+        EmbeddedEnvironment { bins }
+    }
+}
+
+impl Environment for EmbeddedEnvironment {
+    type Cluster = Embedded;
+
+    async fn cluster(&self, plan: &RunPlan) -> anyhow::Result<Embedded> {
+        Embedded::new(plan, &self.bins)
+    }
+}
 
 /// One case's embedded cluster, from its pods to its HPA.
 pub struct Embedded {
     rs: Scenario,
     dir: PathBuf,
     seed: u64,
-    step: f64,
     bins: Binaries,
     probe: Probe,
     /// The loadgen's and the meter's routing files live here while the case runs.
@@ -55,19 +76,14 @@ pub struct Embedded {
     desired: usize,
     /// Next HPA sync, run seconds from the load event.
     next_sync: f64,
-    syncs: Vec<Sync>,
+    syncs: Vec<HpaSync>,
 }
 
 impl Embedded {
-    /// A case's cluster, not started yet; `se` is the scenario in experiment time.
-    pub fn new(
-        se: &Scenario,
-        dir: &Path,
-        opts: &RunOptions,
-        bins: &Binaries,
-    ) -> anyhow::Result<Embedded> {
-        let rs = se.time_scaled(opts.time_scale);
-        let step = row_step(opts.time_scale);
+    /// A case's cluster, not started yet.
+    fn new(plan: &RunPlan, bins: &Binaries) -> anyhow::Result<Embedded> {
+        let rs = plan.run.clone();
+        let (dir, step) = (&plan.dir, plan.step);
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs)?;
         let routing = tempfile::tempdir().context("creating the routing directory")?;
@@ -81,7 +97,7 @@ impl Embedded {
             service_time: service_time.into(),
             abandoned: abandoned.into(),
             ready_after: Duration::from_secs_f64(rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s)),
-            shutdown_grace: Duration::from_secs_f64(30.0 / opts.time_scale),
+            shutdown_grace: Duration::from_secs_f64(30.0 / plan.time_scale),
             log: logs.join("pods.log"),
         };
         let pods = EmbeddedCluster::new(
@@ -102,18 +118,17 @@ impl Embedded {
             desired: rs.pods as usize,
             rs,
             dir: dir.to_path_buf(),
-            seed: opts.seed,
-            step,
+            seed: plan.seed,
             bins: bins.clone(),
             probe,
             routing,
             pods,
             meter: None,
-            meter_listen: cluster::free_loopback_port()?,
-            meter_api: cluster::free_loopback_port()?,
+            meter_listen: process::free_loopback_port()?,
+            meter_api: process::free_loopback_port()?,
             meter_cpu0: 0.0,
             loadgen: None,
-            loadgen_metrics: cluster::free_loopback_port()?,
+            loadgen_metrics: process::free_loopback_port()?,
             gateway: None,
             last_load: LoadCounters::default(),
             t0: Instant::now(),
@@ -189,10 +204,6 @@ async fn wait_up(probe: &Probe, url: &str, within: Duration, what: &str) -> anyh
 }
 
 impl Cluster for Embedded {
-    fn row_step(&self) -> f64 {
-        self.step
-    }
-
     fn describe(&self) -> Description {
         let version = |binary: &Path| {
             std::process::Command::new(binary)
@@ -338,7 +349,7 @@ impl Cluster for Embedded {
             self.desired = decision.desired.max(0) as usize;
             self.pods.scale_to(self.desired)?;
         }
-        self.syncs.push(Sync {
+        self.syncs.push(HpaSync {
             t: self.next_sync,
             readings: decision.current.clone(),
             decision,

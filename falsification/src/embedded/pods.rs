@@ -8,13 +8,15 @@
 //! its grace period. Every child is reaped: on scale-down, on [`EmbeddedCluster::shutdown`],
 //! and (through `kill_on_drop`) when the cluster is dropped on an error or a panic.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+use crate::process::{WriteError, free_loopback_port, sigterm, spawn_child, write_atomically};
+use crate::runner::PodEventKind;
 
 /// How every pod of the experiment is started.
 #[derive(Debug, Clone)]
@@ -44,23 +46,6 @@ pub struct PodEvent {
     pub kind: PodEventKind,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum PodEventKind {
-    Ordered,
-    /// Ready; carries the measured dead time, ordered to ready, in run seconds.
-    Ready {
-        dead_time_s: f64,
-    },
-    Terminating,
-    Exited {
-        code: Option<i32>,
-    },
-    /// Exited while it was meant to be serving.
-    Crashed {
-        code: Option<i32>,
-    },
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("pod binary {path}: {source}")]
@@ -69,7 +54,7 @@ pub enum ClusterError {
         source: std::io::Error,
     },
     #[error("no free loopback port: {0}")]
-    Port(std::io::Error),
+    Port(#[from] std::io::Error),
     #[error("only {ready} of {pods} initial pods became ready within {within:?} (see {})", log.display())]
     NotReady {
         ready: usize,
@@ -77,11 +62,8 @@ pub enum ClusterError {
         within: Duration,
         log: PathBuf,
     },
-    #[error("writing {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Write(#[from] WriteError),
 }
 
 struct Pod {
@@ -310,7 +292,7 @@ impl EmbeddedCluster {
             .create(true)
             .append(true)
             .open(&t.log)
-            .map_err(|source| ClusterError::Write {
+            .map_err(|source| WriteError {
                 path: t.log.clone(),
                 source,
             })?;
@@ -405,69 +387,6 @@ impl EmbeddedCluster {
             .collect();
         let all: String = self.pod_urls().iter().map(|u| format!("{u}\n")).collect();
         write_atomically(&self.targets_file, &targets)?;
-        write_atomically(&self.pods_file, &all)
+        Ok(write_atomically(&self.pods_file, &all)?)
     }
-}
-
-/// Spawns a kit process quietly (`RUST_LOG=warn`, stderr to `log`, no stdin/stdout), killed
-/// when dropped and when the runner dies.
-pub fn spawn_child(command: Command, log: std::fs::File) -> std::io::Result<Child> {
-    spawn_child_to(command, log, Stdio::null())
-}
-
-/// [`spawn_child`] with the child's stdout going to `stdout` (e.g. piped, to read it live).
-pub fn spawn_child_to(
-    mut command: Command,
-    log: std::fs::File,
-    stdout: Stdio,
-) -> std::io::Result<Child> {
-    die_with_parent(&mut command);
-    command
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-}
-
-/// Asks a child to stop gracefully (SIGTERM); a child already reaped has nothing to stop.
-pub fn sigterm(child: &Child) {
-    if let Some(pid) = child.id() {
-        // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-    }
-}
-
-/// Makes the kernel kill the child if the runner dies without reaping it (SIGKILL, abort):
-/// `kill_on_drop` covers errors and panics, this covers the rest. The signal follows the
-/// *thread* that started the child: start children only from a thread that outlives them (a
-/// case's own thread, which reaps them before it moves on), never from `spawn_blocking`.
-fn die_with_parent(command: &mut Command) {
-    // SAFETY: prctl is async-signal-safe and touches only the child being set up.
-    unsafe {
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-}
-
-/// A port that was free a moment ago on 127.0.0.1. The pod binds it right after; the
-/// window for a clash is tiny, and a pod that cannot bind is recorded as crashed.
-pub fn free_loopback_port() -> Result<SocketAddr, ClusterError> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ClusterError::Port)?;
-    listener.local_addr().map_err(ClusterError::Port)
-}
-
-/// Writes `contents` to `path` atomically, so a reader sees the old file or the new one, never
-/// half of one: the loadgen's one way of doing it (a temporary file beside `path`, flushed to
-/// disk, renamed over it), with the path named on error.
-pub fn write_atomically(path: &Path, contents: &str) -> Result<(), ClusterError> {
-    loadgen::record::write_atomically(path, contents.as_bytes()).map_err(|source| {
-        ClusterError::Write {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
 }

@@ -9,10 +9,10 @@ use k8s_openapi::api::autoscaling::v2::{
 };
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cluster::PodEventKind;
-use falsification_model::hpa::{Decision, Reason};
-use crate::runner::Sync;
+use crate::runner::HpaSync;
+use crate::runner::PodEventKind;
 use crate::runner::probe::quantity;
+use falsification_model::hpa::{Decision, Reason};
 
 /// One pod of the Deployment as the runner has seen it.
 struct Seen {
@@ -117,7 +117,7 @@ impl PodBook {
 #[derive(Default)]
 pub struct HpaBook {
     last: Option<(i32, Vec<Option<f64>>)>,
-    pub syncs: Vec<Sync>,
+    pub syncs: Vec<HpaSync>,
 }
 
 impl HpaBook {
@@ -161,7 +161,7 @@ impl HpaBook {
         let key = (desired, readings.clone());
         if self.last.as_ref() != Some(&key) {
             let previous = self.last.as_ref().map_or(current, |(d, _)| *d);
-            self.syncs.push(Sync {
+            self.syncs.push(HpaSync {
                 t: now,
                 readings,
                 decision: Decision {

@@ -15,10 +15,8 @@
 //!
 //! Everything here is pure; `kube/mod.rs` applies the objects and reads the page.
 
+use crate::gateway::{GatewayCounters, MAX_CONNECTIONS, haproxy_defaults, parse_haproxy_stats};
 use falsification_model::experiment::Gateway;
-use crate::runner::gateway::{
-    GatewayCounters, MAX_CONNECTIONS, haproxy_defaults, parse_haproxy_stats,
-};
 
 /// The frontend's port (the Service `gateway`'s `http`).
 pub const PORT: u16 = 8080;

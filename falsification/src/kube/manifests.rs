@@ -26,9 +26,9 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
 use super::gateway;
+use crate::invocation::{loadgen_args, micros, service_flags};
 use falsification_model::experiment::{GatewayKind, HpaSignal, Scenario};
 use falsification_model::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
-use crate::runner::{loadgen_args, micros, service_flags};
 
 /// The field manager of every server-side apply.
 pub const FIELD_MANAGER: &str = "retry-debt-kit";
@@ -743,8 +743,8 @@ pub fn loadgen_job(v: &Values) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use falsification_model::experiment::load;
     use crate::kube::scale::scaled_behavior;
+    use falsification_model::experiment::load;
 
     /// The base's files as one stream, as the overlays render them before kustomize sets the
     /// namespace and labels (which the runner sets again) and patches the HPA's metrics (which

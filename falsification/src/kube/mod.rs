@@ -15,7 +15,7 @@ pub mod scale;
 pub mod shards;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,12 +33,12 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use falsification_model::experiment::{Case, Experiment, Scenario};
-use crate::runner::gateway::GatewayCounters;
+use crate::gateway::GatewayCounters;
 use crate::runner::probe::{MeterGauges, PodQueue};
 use crate::runner::record::write;
-use crate::runner::{Cluster, Description, Ended, Observation, RunOptions, row_step};
+use crate::runner::{Cluster, Description, Ended, Environment, Observation, RunPlan};
 use books::{HpaBook, PodBook};
+use falsification_model::experiment::Scenario;
 use manifests::{FIELD_MANAGER, MANAGED_BY, Manifests, Values};
 use scale::ControllerAssumed;
 use shards::ShardLog;
@@ -56,8 +56,32 @@ pub struct KubeTarget {
     pub image: Option<String>,
     pub keep: bool,
     pub k8s_dir: Option<PathBuf>,
-    /// What [`facts`] found, once read.
-    pub facts: Option<ClusterFacts>,
+}
+
+/// A Kubernetes cluster as the place cases run: where it is, and what [`facts`] read of it
+/// before the first case.
+#[derive(Debug, Clone)]
+pub struct Kube {
+    pub target: KubeTarget,
+    pub facts: ClusterFacts,
+}
+
+impl Environment for Kube {
+    type Cluster = KubeCluster;
+
+    /// The cluster's HPA controller runs with its own sync period and tolerance.
+    fn adjust(&self, experiment: &mut Scenario, time_scale: f64) {
+        self.facts.controller.apply(experiment, time_scale);
+    }
+
+    /// The loadgen shards count whole seconds: rows are never shorter.
+    fn shortest_row_s(&self) -> f64 {
+        1.0
+    }
+
+    async fn cluster(&self, plan: &RunPlan) -> anyhow::Result<KubeCluster> {
+        KubeCluster::new(&self.target, &self.facts, plan).await
+    }
 }
 
 /// What the runner knows of the cluster: `cluster.json`.
@@ -205,24 +229,23 @@ pub fn check_case(se: &Scenario, time_scale: f64, shards: u32) -> Result<(), sca
 pub fn plan(
     t: &KubeTarget,
     facts: &ClusterFacts,
-    se: &Scenario,
-    opts: &RunOptions,
+    plan: &RunPlan,
 ) -> anyhow::Result<(Values, Manifests)> {
-    let rs = se.time_scaled(opts.time_scale);
+    let (se, rs) = (&plan.experiment, &plan.run);
     let behavior = match &se.hpa {
-        Some(h) => Some(scale::scaled_behavior(&h.behavior, opts.time_scale)?),
+        Some(h) => Some(scale::scaled_behavior(&h.behavior, plan.time_scale)?),
         None => None,
     };
     let mut values = Values::new(
-        &rs,
+        rs,
         &t.namespace,
         &facts.image,
-        opts.seed,
+        plan.seed,
         t.shards,
         behavior,
-        30.0 / opts.time_scale,
+        30.0 / plan.time_scale,
     );
-    values.gateway = manifests::GatewayValues::new(&rs, &t.namespace, opts.time_scale);
+    values.gateway = manifests::GatewayValues::new(rs, &t.namespace, plan.time_scale);
     let k8s = manifests::k8s_dir(t.k8s_dir.as_deref());
     let yaml = manifests::render_case(&k8s, se)?;
     let m = Manifests::new(&yaml, &values)?;
@@ -283,32 +306,23 @@ fn unix_now() -> f64 {
 }
 
 impl KubeCluster {
-    /// A case's cluster, not started: connects, renders the case's objects. Returns the case
-    /// as this cluster runs it (the controller's sync period and tolerance; experiment time).
-    pub async fn new(
+    /// A case's cluster, not started: connects, renders the case's objects.
+    async fn new(
         t: &KubeTarget,
-        _e: &Experiment,
-        _case: &Case,
-        se: &Scenario,
-        dir: &Path,
-        opts: &RunOptions,
-    ) -> anyhow::Result<(Scenario, KubeCluster)> {
+        facts: &ClusterFacts,
+        run: &RunPlan,
+    ) -> anyhow::Result<KubeCluster> {
         let client = connect(t).await?;
-        let facts = match &t.facts {
-            Some(f) => f.clone(),
-            None => facts(&client, t).await?,
-        };
-        let mut se = se.clone();
-        facts.controller.apply(&mut se, opts.time_scale);
-        let (values, manifests) = plan(t, &facts, &se, opts)?;
-        let rs = se.time_scaled(opts.time_scale);
+        let facts = facts.clone();
+        let (se, rs, dir) = (&run.experiment, run.run.clone(), &run.dir);
+        let (values, manifests) = plan(t, &facts, run)?;
         let sockets = scale::check_sockets(&rs, t.shards)?;
         std::fs::create_dir_all(dir.join("loadgen"))?;
         let record = ClusterRecord {
             hpa: format!("upstream {}", facts.server),
             facts,
             namespace: t.namespace.clone(),
-            time_scale: opts.time_scale,
+            time_scale: run.time_scale,
             sync_period_experiment_s: se.hpa.as_ref().map(|h| h.sync_period_s),
             loadgen_shards: t.shards,
             sockets_per_shard: sockets,
@@ -336,8 +350,7 @@ impl KubeCluster {
             values,
             manifests,
             dir: dir.to_path_buf(),
-            // The shards count whole seconds: rows are never shorter.
-            step: row_step(opts.time_scale).max(1.0),
+            step: run.step,
             record,
             t0: Instant::now(),
             t0_unix: unix_now(),
@@ -352,7 +365,7 @@ impl KubeCluster {
             rs,
         };
         c.write_record()?;
-        Ok((se, c))
+        Ok(c)
     }
 
     fn ns(&self) -> &str {
@@ -715,10 +728,6 @@ async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<()> {
 }
 
 impl Cluster for KubeCluster {
-    fn row_step(&self) -> f64 {
-        self.step
-    }
-
     fn describe(&self) -> Description {
         Description {
             cluster: format!("kube (namespace {})", self.ns()),

@@ -195,7 +195,10 @@ pub fn scaled_behavior(b: &Behavior, scale: f64) -> Result<Behavior, ScaleError>
 pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
     // The loadgen holds its own attempts: the client layer's, each until its timeout or, behind
     // a gateway, the gateway's 504 (the gateway's tries are the gateway's sockets).
-    let a = falsification_model::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
+    let a = falsification_model::laws::layer_amplification(
+        rs.retries,
+        rs.retry_budget.map(|b| b.ratio),
+    );
     let timeout_s = rs.client_attempt_s();
     let peak = rs.base_rate()
         * match rs.event {

@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use super::probe::PodQueue;
 use super::record::Sample;
-use crate::cluster::write_atomically;
+use crate::process::write_atomically;
 use falsification_model::outcome::Record;
 
 pub(crate) type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
@@ -120,7 +120,11 @@ pub(crate) fn scatter(
     )
 }
 
-fn curve(r: &Record, s: f64, f: impl Fn(&falsification_model::outcome::Row) -> f64) -> Vec<(f64, f64)> {
+fn curve(
+    r: &Record,
+    s: f64,
+    f: impl Fn(&falsification_model::outcome::Row) -> f64,
+) -> Vec<(f64, f64)> {
     r.rows.iter().map(|row| (row.t * s, f(row))).collect()
 }
 

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::gateway::GatewayCounters;
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
-use crate::cluster::{ClusterError, write_atomically};
+use crate::gateway::GatewayCounters;
+use crate::process::{WriteError, write_atomically};
 use falsification_model::outcome::{Outcome, Provisioning, Record, Row};
 
 /// One row of the run, `step` run seconds long, as sampled at its end.
@@ -169,7 +169,7 @@ pub fn in_experiment_time(o: &Outcome, time_scale: f64) -> Outcome {
 }
 
 /// Writes `name` in `dir` atomically.
-pub fn write(dir: &Path, name: &str, contents: &str) -> Result<(), ClusterError> {
+pub fn write(dir: &Path, name: &str, contents: &str) -> Result<(), WriteError> {
     write_atomically(&dir.join(name), contents)
 }
 

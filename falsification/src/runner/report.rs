@@ -7,8 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::record::{self, Sample};
-use super::{CaseResult, Description, Measured, RunOptions};
-use crate::cluster::PodEventKind;
+use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
 use falsification_model::experiment::{Case, Experiment, Scenario};
 use falsification_model::outcome::{self, Criteria, Evidence, Judgement, Outcome, State, Verdict};
 use falsification_model::power::PodResolution;
@@ -55,15 +54,10 @@ fn proc_text(path: &str) -> String {
 
 /// `experiment.toml`: the resolved configuration (both time bases), the cluster and its HPA,
 /// versions and host.
-#[allow(clippy::too_many_arguments)]
 pub fn write_config(
-    dir: &Path,
     e: &Experiment,
     case: &Case,
-    se: &Scenario,
-    rs: &Scenario,
-    opts: &RunOptions,
-    step: f64,
+    plan: &RunPlan,
     description: &Description,
 ) -> anyhow::Result<()> {
     let config = Config {
@@ -72,10 +66,10 @@ pub fn write_config(
         title: &e.title,
         condition: &e.condition,
         refuted_if: &e.refuted_if,
-        time_scale: opts.time_scale,
-        rate_scale: opts.rate_scale,
-        seed: opts.seed,
-        row_step_run_s: step,
+        time_scale: plan.time_scale,
+        rate_scale: plan.rate_scale,
+        seed: plan.seed,
+        row_step_run_s: plan.step,
         initial_pods_ready: true,
         cluster: &description.cluster,
         hpa: &description.hpa,
@@ -85,11 +79,11 @@ pub fn write_config(
             kernel: proc_text("/proc/sys/kernel/osrelease"),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         },
-        scenario_experiment_time: se,
-        scenario_run_time: rs,
+        scenario_experiment_time: &plan.experiment,
+        scenario_run_time: &plan.run,
     };
     let text = toml::to_string(&config)?;
-    record::write(dir, "experiment.toml", &text)?;
+    record::write(&plan.dir, "experiment.toml", &text)?;
     Ok(())
 }
 
@@ -108,9 +102,9 @@ impl Status {
         }))
     }
 
-    pub fn update(&self, s: &Sample, t_run: f64, rs: &Scenario, time_scale: f64, step: f64) {
+    pub fn update(&self, s: &Sample, t_run: f64, plan: &RunPlan) {
         let Some(bar) = &self.0 else { return };
-        let per_s = 1.0 / step;
+        let per_s = 1.0 / plan.step;
         let ok = if s.load.attempts > 0.0 {
             100.0 * s.load.successes / s.load.attempts
         } else {
@@ -119,8 +113,8 @@ impl Status {
         bar.inc(1);
         bar.set_message(format!(
             "{} t = {:>7.0} s exp  pods {}/{}  first {:>6.0}/s  ingress {:>6.0}/s  success {:>5.1}%",
-            rs.name,
-            t_run * time_scale,
+            plan.run.name,
+            t_run * plan.time_scale,
             s.pods_desired,
             s.pods_ready,
             s.load.first_attempts * per_s,
@@ -137,18 +131,13 @@ impl Status {
 }
 
 /// What a partial record holds while the run goes (and after a hard kill).
-pub fn flush_partial(
-    dir: &Path,
-    samples: &[Sample],
-    rs: &Scenario,
-    time_scale: f64,
-    step: f64,
-) -> anyhow::Result<()> {
-    let (record, _) = measured(samples, rs, step);
+pub fn flush_partial(samples: &[Sample], plan: &RunPlan) -> anyhow::Result<()> {
+    let dir = &plan.dir;
+    let (record, _) = measured(samples, &plan.run, plan.step);
     record::write(
         dir,
         "timeseries.csv",
-        &record::csv(samples, &record, time_scale),
+        &record::csv(samples, &record, plan.time_scale),
     )?;
     let partial = serde_json::json!({
         "complete": false,
@@ -262,18 +251,17 @@ pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
 
 /// Evaluates the run, predicts the configuration that ran, writes every file.
 pub fn finish(
-    dir: &Path,
     e: &Experiment,
     case: &Case,
-    se: &Scenario,
-    opts: &RunOptions,
+    plan: &RunPlan,
     description: &Description,
     m: &Measured,
 ) -> anyhow::Result<CaseResult> {
-    let s = opts.time_scale;
-    let rs = se.time_scaled(s);
+    let s = plan.time_scale;
+    let rs = &plan.run;
+    let dir = &plan.dir;
     let step = m.step;
-    let (rec, criteria) = measured(&m.samples, &rs, step);
+    let (rec, criteria) = measured(&m.samples, rs, step);
     let run_outcome = outcome::evaluate(&rec, &criteria);
     // Dead time of the pods ordered during the run (the initial ones were ready at once).
     let dead: Vec<f64> = m
@@ -286,18 +274,12 @@ pub fn finish(
         })
         .collect();
     let dead_time_s = mean(&dead);
-    // The prediction for what ran: the measured dead time when pods were ordered.
-    let mut ran = se.clone();
-    if let (Some(h), Some(d)) = (ran.hpa.as_mut(), dead_time_s) {
-        h.dead_time_s = d;
-    }
-    if !m.complete {
-        // An interrupted run is compared over the span it covered.
-        let reached = m.samples.last().map_or(0.0, |x| x.t) * s;
-        ran.horizon_s = ran.horizon_s.min(reached.max(1.0));
-    }
+    // The prediction for what ran: the measured dead time when pods were ordered; an
+    // interrupted run is compared over the span it covered.
+    let reached = (!m.complete).then(|| m.samples.last().map_or(0.0, |x| x.t) * s);
+    let ran = plan.as_measured(dead_time_s, reached);
     let ran_case = Case {
-        scenario: ran.clone(),
+        scenario: ran.experiment.clone(),
         published: case.published.clone(),
         expect: case.expect.clone(),
     };
@@ -309,7 +291,7 @@ pub fn finish(
     let p = &prediction.cases[0];
     let exp = |o: &Outcome| record::in_experiment_time(o, s);
     let measured_exp = exp(&run_outcome);
-    let resolution = falsification_model::power::pod_resolution(&rs);
+    let resolution = falsification_model::power::pod_resolution(rs);
     let verdict = if m.complete {
         // The cluster queues per pod: its prediction first, then the pooled one, then the laws'
         // (which need no horizon, so a run too short for the models still gets a figure).
@@ -335,11 +317,11 @@ pub fn finish(
     // Behind a gateway the layers must multiply at the pods, whatever the recovery did.
     let stack = rs
         .gateway
-        .and_then(|_| super::stack::measure(&m.samples, &m.pods, &rs, step));
+        .and_then(|_| super::stack::measure(&m.samples, &m.pods, rs, step));
     let verdict = match &stack {
         Some(st)
             if verdict.judgement == Judgement::Held
-                && !super::stack::product_holds(st, &rs, AMPLIFICATION_TOLERANCE) =>
+                && !super::stack::product_holds(st, rs, AMPLIFICATION_TOLERANCE) =>
         {
             Verdict {
                 judgement: Judgement::Refuted,
@@ -365,9 +347,8 @@ pub fn finish(
         .filter(|(_, _, k)| matches!(k, PodEventKind::Crashed { .. }))
         .count();
     let frac = |cpu: f64| if m.wall_s > 0.0 { cpu / m.wall_s } else { 0.0 };
-    let rs_ran = ran.time_scaled(s);
-    let pooled_curve = fluid::simulate(&rs_ran, Topology::Pooled)?;
-    let per_pod_curve = fluid::simulate(&rs_ran, Topology::PerPod)?;
+    let pooled_curve = fluid::simulate(&ran.run, Topology::Pooled)?;
+    let per_pod_curve = fluid::simulate(&ran.run, Topology::PerPod)?;
     let summary = Summary {
         experiment: &e.id,
         case: &case.scenario.name,
@@ -377,7 +358,7 @@ pub fn finish(
         verdict: verdict_word,
         reason: &verdict.reason,
         time_scale: s,
-        rate_scale: opts.rate_scale,
+        rate_scale: plan.rate_scale,
         measured: MeasuredJson {
             outcome: measured_exp,
             dead_time_s,
@@ -456,7 +437,7 @@ pub fn finish(
                 .collect(),
         },
     };
-    record::write(dir, "report.md", &markdown(e, &result, &summary, &rs))?;
+    record::write(dir, "report.md", &markdown(e, &result, &summary, rs))?;
     record::write(dir, "summary.json", &record::json(&summary))?;
     Ok(result)
 }
@@ -613,7 +594,10 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     let _ = writeln!(
         o,
         "| recovery (from {}) | {} | {} | {} | {} |",
-        if matches!(rs.event, falsification_model::experiment::LoadEvent::Spike { .. }) {
+        if matches!(
+            rs.event,
+            falsification_model::experiment::LoadEvent::Spike { .. }
+        ) {
             "spike end"
         } else {
             "step"

@@ -15,9 +15,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::gateway::GatewayCounters;
 use super::probe::PodQueue;
 use super::record::Sample;
+use crate::gateway::GatewayCounters;
 use falsification_model::experiment::{HpaSignal, Scenario};
 
 /// What each layer multiplied, over the failed phase.
@@ -142,7 +142,10 @@ impl std::iter::Sum<GatewayCounters> for GatewayCounters {
 
 /// The configured amplification of each layer: client, gateway tries, the product.
 pub fn configured(rs: &Scenario) -> (f64, f64, f64) {
-    let client = falsification_model::laws::layer_amplification(rs.retries, rs.retry_budget.map(|b| b.ratio));
+    let client = falsification_model::laws::layer_amplification(
+        rs.retries,
+        rs.retry_budget.map(|b| b.ratio),
+    );
     let gateway = f64::from(rs.gateway_tries());
     (client, gateway, rs.amplification())
 }
@@ -267,8 +270,8 @@ pub fn markdown(m: Option<&StackMeasure>, rs: &Scenario, time_scale: f64) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use falsification_model::experiment::load;
     use crate::runner::probe::{LoadCounters, MeterGauges};
+    use falsification_model::experiment::load;
 
     fn queue(arrivals: f64, first: f64) -> PodQueue {
         PodQueue {

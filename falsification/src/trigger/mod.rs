@@ -18,9 +18,11 @@ use plotters::style::{BLACK, BLUE, RED};
 use serde::Serialize;
 use tokio::process::Command;
 
+use crate::invocation;
+use crate::process::{self, Binaries};
+use crate::runner::{self, plot, record};
 use falsification_model::experiment::{self, Params, Scenario, Topology};
 use falsification_model::outcome::{self, Criteria, Outcome, Record, Row, State};
-use crate::runner::{self, Binaries, plot, record};
 use falsification_model::{laws, predict};
 use loadgen::record::StdoutLine;
 
@@ -157,13 +159,13 @@ fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
         pods: Some(1),
         rate_per_pod: Some(capacity),
         rho: Some(p.rho),
-        spike: Some(format!("{}x{}", p.k, runner::micros(p.spike_s))),
-        timeout: Some(runner::micros(p.timeout_s)),
+        spike: Some(format!("{}x{}", p.k, invocation::micros(p.spike_s))),
+        timeout: Some(invocation::micros(p.timeout_s)),
         retries: Some(p.retries),
         retry_budget: p.retry_budget,
         retry_budget_min_per_s: p.retry_budget.map(|_| 0.0),
-        warmup: Some(runner::micros(p.before_s)),
-        horizon: Some(runner::micros(horizon_s)),
+        warmup: Some(invocation::micros(p.before_s)),
+        horizon: Some(invocation::micros(horizon_s)),
         seeds: Some(vec![]),
         ..Params::default()
     })?;
@@ -257,7 +259,7 @@ pub fn schedule(p: &Plan) -> anyhow::Result<String> {
     let mut s = scenario(p, p.spike_s + p.observe_s)?;
     // The scenario's base rate is rho x capacity = rate; warm-up is the base period.
     s.rate_per_pod = rate / p.rho;
-    Ok(runner::schedule(&s, 1.0))
+    Ok(invocation::schedule(&s, 1.0))
 }
 
 /// Highest rate of a loadgen schedule (`TIME:RATE,...,TIME:end`).
@@ -807,8 +809,8 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
     cmd.arg("--target")
         .arg(target)
         .arg(format!("--schedule={schedule}"))
-        .arg(format!("--duration={}", runner::micros(max_duration)))
-        .arg(format!("--timeout={}", runner::micros(p.timeout_s)))
+        .arg(format!("--duration={}", invocation::micros(max_duration)))
+        .arg(format!("--timeout={}", invocation::micros(p.timeout_s)))
         .arg(format!("--retries={}", p.retries))
         .arg(format!("--retry-on={}", a.retry_on))
         .arg("--arrivals=poisson")
@@ -827,7 +829,7 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
     let (complete, health) = rt.block_on(async {
         let log = std::fs::File::create(a.out.join("loadgen.log"))
             .with_context(|| format!("creating {}", a.out.join("loadgen.log").display()))?;
-        let mut child = crate::cluster::spawn_child_to(cmd, log, std::process::Stdio::piped())
+        let mut child = crate::process::spawn_child_to(cmd, log, std::process::Stdio::piped())
             .with_context(|| format!("starting {}", loadgen.display()))?;
         let rows = std::sync::Arc::new(std::sync::Mutex::new(Vec::<LoadRow>::new()));
         if let Some(out) = child.stdout.take() {
@@ -877,18 +879,18 @@ pub fn command(a: &TriggerArgs) -> anyhow::Result<()> {
                     health = Some(h);
                     if unhealthy {
                         eprintln!("the target is not healthy at base load: stopping before the spike");
-                        runner::stop(&mut child, grace).await;
+                        process::stop(&mut child, grace).await;
                         return Ok((false, health));
                     }
                 }
                 _ = &mut expiry => {
                     eprintln!("max duration {max_duration} s reached: stopping all load");
-                    runner::stop(&mut child, grace).await;
+                    process::stop(&mut child, grace).await;
                     return Ok((false, health));
                 }
                 _ = interrupt.changed() => {
                     eprintln!("interrupted: stopping all load, keeping the record");
-                    runner::stop(&mut child, grace).await;
+                    process::stop(&mut child, grace).await;
                     return Ok((false, health));
                 }
             }

@@ -1,0 +1,91 @@
+//! A case's run plan: everything that depends on the time scale, computed once per case and
+//! handed down. This is the one place experiment time becomes run time.
+
+use std::path::PathBuf;
+
+use super::RunOptions;
+use super::seam::Environment;
+use falsification_model::experiment::{Case, Scenario};
+
+/// One case as it runs.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    /// The case in experiment time as it runs: rates scaled, warm-up resolved, adjusted by the
+    /// environment. The predictions and the verdict are of this scenario.
+    pub experiment: Scenario,
+    /// The same in run time (every duration divided by `time_scale`): what the processes get.
+    pub run: Scenario,
+    pub time_scale: f64,
+    pub rate_scale: f64,
+    /// Seed of the loadgen's arrivals and the pods' service times.
+    pub seed: u64,
+    /// Length of a record row, run seconds.
+    pub step: f64,
+    /// The case's record directory.
+    pub dir: PathBuf,
+}
+
+impl RunPlan {
+    /// The plan of `case` under `opts` in `env`: the time scale is picked here when
+    /// `opts.pick_scale` asks for it, then the environment adjusts the case once.
+    pub fn new(case: &Case, opts: &RunOptions, env: &impl Environment, dir: PathBuf) -> RunPlan {
+        let mut experiment = resolved(case, opts);
+        let time_scale = if opts.pick_scale {
+            falsification_model::power::largest_resolving_scale(&experiment, opts.time_scale)
+        } else {
+            opts.time_scale
+        };
+        env.adjust(&mut experiment, time_scale);
+        let step = row_step(time_scale).max(env.shortest_row_s());
+        RunPlan {
+            run: experiment.time_scaled(time_scale),
+            experiment,
+            time_scale,
+            rate_scale: opts.rate_scale,
+            seed: opts.seed,
+            step,
+            dir,
+        }
+    }
+
+    /// The plan re-predicted for what was measured: each pod's dead time as measured (when
+    /// pods were ordered), and the horizon cut to what an interrupted run covered (experiment
+    /// seconds).
+    pub fn as_measured(&self, dead_time_s: Option<f64>, reached_s: Option<f64>) -> RunPlan {
+        let mut experiment = self.experiment.clone();
+        if let (Some(h), Some(d)) = (experiment.hpa.as_mut(), dead_time_s) {
+            h.dead_time_s = d;
+        }
+        if let Some(reached) = reached_s {
+            experiment.horizon_s = experiment.horizon_s.min(reached.max(1.0));
+        }
+        RunPlan {
+            run: experiment.time_scaled(self.time_scale),
+            experiment,
+            ..self.clone()
+        }
+    }
+}
+
+/// The scenario that runs, in experiment time: the case's, with the warm-up and the rate scale.
+pub fn resolved(case: &Case, opts: &RunOptions) -> Scenario {
+    let mut s = case.scenario.clone();
+    s.warmup_s = opts.warmup_s.unwrap_or(if s.hpa.is_some() {
+        s.warmup_s.min(60.0)
+    } else {
+        s.warmup_s
+    });
+    s.rate_per_pod *= opts.rate_scale;
+    if let Some(b) = s.retry_budget.as_mut() {
+        b.min_per_s *= opts.rate_scale;
+    }
+    // Predictions are deterministic models only (the request level is `predict`'s job).
+    s.seeds.clear();
+    s
+}
+
+/// Length of a record row in run seconds: one experiment second, but not below 0.25 s, so
+/// scraping every pod each row stays cheap.
+pub fn row_step(time_scale: f64) -> f64 {
+    (1.0 / time_scale).max(0.25)
+}
