@@ -14,7 +14,7 @@ use crate::schedule::{ArrivalKind, Schedule};
 ///
 /// Every flag can also be set from the environment variable named in its help
 /// (lists comma-separated). Durations take units: `10s`, `1500ms`, `5m`.
-#[derive(Debug, Clone, clap::Parser)]
+#[derive(Debug, Clone, PartialEq, clap::Parser)]
 #[command(name = "loadgen", version)]
 pub struct Config {
     /// Target URL, e.g. `http://127.0.0.1:8080/work`; repeat for several. A random target is

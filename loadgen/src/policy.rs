@@ -76,6 +76,20 @@ impl FromStr for Backoff {
     }
 }
 
+impl std::fmt::Display for Backoff {
+    /// The `--backoff` syntax that [`Backoff::from_str`] reads back: `exp:BASE,CAP[,full-jitter]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::invocation::duration_arg;
+        write!(
+            f,
+            "exp:{},{}{}",
+            duration_arg(self.base),
+            duration_arg(self.cap),
+            if self.full_jitter { ",full-jitter" } else { "" }
+        )
+    }
+}
+
 /// Sliding-window retry budget (tower's `TpsBudget`, Finagle's `RetryBudget`).
 ///
 /// The window is `SLOTS` slots of `ttl / SLOTS`; a slot older than `ttl` is forgotten.

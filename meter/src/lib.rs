@@ -30,11 +30,14 @@
 //! - [`tls`]: the HTTPS side of that API (self-signed or given certificate,
 //!   optional client CA).
 //! - [`web`]: plain HTTP `/metrics`, `/healthz`, `/readyz`, `/history`.
+//! - [`cli`]: the command line ([`cli::Cli`], clap) and [`MeterFlags`], the typed command line
+//!   other processes start the meter with.
 //!
 //! [`Meter::bind`] binds both ports, [`Meter::run`] runs the scrape loop and both
 //! servers until the shutdown future resolves; [`run`] does both.
 
 pub mod arrivals;
+pub mod cli;
 pub mod distinct;
 pub mod exposition;
 pub mod k8s;
@@ -55,6 +58,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub use crate::cli::MeterFlags;
 use crate::scrape::{PodSource, Scraper};
 use crate::state::Shared;
 use crate::tally::Tally;
@@ -83,7 +87,7 @@ pub enum Error {
 }
 
 /// The meter's settings (the CLI flags).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub pods: PodSource,
     pub scrape_interval: Duration,

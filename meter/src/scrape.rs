@@ -10,7 +10,7 @@ use crate::exposition::{self, ParseError};
 use crate::rate::ArrivalCounts;
 
 /// Where the pod list comes from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum PodSource {
     /// A fixed list of base URLs.
     Static(Vec<Url>),

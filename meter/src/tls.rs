@@ -24,7 +24,7 @@ use crate::Error;
 use crate::k8s::ClientCert;
 
 /// A serving certificate chain and its key, PEM files.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,

@@ -13,7 +13,7 @@ use crate::queue::Work;
 /// has gone (the debt the kit studies).
 ///
 /// Durations take units: `500ms`, `10s`, `90s`, `2m`.
-#[derive(Debug, Clone, Parser)]
+#[derive(Debug, Clone, PartialEq, Parser)]
 #[command(name = "service", version, about, long_about = None)]
 pub struct Config {
     /// Address to listen on.
@@ -105,6 +105,93 @@ impl Default for Config {
             arrival_log_size: defaults::ARRIVAL_LOG_SIZE,
         }
     }
+}
+
+/// The typed contract other processes use to start the pod binary: every flag a caller sets,
+/// rendered by [`PodFlags::args`] into the argv that [`Config`] parses. `None` leaves a flag
+/// to the binary's default (or its `SERVICE_*` / `POD_NAME` variable).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodFlags {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--rate`, requests per second (the pod's capacity `c`).
+    pub rate: Option<f64>,
+    /// `--service-time`.
+    pub service_time: Option<ServiceTime>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--abandoned`: finish work whose client is gone, or a drop mode.
+    pub abandoned: Option<Abandoned>,
+    /// `--ready-after`: the dead time before /readyz answers 200.
+    pub ready_after: Option<Duration>,
+    /// `--work`.
+    pub work: Option<Work>,
+    /// `--cpu-limit`, cores.
+    pub cpu_limit: Option<f64>,
+    /// `--shutdown-grace`.
+    pub shutdown_grace: Option<Duration>,
+    /// `--max-queue`.
+    pub max_queue: Option<usize>,
+    /// `--pod-name`.
+    pub pod_name: Option<String>,
+    /// `--header-read-timeout`.
+    pub header_read_timeout: Option<Duration>,
+    /// `--max-header-bytes`.
+    pub max_header_bytes: Option<usize>,
+    /// `--arrival-log-size`.
+    pub arrival_log_size: Option<usize>,
+}
+
+impl PodFlags {
+    /// The argv after the program name, one `--flag=value` per element.
+    pub fn args(&self) -> Vec<String> {
+        fn name(v: impl clap::ValueEnum) -> String {
+            v.to_possible_value()
+                .map(|p| p.get_name().to_string())
+                .unwrap_or_default()
+        }
+        let mut a = Vec::new();
+        let mut opt = |flag: &str, v: Option<String>| {
+            if let Some(v) = v {
+                a.push(format!("--{flag}={v}"));
+            }
+        };
+        opt("listen", self.listen.map(|v| v.to_string()));
+        opt("rate", self.rate.map(|v| v.to_string()));
+        opt("service-time", self.service_time.map(name));
+        opt("seed", self.seed.map(|v| v.to_string()));
+        opt("abandoned", self.abandoned.map(name));
+        opt("ready-after", self.ready_after.map(duration_arg));
+        opt("work", self.work.map(name));
+        opt("cpu-limit", self.cpu_limit.map(|v| v.to_string()));
+        opt("shutdown-grace", self.shutdown_grace.map(duration_arg));
+        opt("max-queue", self.max_queue.map(|v| v.to_string()));
+        opt("pod-name", self.pod_name.clone());
+        opt(
+            "header-read-timeout",
+            self.header_read_timeout.map(duration_arg),
+        );
+        opt(
+            "max-header-bytes",
+            self.max_header_bytes.map(|v| v.to_string()),
+        );
+        opt(
+            "arrival-log-size",
+            self.arrival_log_size.map(|v| v.to_string()),
+        );
+        a
+    }
+}
+
+/// A duration as humantime reads it back exactly, in the largest unit that divides it
+/// (`90s`, `1500ms`, `250us`, `7ns`).
+fn duration_arg(d: Duration) -> String {
+    let ns = d.as_nanos();
+    let (n, unit) = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")]
+        .into_iter()
+        .find(|&(per, _)| ns.is_multiple_of(per))
+        .map_or((ns, "ns"), |(per, unit)| (ns / per, unit));
+    format!("{n}{unit}")
 }
 
 mod defaults {
@@ -204,6 +291,67 @@ mod tests {
         assert_eq!(c.max_queue, Some(10));
         assert_eq!(c.pod_name, "p1");
         assert_eq!(c.arrival_log_size, 64);
+    }
+
+    fn parse_flags(flags: &PodFlags) -> Config {
+        let args = flags.args();
+        Config::try_parse_from(std::iter::once("service".to_string()).chain(args.clone()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn pod_flags_round_trip_through_the_pods_parser() {
+        let flags = PodFlags {
+            listen: Some("127.0.0.1:9000".parse().unwrap()),
+            rate: Some(250.5),
+            service_time: Some(ServiceTime::Exponential),
+            seed: Some(u64::MAX),
+            abandoned: Some(Abandoned::DropExpired),
+            ready_after: Some(Duration::from_micros(1_800_001)),
+            work: Some(Work::Spin),
+            cpu_limit: Some(0.02),
+            shutdown_grace: Some(Duration::from_millis(2500)),
+            max_queue: Some(10),
+            pod_name: Some("pod-7".into()),
+            header_read_timeout: Some(Duration::from_nanos(7)),
+            max_header_bytes: Some(9000),
+            arrival_log_size: Some(64),
+        };
+        let expected = Config {
+            listen: "127.0.0.1:9000".parse().unwrap(),
+            rate: 250.5,
+            service_time: ServiceTime::Exponential,
+            seed: Some(u64::MAX),
+            abandoned: Abandoned::DropExpired,
+            ready_after: Duration::from_micros(1_800_001).into(),
+            work: Work::Spin,
+            cpu_limit: 0.02,
+            shutdown_grace: Duration::from_millis(2500).into(),
+            max_queue: Some(10),
+            pod_name: "pod-7".into(),
+            header_read_timeout: Duration::from_nanos(7).into(),
+            max_header_bytes: 9000,
+            arrival_log_size: 64,
+        };
+        assert_eq!(parse_flags(&flags), expected);
+        for drop in [Abandoned::DropDisconnected, Abandoned::Finish] {
+            let flags = PodFlags {
+                abandoned: Some(drop),
+                service_time: Some(ServiceTime::Deterministic),
+                work: Some(Work::Sleep),
+                ..flags.clone()
+            };
+            let c = parse_flags(&flags);
+            assert_eq!(
+                (c.abandoned, c.service_time, c.work),
+                (drop, ServiceTime::Deterministic, Work::Sleep)
+            );
+        }
+
+        assert!(PodFlags::default().args().is_empty());
+        let mut c = parse_flags(&PodFlags::default());
+        c.pod_name = defaults::POD_NAME.into(); // POD_NAME may be set where tests run
+        assert_eq!(c, Config::default());
     }
 
     #[test]

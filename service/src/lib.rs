@@ -17,7 +17,8 @@
 //!   `/arrivals`).
 //! - [`server`]: [`run`], the accept loop with HTTP/1 limits and the graceful
 //!   shutdown; [`bind`] and [`shutdown_signal`] for `main`.
-//! - [`config`]: [`Config`], every flag also from an environment variable.
+//! - [`config`]: [`Config`], every flag also from an environment variable;
+//!   [`PodFlags`], the typed command line other processes start a pod with.
 
 pub mod arrivals;
 pub mod backlog;
@@ -30,7 +31,7 @@ pub mod server;
 
 pub use arrivals::ArrivalLog;
 pub use backlog::{Abandoned, Backlog, ServiceTime};
-pub use config::Config;
+pub use config::{Config, PodFlags};
 pub use http::app;
 pub use pod::Pod;
 pub use queue::{Queue, Work, Worker};

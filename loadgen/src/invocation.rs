@@ -1,0 +1,410 @@
+//! [`Invocation`]: the loadgen's command line as a typed value, for the processes that start
+//! it (the falsification runner, a Kubernetes Job's container args).
+
+use std::fmt::Display;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::ValueEnum;
+
+use crate::config::{BindAddrs, RetryOn};
+use crate::policy::Backoff;
+use crate::schedule::{ArrivalKind, Schedule};
+
+/// The typed contract other processes use to start the `loadgen` binary: every flag a caller
+/// sets, rendered by [`Invocation::args`] into the argv that [`Config`](crate::Config) parses.
+/// `None` (or `false`) leaves a flag out: the binary's default, or its `LOADGEN_*` variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    /// `--target` (each URL) or `--targets-file`.
+    pub targets: TargetSource,
+    /// `--rate` or `--schedule`.
+    pub load: Load,
+    /// `--arrivals`.
+    pub arrivals: Option<ArrivalKind>,
+    /// `--timeout`, per attempt.
+    pub timeout: Option<Duration>,
+    /// `--retries`.
+    pub retries: Option<u32>,
+    /// `--retry-on`; at least one class when set.
+    pub retry_on: Option<Vec<RetryOn>>,
+    /// `--backoff`.
+    pub backoff: Option<Backoff>,
+    /// `--retry-budget` with its `--retry-budget-min` and `--retry-budget-ttl`.
+    pub retry_budget: Option<BudgetFlags>,
+    /// `--retry-quota`.
+    pub retry_quota: Option<QuotaKind>,
+    /// `--deadline`: send `x-deadline-ms`.
+    pub deadline: bool,
+    /// `--duration`.
+    pub duration: Option<Duration>,
+    /// `--drain`.
+    pub drain: Option<Duration>,
+    /// `--out`, the records' directory.
+    pub out: Option<PathBuf>,
+    /// `--metrics-listen`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--instances`: this loadgen sends 1/N of the schedule.
+    pub instances: Option<u32>,
+    /// `--instance-index` (an Indexed Job sets it through `LOADGEN_INSTANCE_INDEX` instead).
+    pub instance_index: Option<u32>,
+    /// `--start-at`, Unix seconds.
+    pub start_at: Option<f64>,
+    /// `--stdout-rows`: each closed second and the summary as JSON lines on stdout.
+    pub stdout_rows: bool,
+    /// `--http2` (h2c).
+    pub http2: bool,
+    /// `--bind`, source addresses.
+    pub bind: Option<BindAddrs>,
+    /// `--threads`.
+    pub threads: Option<u16>,
+    /// `--connections`, opened before the first arrival.
+    pub connections: Option<u32>,
+    /// `--max-in-flight`.
+    pub max_in_flight: Option<u64>,
+    /// `--answer-gather`.
+    pub answer_gather: Option<Duration>,
+}
+
+/// Where the loadgen sends: fixed URLs (`--target`, repeated) or a file of URLs reloaded when
+/// it changes (`--targets-file`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TargetSource {
+    /// Target URLs, e.g. `http://127.0.0.1:8080/work`; at least one, none with a comma.
+    Urls(Vec<String>),
+    File(PathBuf),
+}
+
+/// The first-attempt rate: constant (`--rate`, per second) or a [`Schedule`] (`--schedule`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Load {
+    Rate(f64),
+    Schedule(Schedule),
+}
+
+/// The retry budget's flags: `--retry-budget` (retries per first attempt), and, left to the
+/// binary's defaults when `None`, `--retry-budget-min` (retries/s) and `--retry-budget-ttl`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetFlags {
+    pub ratio: f64,
+    pub min_per_sec: Option<f64>,
+    pub ttl: Option<Duration>,
+}
+
+/// The retry quotas `--retry-quota` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaKind {
+    /// `aws-standard`: the AWS SDK standard-mode token bucket.
+    AwsStandard,
+}
+
+impl Invocation {
+    /// Targets and load, every other flag left to the binary.
+    pub fn new(targets: TargetSource, load: Load) -> Invocation {
+        Invocation {
+            targets,
+            load,
+            arrivals: None,
+            timeout: None,
+            retries: None,
+            retry_on: None,
+            backoff: None,
+            retry_budget: None,
+            retry_quota: None,
+            deadline: false,
+            duration: None,
+            drain: None,
+            out: None,
+            metrics_listen: None,
+            seed: None,
+            instances: None,
+            instance_index: None,
+            start_at: None,
+            stdout_rows: false,
+            http2: false,
+            bind: None,
+            threads: None,
+            connections: None,
+            max_in_flight: None,
+            answer_gather: None,
+        }
+    }
+
+    /// The argv after the program name, one `--flag=value` (or bare `--flag`) per element.
+    pub fn args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        match &self.targets {
+            TargetSource::Urls(urls) => {
+                for url in urls {
+                    value(&mut a, "target", url);
+                }
+            }
+            TargetSource::File(path) => value(&mut a, "targets-file", path.display()),
+        }
+        match &self.load {
+            Load::Rate(rate) => value(&mut a, "rate", rate),
+            Load::Schedule(s) => value(&mut a, "schedule", s),
+        }
+        opt(
+            &mut a,
+            "arrivals",
+            self.arrivals
+                .and_then(|k| k.to_possible_value())
+                .as_ref()
+                .map(|v| v.get_name()),
+        );
+        opt(&mut a, "timeout", self.timeout.map(duration_arg));
+        opt(&mut a, "retries", self.retries);
+        opt(
+            &mut a,
+            "retry-on",
+            self.retry_on
+                .as_ref()
+                .map(|r| r.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")),
+        );
+        opt(&mut a, "backoff", self.backoff);
+        if let Some(b) = self.retry_budget {
+            value(&mut a, "retry-budget", b.ratio);
+            opt(&mut a, "retry-budget-min", b.min_per_sec);
+            opt(&mut a, "retry-budget-ttl", b.ttl.map(duration_arg));
+        }
+        opt(
+            &mut a,
+            "retry-quota",
+            self.retry_quota
+                .map(|QuotaKind::AwsStandard| "aws-standard"),
+        );
+        switch(&mut a, "deadline", self.deadline);
+        opt(&mut a, "duration", self.duration.map(duration_arg));
+        opt(&mut a, "drain", self.drain.map(duration_arg));
+        opt(&mut a, "out", self.out.as_ref().map(|p| p.display()));
+        opt(&mut a, "metrics-listen", self.metrics_listen);
+        opt(&mut a, "seed", self.seed);
+        opt(&mut a, "instances", self.instances);
+        opt(&mut a, "instance-index", self.instance_index);
+        opt(&mut a, "start-at", self.start_at);
+        switch(&mut a, "stdout-rows", self.stdout_rows);
+        switch(&mut a, "http2", self.http2);
+        opt(
+            &mut a,
+            "bind",
+            self.bind.as_ref().map(|b| {
+                b.0.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }),
+        );
+        opt(&mut a, "threads", self.threads);
+        opt(&mut a, "connections", self.connections);
+        opt(&mut a, "max-in-flight", self.max_in_flight);
+        opt(
+            &mut a,
+            "answer-gather",
+            self.answer_gather.map(duration_arg),
+        );
+        a
+    }
+}
+
+fn value(a: &mut Vec<String>, flag: &str, v: impl Display) {
+    a.push(format!("--{flag}={v}"));
+}
+
+fn opt(a: &mut Vec<String>, flag: &str, v: Option<impl Display>) {
+    if let Some(v) = v {
+        value(a, flag, v);
+    }
+}
+
+fn switch(a: &mut Vec<String>, flag: &str, on: bool) {
+    if on {
+        a.push(format!("--{flag}"));
+    }
+}
+
+/// A duration as humantime reads it back exactly, in the largest unit that divides it
+/// (`10s`, `1500ms`, `250us`, `7ns`).
+pub(crate) fn duration_arg(d: Duration) -> String {
+    let ns = d.as_nanos();
+    let (n, unit) = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")]
+        .into_iter()
+        .find(|&(per, _)| ns.is_multiple_of(per))
+        .map_or((ns, "ns"), |(per, unit)| (ns / per, unit));
+    format!("{n}{unit}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use crate::policy::RetryQuota;
+    use clap::Parser;
+
+    fn parse(inv: &Invocation) -> Config {
+        let args = inv.args();
+        Config::try_parse_from(std::iter::once("loadgen".to_string()).chain(args.clone()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn every_flag_round_trips_through_the_loadgens_parser() {
+        let schedule = Schedule::parse_steps("0s:200,1500ms:1000,90s:0.5,11m:end").unwrap();
+        let backoff = Backoff {
+            base: Duration::from_micros(250),
+            cap: Duration::from_secs(2),
+            full_jitter: true,
+        };
+        let bind: BindAddrs = "127.0.0.2,::1".parse().unwrap();
+        let inv = Invocation {
+            arrivals: Some(ArrivalKind::Constant),
+            timeout: Some(Duration::from_millis(2500)),
+            retries: Some(3),
+            retry_on: Some(vec![RetryOn::Timeout, RetryOn::Io, RetryOn::Status5xx]),
+            backoff: Some(backoff),
+            retry_budget: Some(BudgetFlags {
+                ratio: 0.2,
+                min_per_sec: Some(0.0),
+                ttl: Some(Duration::from_secs(7)),
+            }),
+            retry_quota: Some(QuotaKind::AwsStandard),
+            deadline: true,
+            duration: Some(Duration::from_nanos(12_000_000_007)),
+            drain: Some(Duration::ZERO),
+            out: Some(PathBuf::from("/tmp/a run/loadgen")),
+            metrics_listen: Some("127.0.0.1:9464".parse().unwrap()),
+            seed: Some(u64::MAX),
+            instances: Some(3),
+            instance_index: Some(2),
+            start_at: Some(1_800_000_000.125),
+            stdout_rows: true,
+            http2: true,
+            bind: Some(bind.clone()),
+            threads: Some(4),
+            connections: Some(0),
+            max_in_flight: Some(5000),
+            answer_gather: Some(Duration::from_micros(300)),
+            ..Invocation::new(
+                TargetSource::Urls(vec![
+                    "http://127.0.0.1:8080/work".into(),
+                    "http://[::1]:8081/work".into(),
+                ]),
+                Load::Schedule(schedule.clone()),
+            )
+        };
+        let expected = Config {
+            targets: vec![
+                "http://127.0.0.1:8080/work".into(),
+                "http://[::1]:8081/work".into(),
+            ],
+            targets_file: None,
+            rate: None,
+            schedule: Some(schedule),
+            arrivals: ArrivalKind::Constant,
+            timeout: Duration::from_millis(2500),
+            retries: 3,
+            retry_on: vec![RetryOn::Timeout, RetryOn::Io, RetryOn::Status5xx],
+            backoff: Some(backoff),
+            retry_budget: Some(0.2),
+            retry_budget_min: 0.0,
+            retry_budget_ttl: Duration::from_secs(7),
+            retry_quota: Some(RetryQuota::aws_standard()),
+            deadline: true,
+            duration: Some(Duration::from_nanos(12_000_000_007)),
+            drain: Some(Duration::ZERO),
+            out: Some(PathBuf::from("/tmp/a run/loadgen")),
+            metrics_listen: Some("127.0.0.1:9464".parse().unwrap()),
+            seed: Some(u64::MAX),
+            instances: 3,
+            instance_index: 2,
+            start_at: Some(1_800_000_000.125),
+            stdout_rows: true,
+            http2: true,
+            bind: Some(bind),
+            threads: Some(4),
+            connections: 0,
+            max_in_flight: 5000,
+            answer_gather: Duration::from_micros(300),
+        };
+        assert_eq!(parse(&inv), expected);
+    }
+
+    #[test]
+    fn defaults_leave_the_binarys_defaults() {
+        let inv = Invocation::new(
+            TargetSource::File(PathBuf::from("/run/targets.txt")),
+            Load::Rate(12.5),
+        );
+        assert_eq!(
+            inv.args(),
+            ["--targets-file=/run/targets.txt", "--rate=12.5"]
+        );
+        let c = parse(&inv);
+        let expected = Config {
+            targets: Vec::new(),
+            targets_file: Some(PathBuf::from("/run/targets.txt")),
+            rate: Some(12.5),
+            schedule: None,
+            arrivals: ArrivalKind::Poisson,
+            timeout: Duration::from_secs(10),
+            retries: 2,
+            retry_on: vec![RetryOn::Timeout, RetryOn::Connect],
+            backoff: None,
+            retry_budget: None,
+            retry_budget_min: 10.0,
+            retry_budget_ttl: Duration::from_secs(10),
+            retry_quota: None,
+            deadline: false,
+            duration: None,
+            drain: None,
+            out: None,
+            metrics_listen: None,
+            seed: None,
+            instances: 1,
+            instance_index: 0,
+            start_at: None,
+            stdout_rows: false,
+            http2: false,
+            bind: None,
+            threads: None,
+            connections: 0,
+            max_in_flight: 200_000,
+            answer_gather: Duration::from_millis(1),
+        };
+        assert_eq!(c, expected);
+        // A budget ratio alone leaves its minimum and window to the binary.
+        let inv = Invocation {
+            retry_budget: Some(BudgetFlags {
+                ratio: 0.1,
+                min_per_sec: None,
+                ttl: None,
+            }),
+            ..inv
+        };
+        let c = parse(&inv);
+        assert_eq!(
+            (c.retry_budget, c.retry_budget_min, c.retry_budget_ttl),
+            (Some(0.1), 10.0, Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn durations_render_exactly_in_their_largest_unit() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(90), "90s"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_micros(2_000_001), "2000001us"),
+            (Duration::from_nanos(7), "7ns"),
+        ] {
+            assert_eq!(duration_arg(d), text);
+            assert_eq!(humantime::parse_duration(text).unwrap(), d);
+        }
+        for spec in ["exp:100ms,2s", "exp:1s,1s,full-jitter"] {
+            assert_eq!(spec.parse::<Backoff>().unwrap().to_string(), spec);
+        }
+    }
+}
