@@ -306,7 +306,7 @@ fn turn_on(socket: &impl std::os::fd::AsRawFd, level: libc::c_int, option: libc:
             level,
             option,
             (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            size_of::<libc::c_int>() as libc::socklen_t,
         );
     }
 }

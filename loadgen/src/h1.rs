@@ -143,7 +143,7 @@ fn recv(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<(usize, Option<Sy
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    msg.msg_controllen = size_of_val(&control) as _;
     // SAFETY: a valid socket, and a msghdr whose buffers live across the call.
     let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, 0) };
     if n < 0 {
@@ -429,11 +429,11 @@ mod tests {
                 libc::SOL_SOCKET,
                 libc::SO_TIMESTAMPNS,
                 (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
         assert_eq!(set, 0);
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (stamped, stamped_rx) = std::sync::mpsc::channel();
@@ -446,7 +446,7 @@ mod tests {
             s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 .unwrap();
             written.send(()).unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(200));
         });
         let mut stream = TcpStream::connect(addr).await.unwrap();
         crate::client::stamp_receive_times(&stream);
@@ -454,7 +454,7 @@ mod tests {
         // The 50 ms count from the server's write, not from the request to write: a server
         // thread that wakes late on a loaded machine (CI saw 0 ns) cannot shorten the wait.
         written_rx.recv().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
         let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec())
             .await
             .unwrap();

@@ -186,6 +186,6 @@ fn pin_to_cpu(cpu: usize) {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
     }
 }

@@ -397,6 +397,6 @@ mod tests {
     #[test]
     fn entries_stay_small() {
         // A queued request must fit the 256-byte budget with its oneshot.
-        assert!(std::mem::size_of::<Entry<tokio::sync::oneshot::Sender<Duration>>>() <= 32);
+        assert!(size_of::<Entry<tokio::sync::oneshot::Sender<Duration>>>() <= 32);
     }
 }

@@ -379,6 +379,7 @@ impl Manifests {
         Ok(m)
     }
 
+    #[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
     fn set(&mut self, v: &Values) -> Result<(), ManifestError> {
         let ns = v.namespace.as_str();
         let in_ns = |meta: &mut ObjectMeta| meta.namespace = Some(ns.to_string());

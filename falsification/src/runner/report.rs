@@ -250,6 +250,7 @@ fn mean(v: &[f64]) -> Option<f64> {
 pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
 
 /// Evaluates the run, predicts the configuration that ran, writes every file.
+#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
 pub fn finish(
     e: &Experiment,
     case: &Case,
@@ -542,6 +543,7 @@ fn differences(m: &Outcome, p: &Outcome, model: &str) -> Vec<String> {
     out
 }
 
+#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
 fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "# {} {}: {}\n", r.experiment, r.case, e.title);

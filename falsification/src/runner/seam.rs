@@ -14,7 +14,7 @@ use falsification_model::hpa::Decision;
 /// the runner never names either.
 // The futures run on a case's own current-thread runtime and are never sent between threads.
 #[allow(async_fn_in_trait)]
-pub trait Environment: std::marker::Sync {
+pub trait Environment: Sync {
     type Cluster: Cluster;
     /// Changes the case, in experiment time, to what this environment will really run (a real
     /// HPA's sync period and tolerance, say). Called once, before the plan is built, so the
