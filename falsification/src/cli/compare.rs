@@ -11,8 +11,10 @@ use plotters::style::RGBColor;
 use serde::Serialize;
 
 use super::run::{CommonArgs, Selection};
-use crate::runner::report::{BAND, LOST_BAND};
-use crate::runner::{CaseResult, plot, record, run_all};
+use crate::kube::{ClusterFacts, Kube};
+use crate::runner::judge::{BAND, LOST_BAND};
+use crate::runner::{CaseResult, RunOptions, Session, plot, record, run_all};
+use falsification_model::experiment::{Case, Experiment};
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
@@ -125,17 +127,54 @@ const EMULATED_READY: RGBColor = RGBColor(120, 170, 220);
 const UPSTREAM_READY: RGBColor = RGBColor(240, 140, 130);
 
 /// `falsification compare`.
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
 pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     let list = args.select.cases(&args.common.overrides())?;
     let (kube, kube_opts) = args.common.kube(&list)?;
-    let facts = &kube.facts;
+    let (emulated, upstream) = run_both(args, &list, &kube, &kube_opts)?;
+    let dir = upstream.dir.with_file_name(format!(
+        "{}-vs-emulated",
+        upstream
+            .dir
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let md = write_comparison(
+        &dir,
+        &list[0].0.id,
+        &kube.facts,
+        kube_opts.time_scale,
+        &emulated,
+        &upstream,
+    )?;
+    print!("{md}");
+    println!("\ncomparison: {}", dir.join("compare.md").display());
+    for s in [&emulated, &upstream] {
+        if !s.failures.is_empty() {
+            anyhow::bail!(
+                "{} case(s) failed: {}",
+                s.failures.len(),
+                s.failures.join("; ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs `list` under the kit's HPA emulation (embedded cluster), with the cluster's sync period
+/// and tolerance at the same scale, then under the upstream HPA (the Kubernetes cluster).
+fn run_both(
+    args: &CompareArgs,
+    list: &[(Experiment, Case)],
+    kube: &Kube,
+    kube_opts: &RunOptions,
+) -> anyhow::Result<(Session, Session)> {
     // The emulation runs what the cluster runs: its sync period and tolerance, the same scale.
     let emulated_list: Vec<_> = list
         .iter()
         .map(|(e, c)| {
             let mut c = c.clone();
-            facts
+            kube.facts
                 .controller
                 .apply(&mut c.scenario, kube_opts.time_scale);
             (e.clone(), c)
@@ -151,21 +190,19 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
         &emb_opts,
         1,
     )?;
-    let upstream = run_all(
-        &kube,
-        &format!("compare-{id}-upstream"),
-        &list,
-        &kube_opts,
-        1,
-    )?;
-    let dir = upstream.dir.with_file_name(format!(
-        "{}-vs-emulated",
-        upstream
-            .dir
-            .file_name()
-            .map_or(String::new(), |n| n.to_string_lossy().into_owned())
-    ));
-    std::fs::create_dir_all(&dir)?;
+    let upstream = run_all(kube, &format!("compare-{id}-upstream"), list, kube_opts, 1)?;
+    Ok((emulated, upstream))
+}
+
+/// `compare.md` (returned), `compare.json` and one `pods-<case>.svg` per case in `dir`.
+fn write_comparison(
+    dir: &Path,
+    id: &str,
+    facts: &ClusterFacts,
+    time_scale: f64,
+    emulated: &Session,
+    upstream: &Session,
+) -> anyhow::Result<String> {
     let mut md = format!(
         "# {id}: the kit's HPA emulation vs the upstream HPA ({})\n\n\
          Time scale S = {}, HPA sync {} s and tolerance {} on both ({}). Figures in experiment \
@@ -174,59 +211,21 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
          emulation or a difference explained below.\n\n\
          Records: {} (emulated), {} (upstream).\n",
         facts.server,
-        kube_opts.time_scale,
-        facts.controller.sync_period_s * kube_opts.time_scale,
+        time_scale,
+        facts.controller.sync_period_s * time_scale,
         facts.controller.tolerance,
         facts.controller.source,
         BAND * 100.0,
-        2.0 * kube_opts.time_scale,
+        2.0 * time_scale,
         LOST_BAND * 100.0,
         emulated.dir.display(),
         upstream.dir.display(),
     );
     let mut all = Vec::new();
     for (em, up) in emulated.results.iter().zip(&upstream.results) {
-        let f = figures(em, up, kube_opts.time_scale);
-        let _ = writeln!(
-            md,
-            "\n## {} {}\n\n| figure | emulated (embedded) | upstream (kube) | within band |\n|---|---|---|---|",
-            em.experiment, em.case
-        );
-        for x in &f {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} |",
-                x.figure,
-                x.emulated,
-                x.upstream,
-                if x.within_band { "yes" } else { "**no**" }
-            );
-        }
-        let _ = writeln!(
-            md,
-            "\nVerdicts: emulated {}, upstream {}. Plot: `pods-{}.svg`.",
-            em.verdict, up.verdict, em.case
-        );
-        let (a, b) = (pods_over_time(&em.dir)?, pods_over_time(&up.dir)?);
-        let series = |v: &[(f64, f64, f64)], ready: bool| -> Vec<(f64, f64)> {
-            v.iter()
-                .map(|(t, d, r)| (*t, if ready { *r } else { *d }))
-                .collect()
-        };
-        plot::chart(
-            &dir.join(format!("pods-{}.svg", em.case)),
-            &format!(
-                "{} {}: pods, emulated vs upstream HPA",
-                em.experiment, em.case
-            ),
-            "pods",
-            &[
-                ("desired, emulated", EMULATED, series(&a, false)),
-                ("ready, emulated", EMULATED_READY, series(&a, true)),
-                ("desired, upstream", UPSTREAM, series(&b, false)),
-                ("ready, upstream", UPSTREAM_READY, series(&b, true)),
-            ],
-        )?;
+        let f = figures(em, up, time_scale);
+        case_section(&mut md, em, up, &f);
+        plot_pods(dir, em, up)?;
         all.push((em.case.clone(), f));
     }
     if emulated.results.len() != upstream.results.len() {
@@ -245,25 +244,63 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
          phase; kube-proxy picks a ready pod per connection at random, as the embedded loadgen \
          does per new connection; the upstream record's rows are 1 s of run time."
     );
-    record::write(&dir, "compare.md", &md)?;
-    record::write(&dir, "compare.json", &record::json(&all))?;
-    print!("{md}");
-    println!("\ncomparison: {}", dir.join("compare.md").display());
-    for s in [&emulated, &upstream] {
-        if !s.failures.is_empty() {
-            anyhow::bail!(
-                "{} case(s) failed: {}",
-                s.failures.len(),
-                s.failures.join("; ")
-            );
-        }
+    record::write(dir, "compare.md", &md)?;
+    record::write(dir, "compare.json", &record::json(&all))?;
+    Ok(md)
+}
+
+/// One case's figures under both HPAs, and both verdicts.
+fn case_section(md: &mut String, em: &CaseResult, up: &CaseResult, figures: &[Figure]) {
+    let _ = writeln!(
+        md,
+        "\n## {} {}\n\n| figure | emulated (embedded) | upstream (kube) | within band |\n|---|---|---|---|",
+        em.experiment, em.case
+    );
+    for x in figures {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            x.figure,
+            x.emulated,
+            x.upstream,
+            if x.within_band { "yes" } else { "**no**" }
+        );
     }
-    Ok(())
+    let _ = writeln!(
+        md,
+        "\nVerdicts: emulated {}, upstream {}. Plot: `pods-{}.svg`.",
+        em.verdict, up.verdict, em.case
+    );
+}
+
+/// `pods-<case>.svg`: desired and ready pods over time under both HPAs.
+fn plot_pods(dir: &Path, em: &CaseResult, up: &CaseResult) -> anyhow::Result<()> {
+    let (a, b) = (pods_over_time(&em.dir)?, pods_over_time(&up.dir)?);
+    let series = |v: &[(f64, f64, f64)], ready: bool| -> Vec<(f64, f64)> {
+        v.iter()
+            .map(|(t, d, r)| (*t, if ready { *r } else { *d }))
+            .collect()
+    };
+    plot::chart(
+        &dir.join(format!("pods-{}.svg", em.case)),
+        &format!(
+            "{} {}: pods, emulated vs upstream HPA",
+            em.experiment, em.case
+        ),
+        "pods",
+        &[
+            ("desired, emulated", EMULATED, series(&a, false)),
+            ("ready, emulated", EMULATED_READY, series(&a, true)),
+            ("desired, upstream", UPSTREAM, series(&b, false)),
+            ("ready, upstream", UPSTREAM_READY, series(&b, true)),
+        ],
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::judge::{Matches, RunVerdict};
     use falsification_model::outcome::Outcome;
 
     fn result(recovery: Option<f64>, peak: u32, lost: f64) -> CaseResult {
@@ -285,13 +322,13 @@ mod tests {
             case: "ingress".into(),
             dir: Default::default(),
             complete: true,
-            verdict: "held".into(),
+            verdict: RunVerdict::Held,
             reason: String::new(),
             measured: o,
             fluid_pooled: o,
             fluid_per_pod: o,
             published: Default::default(),
-            matches: "both".into(),
+            matches: Matches::Both,
             dead_time_s: Some(92.0),
             hpa: String::new(),
             runner_cpu: 0.0,

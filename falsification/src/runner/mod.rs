@@ -12,6 +12,7 @@
 //! Layout: [`probe`] reads the parts over HTTP, [`record`] builds the record and its files,
 //! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index.
 
+pub mod judge;
 mod plan;
 pub mod plot;
 pub mod probe;
@@ -65,16 +66,15 @@ pub struct CaseResult {
     pub case: String,
     pub dir: PathBuf,
     pub complete: bool,
-    /// `held`, `refuted` or `incomplete`.
-    pub verdict: String,
+    pub verdict: judge::RunVerdict,
     pub reason: String,
     /// Experiment time.
     pub measured: falsification_model::outcome::Outcome,
     pub fluid_pooled: falsification_model::outcome::Outcome,
     pub fluid_per_pod: falsification_model::outcome::Outcome,
     pub published: falsification_model::experiment::Published,
-    /// Which prediction the measurement matches (see [`report::matches`]).
-    pub matches: String,
+    /// Which prediction the measurement matches.
+    pub matches: judge::Matches,
     /// Mean measured dead time (decision to ready), experiment seconds.
     pub dead_time_s: Option<f64>,
     /// Which HPA scaled (see [`Description::hpa`]).

@@ -6,18 +6,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial};
 use super::record::{self, Sample};
+use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
-use falsification_model::experiment::{Case, Experiment, Scenario};
-use falsification_model::outcome::{self, Criteria, Evidence, Judgement, Outcome, State, Verdict};
+use falsification_model::experiment::{Case, Experiment, Gateway, LoadEvent, Scenario, Topology};
+use falsification_model::fluid;
+use falsification_model::outcome::{self, Criteria, Outcome, State};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::{self, ExperimentPrediction};
-use falsification_model::{experiment::Topology, fluid};
-
-/// Relative band within which a measured recovery time or pod count "agrees" with a prediction.
-pub const BAND: f64 = 0.10;
-/// Absolute band for the lost fraction.
-pub const LOST_BAND: f64 = 0.05;
 
 #[derive(Serialize)]
 struct Config<'a> {
@@ -141,7 +138,7 @@ pub fn flush_partial(samples: &[Sample], plan: &RunPlan) -> anyhow::Result<()> {
     )?;
     let partial = serde_json::json!({
         "complete": false,
-        "verdict": "incomplete",
+        "verdict": RunVerdict::Incomplete,
         "reason": format!("running: {} rows so far", samples.len()),
     });
     record::write(dir, "summary.json", &record::json(&partial))?;
@@ -160,36 +157,6 @@ pub fn measured(samples: &[Sample], rs: &Scenario, step: f64) -> (outcome::Recor
     let mut c = predict::criteria(rs);
     c.drained_wait_s = c.drained_wait_s.max(rs.pod_timeout_s() / 4.0);
     (record, c)
-}
-
-/// Whether a measured outcome agrees with a prediction within the bands (run time, rows of `step`).
-pub fn agrees(m: &Outcome, p: &Outcome, step: f64) -> bool {
-    let close = |a: f64, b: f64, slack: f64| (a - b).abs() <= (BAND * b.abs()).max(slack);
-    let recovery = match (m.recovery_s, p.recovery_s) {
-        (Some(a), Some(b)) => close(a, b, 2.0 * step),
-        (None, None) => true,
-        _ => false,
-    };
-    let lost = match (m.lost_fraction, p.lost_fraction) {
-        (Some(a), Some(b)) => (a - b).abs() <= LOST_BAND,
-        _ => true,
-    };
-    m.state() == p.state()
-        && m.triggered == p.triggered
-        && recovery
-        && lost
-        && close(f64::from(m.peak_pods), f64::from(p.peak_pods), 1.0)
-        && close(f64::from(m.final_pods), f64::from(p.final_pods), 1.0)
-}
-
-/// `per-pod`, `pooled`, `both` or `neither`.
-pub fn matches(m: &Outcome, pooled: &Outcome, per_pod: &Outcome, step: f64) -> &'static str {
-    match (agrees(m, per_pod, step), agrees(m, pooled, step)) {
-        (true, true) => "both",
-        (true, false) => "per-pod",
-        (false, true) => "pooled",
-        (false, false) => "neither",
-    }
 }
 
 #[derive(Serialize)]
@@ -226,12 +193,12 @@ struct Summary<'a> {
     cluster: &'a str,
     hpa: &'a str,
     complete: bool,
-    verdict: &'a str,
+    verdict: RunVerdict,
     reason: &'a str,
     time_scale: f64,
     rate_scale: f64,
     measured: MeasuredJson,
-    matches: &'a str,
+    matches: Matches,
     predicted: &'a ExperimentPrediction,
     predicted_experiment_time: PredictedExperimentTime,
     published: &'a falsification_model::experiment::Published,
@@ -239,18 +206,32 @@ struct Summary<'a> {
     pod_crashes: usize,
     /// Whether the noise of one metric window could move the steady pod count (autoscaled cases).
     pod_resolution: Option<PodResolution>,
-    stack: Option<super::stack::StackMeasure>,
+    stack: Option<StackMeasure>,
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// How far the pods' measured amplification may be from the product of the layers (relative).
-pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
+/// What a finished run measured, what was predicted for the configuration that ran, and the
+/// judge's verdict: what the record's files are written from.
+struct Assessment {
+    record: outcome::Record,
+    criteria: Criteria,
+    /// The measured outcome in run time, and the same in experiment time.
+    measured_run: Outcome,
+    measured: Outcome,
+    /// Mean measured dead time of the pods ordered during the run, experiment seconds.
+    dead_time_s: Option<f64>,
+    /// The scenario re-predicted for what ran, run time (the fluid curves of the plots).
+    ran: Scenario,
+    prediction: ExperimentPrediction,
+    pod_resolution: Option<PodResolution>,
+    stack: Option<StackMeasure>,
+    judged: Judged,
+}
 
-/// Evaluates the run, predicts the configuration that ran, writes every file.
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+/// Evaluates the run, predicts the configuration that ran, judges it, writes every file.
 pub fn finish(
     e: &Experiment,
     case: &Case,
@@ -258,25 +239,27 @@ pub fn finish(
     description: &Description,
     m: &Measured,
 ) -> anyhow::Result<CaseResult> {
+    let assessment = assess(e, case, plan, m)?;
+    let summary = summary(e, case, plan, description, m, &assessment);
+    let result = case_result(&summary, &plan.dir, m);
+    write_record(plan, m, &assessment)?;
+    record::write(
+        &plan.dir,
+        "report.md",
+        &markdown(e, &result, &summary, &plan.run),
+    )?;
+    record::write(&plan.dir, "summary.json", &record::json(&summary))?;
+    Ok(result)
+}
+
+/// The measured outcome, the prediction for the configuration that ran (the measured dead time
+/// when pods were ordered; an interrupted run over the span it covered), and the verdict.
+fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::Result<Assessment> {
     let s = plan.time_scale;
     let rs = &plan.run;
-    let dir = &plan.dir;
-    let step = m.step;
-    let (rec, criteria) = measured(&m.samples, rs, step);
-    let run_outcome = outcome::evaluate(&rec, &criteria);
-    // Dead time of the pods ordered during the run (the initial ones were ready at once).
-    let dead: Vec<f64> = m
-        .pod_events
-        .iter()
-        .filter(|(at, _, _)| *at > -rs.warmup_s)
-        .filter_map(|(_, _, k)| match k {
-            PodEventKind::Ready { dead_time_s } => Some(dead_time_s * s),
-            _ => None,
-        })
-        .collect();
-    let dead_time_s = mean(&dead);
-    // The prediction for what ran: the measured dead time when pods were ordered; an
-    // interrupted run is compared over the span it covered.
+    let (record, criteria) = measured(&m.samples, rs, m.step);
+    let measured_run = outcome::evaluate(&record, &criteria);
+    let dead_time_s = dead_time_s(m, rs, s);
     let reached = (!m.complete).then(|| m.samples.last().map_or(0.0, |x| x.t) * s);
     let ran = plan.as_measured(dead_time_s, reached);
     let ran_case = Case {
@@ -289,87 +272,93 @@ pub fn finish(
         ..e.clone()
     };
     let prediction = predict::predict(&ran_experiment, s)?;
-    let p = &prediction.cases[0];
-    let exp = |o: &Outcome| record::in_experiment_time(o, s);
-    let measured_exp = exp(&run_outcome);
-    let resolution = falsification_model::power::pod_resolution(rs);
-    let verdict = if m.complete {
-        // The cluster queues per pod: its prediction first, then the pooled one, then the laws'
-        // (which need no horizon, so a run too short for the models still gets a figure).
-        let predicted = p
-            .fluid_per_pod
-            .recovery_s
-            .or(p.fluid_pooled.recovery_s)
-            .or(p.closed_form.recovery_s);
-        let evidence = Evidence {
-            predicted_recovery_s: predicted.map(|r| r * s),
-            pods_unresolved: resolution.filter(|r| !r.resolvable()).map(|r| r.text()),
-        };
-        outcome::verdict(&case.expect, &measured_exp, &evidence)
-    } else {
-        Verdict {
-            judgement: Judgement::Inconclusive,
-            reason: format!(
-                "interrupted at {:.0} s of experiment time; no verdict",
-                m.samples.last().map_or(-rs.warmup_s, |x| x.t) * s
-            ),
-        }
-    };
-    // Behind a gateway the layers must multiply at the pods, whatever the recovery did.
+    let measured = record::in_experiment_time(&measured_run, s);
+    let pod_resolution = falsification_model::power::pod_resolution(rs);
+    // Behind a gateway the layers must multiply at the pods.
     let stack = rs
         .gateway
-        .and_then(|_| super::stack::measure(&m.samples, &m.pods, rs, step));
-    let verdict = match &stack {
-        Some(st)
-            if verdict.judgement == Judgement::Held
-                && !super::stack::product_holds(st, rs, AMPLIFICATION_TOLERANCE) =>
-        {
-            Verdict {
-                judgement: Judgement::Refuted,
-                reason: format!(
-                    "{}; but the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
-                    verdict.reason,
-                    st.pods,
-                    rs.amplification()
-                ),
-            }
-        }
-        _ => verdict,
-    };
-    let verdict_word = if m.complete {
-        verdict.judgement.word()
+        .and_then(|_| super::stack::measure(&m.samples, &m.pods, rs, m.step));
+    let completeness = if m.complete {
+        Completeness::Complete
     } else {
-        "incomplete"
+        Completeness::Interrupted {
+            at_s: m.samples.last().map_or(-rs.warmup_s, |x| x.t) * s,
+        }
     };
-    let matches = matches(&run_outcome, &p.fluid_pooled, &p.fluid_per_pod, step);
-    let crashes = m
+    let judged = judge::judge(&Trial {
+        expect: &case.expect,
+        run: rs,
+        time_scale: s,
+        step: m.step,
+        measured_run: &measured_run,
+        measured: &measured,
+        predicted: (&prediction.cases[0]).into(),
+        pod_resolution,
+        stack: stack.as_ref(),
+        completeness,
+    });
+    Ok(Assessment {
+        record,
+        criteria,
+        measured_run,
+        measured,
+        dead_time_s,
+        ran: ran.run,
+        prediction,
+        pod_resolution,
+        stack,
+        judged,
+    })
+}
+
+/// Mean dead time of the pods ordered during the run (the initial ones were ready at once),
+/// experiment seconds.
+fn dead_time_s(m: &Measured, rs: &Scenario, s: f64) -> Option<f64> {
+    let dead: Vec<f64> = m
         .pod_events
         .iter()
-        .filter(|(_, _, k)| matches!(k, PodEventKind::Crashed { .. }))
-        .count();
+        .filter(|(at, _, _)| *at > -rs.warmup_s)
+        .filter_map(|(_, _, k)| match k {
+            PodEventKind::Ready { dead_time_s } => Some(dead_time_s * s),
+            _ => None,
+        })
+        .collect();
+    mean(&dead)
+}
+
+/// `summary.json`: the verdict, the measured outcome beside every prediction, the CPU used.
+fn summary<'a>(
+    e: &'a Experiment,
+    case: &'a Case,
+    plan: &RunPlan,
+    description: &'a Description,
+    m: &Measured,
+    a: &'a Assessment,
+) -> Summary<'a> {
+    let s = plan.time_scale;
+    let p = &a.prediction.cases[0];
+    let exp = |o: &Outcome| record::in_experiment_time(o, s);
     let frac = |cpu: f64| if m.wall_s > 0.0 { cpu / m.wall_s } else { 0.0 };
-    let pooled_curve = fluid::simulate(&ran.run, Topology::Pooled)?;
-    let per_pod_curve = fluid::simulate(&ran.run, Topology::PerPod)?;
-    let summary = Summary {
+    Summary {
         experiment: &e.id,
         case: &case.scenario.name,
         cluster: &description.cluster,
         hpa: &description.hpa,
         complete: m.complete,
-        verdict: verdict_word,
-        reason: &verdict.reason,
+        verdict: a.judged.verdict,
+        reason: &a.judged.reason,
         time_scale: s,
         rate_scale: plan.rate_scale,
         measured: MeasuredJson {
-            outcome: measured_exp,
-            dead_time_s,
-            run_time: run_outcome,
-            drained_wait_run_s: criteria.drained_wait_s,
-            rows: rec.rows.len(),
-            row_step_run_s: step,
+            outcome: a.measured,
+            dead_time_s: a.dead_time_s,
+            run_time: a.measured_run,
+            drained_wait_run_s: a.criteria.drained_wait_s,
+            rows: a.record.rows.len(),
+            row_step_run_s: m.step,
         },
-        matches,
-        predicted: &prediction,
+        matches: a.judged.matches,
+        predicted: &a.prediction,
         predicted_experiment_time: PredictedExperimentTime {
             closed_form: exp(&p.closed_form),
             fluid_pooled: exp(&p.fluid_pooled),
@@ -383,48 +372,37 @@ pub fn finish(
             runner_fraction: frac(m.runner_cpu_s),
             meter_fraction: frac(m.meter_cpu_s),
         },
-        pod_crashes: crashes,
-        pod_resolution: resolution,
-        stack,
-    };
-    record::write(dir, "timeseries.csv", &record::csv(&m.samples, &rec, s))?;
-    record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
-    record::write(dir, "events.csv", &events_csv(m, s))?;
-    record::write(dir, "pods.csv", &record::pods_csv(&m.samples, &m.pods, s))?;
-    super::plot::draw(
-        dir,
-        &m.samples,
-        &rec,
-        &pooled_curve,
-        &per_pod_curve,
-        s,
-        rs.pod_timeout_s(),
-    )?;
-    super::plot::pod_waits(
-        dir,
-        &m.samples,
-        &m.pods,
-        s,
-        rs.pod_timeout_s(),
-        criteria.drained_wait_s,
-    )?;
-    let result = CaseResult {
-        experiment: e.id.clone(),
-        case: case.scenario.name.clone(),
+        pod_crashes: m
+            .pod_events
+            .iter()
+            .filter(|(_, _, k)| matches!(k, PodEventKind::Crashed { .. }))
+            .count(),
+        pod_resolution: a.pod_resolution,
+        stack: a.stack,
+    }
+}
+
+/// What the case gave, for the index and the command's output: the summary's figures and the
+/// measured curves.
+fn case_result(summary: &Summary, dir: &Path, m: &Measured) -> CaseResult {
+    let s = summary.time_scale;
+    CaseResult {
+        experiment: summary.experiment.into(),
+        case: summary.case.into(),
         dir: dir.to_path_buf(),
-        complete: m.complete,
-        verdict: verdict_word.into(),
-        reason: verdict.reason.clone(),
-        measured: measured_exp,
-        fluid_pooled: exp(&p.fluid_pooled),
-        fluid_per_pod: exp(&p.fluid_per_pod),
-        published: case.published.clone(),
-        matches: matches.into(),
-        dead_time_s,
-        hpa: description.hpa.clone(),
-        runner_cpu: frac(m.runner_cpu_s),
-        meter_cpu: frac(m.meter_cpu_s),
-        stack,
+        complete: summary.complete,
+        verdict: summary.verdict,
+        reason: summary.reason.into(),
+        measured: summary.measured.outcome,
+        fluid_pooled: summary.predicted_experiment_time.fluid_pooled,
+        fluid_per_pod: summary.predicted_experiment_time.fluid_per_pod,
+        published: summary.published.clone(),
+        matches: summary.matches,
+        dead_time_s: summary.measured.dead_time_s,
+        hpa: summary.hpa.into(),
+        runner_cpu: summary.cpu.runner_fraction,
+        meter_cpu: summary.cpu.meter_fraction,
+        stack: summary.stack,
         series: Series {
             pods_ready: m
                 .samples
@@ -434,13 +412,44 @@ pub fn finish(
             successes: m
                 .samples
                 .iter()
-                .map(|x| (x.t * s, x.load.successes / step))
+                .map(|x| (x.t * s, x.load.successes / m.step))
                 .collect(),
         },
-    };
-    record::write(dir, "report.md", &markdown(e, &result, &summary, rs))?;
-    record::write(dir, "summary.json", &record::json(&summary))?;
-    Ok(result)
+    }
+}
+
+/// The record's rows and plots: `timeseries.csv`, `decisions.csv`, `events.csv`, `pods.csv`,
+/// the measured curves beside the fluid ones, and every pod's wait.
+fn write_record(plan: &RunPlan, m: &Measured, a: &Assessment) -> anyhow::Result<()> {
+    let (dir, s) = (&plan.dir, plan.time_scale);
+    let timeout_s = plan.run.pod_timeout_s();
+    let pooled_curve = fluid::simulate(&a.ran, Topology::Pooled)?;
+    let per_pod_curve = fluid::simulate(&a.ran, Topology::PerPod)?;
+    record::write(
+        dir,
+        "timeseries.csv",
+        &record::csv(&m.samples, &a.record, s),
+    )?;
+    record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
+    record::write(dir, "events.csv", &events_csv(m, s))?;
+    record::write(dir, "pods.csv", &record::pods_csv(&m.samples, &m.pods, s))?;
+    super::plot::draw(
+        dir,
+        &m.samples,
+        &a.record,
+        &pooled_curve,
+        &per_pod_curve,
+        s,
+        timeout_s,
+    )?;
+    super::plot::pod_waits(
+        dir,
+        &m.samples,
+        &m.pods,
+        s,
+        timeout_s,
+        a.criteria.drained_wait_s,
+    )
 }
 
 fn decisions_csv(m: &Measured, s: f64) -> String {
@@ -543,16 +552,40 @@ fn differences(m: &Outcome, p: &Outcome, model: &str) -> Vec<String> {
     out
 }
 
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+/// `report.md`: the case, its verdict, the figures beside the predictions, what differs.
 fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) -> String {
     let mut o = String::new();
+    heading(&mut o, e, r, summary, rs);
+    figures_table(&mut o, r, rs);
+    if let Some(g) = &rs.gateway {
+        gateway_section(&mut o, r, g, rs, summary.time_scale);
+    }
+    agreement(&mut o, r);
+    let _ = writeln!(
+        o,
+        "\nCPU per wall second: runner {:.1}%, meter {:.1}% of one core. Pod crashes: {}.",
+        r.runner_cpu * 100.0,
+        r.meter_cpu * 100.0,
+        summary.pod_crashes
+    );
+    let _ = writeln!(
+        o,
+        "\nFiles: `experiment.toml`, `timeseries.csv`, `decisions.csv`, `events.csv`, \
+         `summary.json`, `pods.csv`, `pods.svg`, `goodput.svg`, `wait.svg`, `pod-waits.svg` \
+         (every pod's wait: a steady queue under the timeout is not debt), `loadgen/`, `logs/`."
+    );
+    o
+}
+
+/// The title, the rule, the verdict and how the case ran.
+fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) {
     let _ = writeln!(o, "# {} {}: {}\n", r.experiment, r.case, e.title);
     let _ = writeln!(o, "- Condition: {}", e.condition);
     let _ = writeln!(o, "- Refuted if: {}", e.refuted_if);
     let _ = writeln!(
         o,
         "- **Verdict: {}** ({})",
-        r.verdict.to_uppercase(),
+        r.verdict.word().to_uppercase(),
         r.reason
     );
     let _ = writeln!(o, "- Cluster: {}; hpa: {}.", summary.cluster, summary.hpa);
@@ -587,82 +620,68 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
             "- Measured dead time (decision to ready): {d:.1} s; predictions use it."
         );
     }
+}
+
+/// One row of the figures table: the measured cell, the per-pod and pooled fluid cells, the
+/// published one.
+fn figure_row(o: &mut String, figure: &str, [m, pp, po]: [String; 3], published: &str) {
+    let _ = writeln!(o, "| {figure} | {m} | {pp} | {po} | {published} |");
+}
+
+/// Every figure, measured beside the fluid predictions and the published figure.
+fn figures_table(o: &mut String, r: &CaseResult, rs: &Scenario) {
     let _ = writeln!(
         o,
         "\n| figure | measured | fluid per pod | fluid pooled | published |\n|---|---|---|---|---|"
     );
-    let m = &r.measured;
-    let (pp, po, pu) = (&r.fluid_per_pod, &r.fluid_pooled, &r.published);
-    let _ = writeln!(
+    let outcomes = [&r.measured, &r.fluid_per_pod, &r.fluid_pooled];
+    let pu = &r.published;
+    let from = match rs.event {
+        LoadEvent::Spike { .. } => "spike end",
+        _ => "step",
+    };
+    let published_recovery = pu.recovery_s.map_or("-".into(), |v| format!("{v:.0} s"));
+    figure_row(
         o,
-        "| recovery (from {}) | {} | {} | {} | {} |",
-        if matches!(
-            rs.event,
-            falsification_model::experiment::LoadEvent::Spike { .. }
-        ) {
-            "spike end"
-        } else {
-            "step"
-        },
-        recovery_cell(m),
-        recovery_cell(pp),
-        recovery_cell(po),
-        pu.recovery_s.map_or("-".into(), |v| format!("{v:.0} s")),
+        &format!("recovery (from {from})"),
+        outcomes.map(recovery_cell),
+        &published_recovery,
     );
-    let _ = writeln!(
+    figure_row(
         o,
-        "| goodput recovery (99% succeed again) | {} | {} | {} | - |",
-        goodput_cell(m),
-        goodput_cell(pp),
-        goodput_cell(po),
+        "goodput recovery (99% succeed again)",
+        outcomes.map(goodput_cell),
+        "-",
     );
     let served = |o: &Outcome| match (o.triggered, o.debt_served_s) {
         (false, _) => "-".to_string(),
         (true, t) => secs(t),
     };
-    let _ = writeln!(
+    figure_row(
         o,
-        "| debt served (no pod's wait at the timeout) | {} | {} | {} | - |",
-        served(m),
-        served(pp),
-        served(po)
+        "debt served (no pod's wait at the timeout)",
+        outcomes.map(served),
+        "-",
     );
-    let _ = writeln!(
+    figure_row(
         o,
-        "| state at the end | {} | {} | {} | {} |",
-        m.state_text(),
-        pp.state_text(),
-        po.state_text(),
+        "state at the end",
+        outcomes.map(Outcome::state_text),
         pu.trapped
-            .map_or("-", |t| if t { "trapped" } else { "recovers" })
+            .map_or("-", |t| if t { "trapped" } else { "recovers" }),
     );
-    let _ = writeln!(
+    let pods = |f: fn(&Outcome) -> u32| outcomes.map(|o| f(o).to_string());
+    figure_row(o, "peak pods", pods(|o| o.peak_pods), &opt(pu.peak_pods));
+    figure_row(o, "final pods", pods(|o| o.final_pods), &opt(pu.final_pods));
+    figure_row(
         o,
-        "| peak pods | {} | {} | {} | {} |",
-        m.peak_pods,
-        pp.peak_pods,
-        po.peak_pods,
-        opt(pu.peak_pods)
+        "lost demand",
+        outcomes.map(|o| pct(o.lost_fraction)),
+        &pct(pu.lost_fraction),
     );
-    let _ = writeln!(
-        o,
-        "| final pods | {} | {} | {} | {} |",
-        m.final_pods,
-        pp.final_pods,
-        po.final_pods,
-        opt(pu.final_pods)
-    );
-    let _ = writeln!(
-        o,
-        "| lost demand | {} | {} | {} | {} |",
-        pct(m.lost_fraction),
-        pct(pp.lost_fraction),
-        pct(po.lost_fraction),
-        pct(pu.lost_fraction)
-    );
-    if m.provisioning.peak_over_needed.is_some() {
+    if r.measured.provisioning.peak_over_needed.is_some() {
         // Definition 9's figures: the cells are capacity met, peak over needed, work lost.
-        let [mm, pm, om] = [m, pp, po].map(falsification_model::report::provisioning_cells);
+        let [mm, pm, om] = outcomes.map(falsification_model::report::provisioning_cells);
         for (i, figure) in [
             "capacity meets the load (from the step)",
             "peak pods / pods needed at the target",
@@ -674,42 +693,52 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
             let _ = writeln!(o, "| {figure} | {} | {} | {} | - |", mm[i], pm[i], om[i]);
         }
     }
-    if let Some(g) = &rs.gateway {
-        let _ = writeln!(
-            o,
-            "\n{}",
-            super::stack::markdown(r.stack.as_ref(), rs, summary.time_scale)
-        );
-        let _ = writeln!(
-            o,
-            "Gateway: {} with {} retries on a {} s server timeout (experiment time {} s); the \
-             client's {} s timeout{}.\n",
-            g.kind,
-            g.retries,
-            g.timeout_s,
-            g.timeout_s * summary.time_scale,
-            rs.timeout_s * summary.time_scale,
-            if g.abort_on_close {
-                "; it stops trying when the client leaves"
-            } else {
-                "; it keeps trying after the client leaves"
-            }
-        );
-    }
-    let sentence = match r.matches.as_str() {
-        "both" => "The measurement matches both fluid predictions (they agree here).".to_string(),
-        "per-pod" => "The measurement matches the **per-pod** fluid prediction (one FIFO per pod, \
+}
+
+/// Behind a gateway: each layer's amplification, and how the gateway was configured.
+fn gateway_section(o: &mut String, r: &CaseResult, g: &Gateway, rs: &Scenario, time_scale: f64) {
+    let _ = writeln!(
+        o,
+        "\n{}",
+        super::stack::markdown(r.stack.as_ref(), rs, time_scale)
+    );
+    let _ = writeln!(
+        o,
+        "Gateway: {} with {} retries on a {} s server timeout (experiment time {} s); the \
+         client's {} s timeout{}.\n",
+        g.kind,
+        g.retries,
+        g.timeout_s,
+        g.timeout_s * time_scale,
+        rs.timeout_s * time_scale,
+        if g.abort_on_close {
+            "; it stops trying when the client leaves"
+        } else {
+            "; it keeps trying after the client leaves"
+        }
+    );
+}
+
+/// Which fluid prediction the measurement matches, and every figure outside the band.
+fn agreement(o: &mut String, r: &CaseResult) {
+    let sentence = match r.matches {
+        Matches::Both => "The measurement matches both fluid predictions (they agree here).",
+        Matches::PerPod => {
+            "The measurement matches the **per-pod** fluid prediction (one FIFO per pod, \
              as this cluster runs), not the pooled one behind the published figures."
-            .to_string(),
-        "pooled" => "The measurement matches the **pooled** fluid prediction (the published \
+        }
+        Matches::Pooled => {
+            "The measurement matches the **pooled** fluid prediction (the published \
              figures' model), not the per-pod one."
-            .to_string(),
-        _ => "The measurement matches **neither** fluid prediction within the bands.".to_string(),
+        }
+        Matches::Neither => {
+            "The measurement matches **neither** fluid prediction within the bands."
+        }
     };
     let _ = writeln!(o, "\n{sentence}");
-    let diffs: Vec<String> = differences(m, pp, "per pod")
+    let diffs: Vec<String> = differences(&r.measured, &r.fluid_per_pod, "per pod")
         .into_iter()
-        .chain(differences(m, po, "pooled"))
+        .chain(differences(&r.measured, &r.fluid_pooled, "pooled"))
         .collect();
     if !diffs.is_empty() {
         let _ = writeln!(
@@ -721,20 +750,6 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
             let _ = writeln!(o, "- {d}");
         }
     }
-    let _ = writeln!(
-        o,
-        "\nCPU per wall second: runner {:.1}%, meter {:.1}% of one core. Pod crashes: {}.",
-        r.runner_cpu * 100.0,
-        r.meter_cpu * 100.0,
-        summary.pod_crashes
-    );
-    let _ = writeln!(
-        o,
-        "\nFiles: `experiment.toml`, `timeseries.csv`, `decisions.csv`, `events.csv`, \
-         `summary.json`, `pods.csv`, `pods.svg`, `goodput.svg`, `wait.svg`, `pod-waits.svg` \
-         (every pod's wait: a steady queue under the timeout is not debt), `loadgen/`, `logs/`."
-    );
-    o
 }
 
 /// A case's measured curves over experiment time, for the session's plots.
@@ -878,7 +893,7 @@ pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> an
         );
     }
     provisioning_table(&mut o, results);
-    let stacks: Vec<(String, &super::stack::StackMeasure)> = results
+    let stacks: Vec<(String, &StackMeasure)> = results
         .iter()
         .filter_map(|r| Some((format!("{} {}", r.experiment, r.case), r.stack.as_ref()?)))
         .collect();
@@ -902,7 +917,7 @@ pub fn text(session: &Path, results: &[CaseResult]) -> String {
              CPU runner {:.1}%, meter {:.1}%\n  record {}",
             r.experiment,
             r.case,
-            r.verdict.to_uppercase(),
+            r.verdict.word().to_uppercase(),
             r.reason,
             recovery_cell(&r.measured),
             recovery_cell(&r.fluid_per_pod),

@@ -1,0 +1,458 @@
+//! The verdict on a run, a pure function of what was measured and what was predicted for the
+//! configuration that ran: the case's refutation rule ([`outcome::verdict`]) on the measured
+//! outcome, the layers' product rule behind a gateway, and which fluid prediction the measurement
+//! matches within the bands. [`super::report`] writes what the judge says.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::stack::{self, StackMeasure};
+use falsification_model::experiment::Scenario;
+use falsification_model::outcome::{self, Evidence, Expect, Judgement, Outcome, Verdict};
+use falsification_model::power::PodResolution;
+use falsification_model::predict::CasePrediction;
+
+/// Relative band within which a measured recovery time or pod count "agrees" with a prediction.
+pub const BAND: f64 = 0.10;
+/// Absolute band for the lost fraction.
+pub const LOST_BAND: f64 = 0.05;
+/// How far the pods' measured amplification may be from the product of the layers (relative).
+pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
+
+/// A run's verdict: what the refutation rule made of it, or no verdict for an interrupted run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunVerdict {
+    Held,
+    Refuted,
+    /// The run cannot decide: it ended while still draining, or its noise can move what is judged.
+    Inconclusive,
+    /// The run was interrupted before its end.
+    Incomplete,
+}
+
+impl RunVerdict {
+    /// The word of the records (`summary.json`, `index.md`, `report.md`).
+    pub fn word(self) -> &'static str {
+        match self {
+            RunVerdict::Held => "held",
+            RunVerdict::Refuted => "refuted",
+            RunVerdict::Inconclusive => "inconclusive",
+            RunVerdict::Incomplete => "incomplete",
+        }
+    }
+}
+
+impl From<Judgement> for RunVerdict {
+    fn from(j: Judgement) -> RunVerdict {
+        match j {
+            Judgement::Held => RunVerdict::Held,
+            Judgement::Refuted => RunVerdict::Refuted,
+            Judgement::Inconclusive => RunVerdict::Inconclusive,
+        }
+    }
+}
+
+impl fmt::Display for RunVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.word())
+    }
+}
+
+/// Which fluid prediction the measurement agrees with, within the bands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Matches {
+    /// Both (they agree with each other here).
+    Both,
+    /// One FIFO per pod, as the clusters run.
+    PerPod,
+    /// One pooled queue, the published figures' model.
+    Pooled,
+    Neither,
+}
+
+impl Matches {
+    /// The word of the records: `both`, `per-pod`, `pooled` or `neither`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Matches::Both => "both",
+            Matches::PerPod => "per-pod",
+            Matches::Pooled => "pooled",
+            Matches::Neither => "neither",
+        }
+    }
+}
+
+impl fmt::Display for Matches {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.word())
+    }
+}
+
+/// Whether the run went to its end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Completeness {
+    Complete,
+    /// Interrupted; the last row it recorded, experiment seconds from the load event.
+    Interrupted {
+        at_s: f64,
+    },
+}
+
+/// The predictions for the configuration that ran, run time.
+#[derive(Debug, Clone, Copy)]
+pub struct Predicted<'a> {
+    pub closed_form: &'a Outcome,
+    pub fluid_pooled: &'a Outcome,
+    pub fluid_per_pod: &'a Outcome,
+}
+
+impl<'a> From<&'a CasePrediction> for Predicted<'a> {
+    fn from(p: &'a CasePrediction) -> Predicted<'a> {
+        Predicted {
+            closed_form: &p.closed_form,
+            fluid_pooled: &p.fluid_pooled,
+            fluid_per_pod: &p.fluid_per_pod,
+        }
+    }
+}
+
+/// What a run is judged on: what it measured and what was predicted for it.
+#[derive(Debug)]
+pub struct Trial<'a> {
+    /// The case's refutation rule.
+    pub expect: &'a Expect,
+    /// The scenario as it ran, run time: its layers make the product the pods must see.
+    pub run: &'a Scenario,
+    pub time_scale: f64,
+    /// Row length, run seconds: the slack of a recovery time.
+    pub step: f64,
+    /// The measured outcome in run time, compared with the predictions.
+    pub measured_run: &'a Outcome,
+    /// The same in experiment time, judged by the rule.
+    pub measured: &'a Outcome,
+    pub predicted: Predicted<'a>,
+    /// Whether the noise of one metric window can move the steady pod count (autoscaled cases).
+    pub pod_resolution: Option<PodResolution>,
+    /// Behind a gateway: each layer's amplification over the failed phase.
+    pub stack: Option<&'a StackMeasure>,
+    pub completeness: Completeness,
+}
+
+/// What the judge made of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    pub verdict: RunVerdict,
+    pub reason: String,
+    pub matches: Matches,
+}
+
+/// Judges a run: an interrupted run gets no verdict; a complete one the case's rule, and behind a
+/// gateway the layers' product at the pods.
+pub fn judge(t: &Trial) -> Judged {
+    let matches = matches(t.measured_run, &t.predicted, t.step);
+    match t.completeness {
+        Completeness::Interrupted { at_s } => Judged {
+            verdict: RunVerdict::Incomplete,
+            reason: format!("interrupted at {at_s:.0} s of experiment time; no verdict"),
+            matches,
+        },
+        Completeness::Complete => {
+            let v = product_rule(rule(t), t.stack, t.run);
+            Judged {
+                verdict: v.judgement.into(),
+                reason: v.reason,
+                matches,
+            }
+        }
+    }
+}
+
+/// The case's refutation rule on the measured outcome (experiment time).
+fn rule(t: &Trial) -> Verdict {
+    // The cluster queues per pod: its prediction first, then the pooled one, then the laws'
+    // (which need no horizon, so a run too short for the models still gets a figure).
+    let p = &t.predicted;
+    let predicted = p
+        .fluid_per_pod
+        .recovery_s
+        .or(p.fluid_pooled.recovery_s)
+        .or(p.closed_form.recovery_s);
+    let evidence = Evidence {
+        predicted_recovery_s: predicted.map(|r| r * t.time_scale),
+        pods_unresolved: t
+            .pod_resolution
+            .filter(|r| !r.resolvable())
+            .map(|r| r.text()),
+    };
+    outcome::verdict(t.expect, t.measured, &evidence)
+}
+
+/// Behind a gateway the layers must multiply at the pods, whatever the recovery did: a held
+/// verdict is refuted when the pods saw another amplification.
+fn product_rule(v: Verdict, stack: Option<&StackMeasure>, run: &Scenario) -> Verdict {
+    match stack {
+        Some(st) if v.held() && !stack::product_holds(st, run, AMPLIFICATION_TOLERANCE) => {
+            Verdict {
+                judgement: Judgement::Refuted,
+                reason: format!(
+                    "{}; but the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
+                    v.reason,
+                    st.pods,
+                    run.amplification()
+                ),
+            }
+        }
+        _ => v,
+    }
+}
+
+/// Whether a measured outcome agrees with a prediction within the bands (run time, rows of `step`).
+fn agrees(m: &Outcome, p: &Outcome, step: f64) -> bool {
+    let close = |a: f64, b: f64, slack: f64| (a - b).abs() <= (BAND * b.abs()).max(slack);
+    let recovery = match (m.recovery_s, p.recovery_s) {
+        (Some(a), Some(b)) => close(a, b, 2.0 * step),
+        (None, None) => true,
+        _ => false,
+    };
+    let lost = match (m.lost_fraction, p.lost_fraction) {
+        (Some(a), Some(b)) => (a - b).abs() <= LOST_BAND,
+        _ => true,
+    };
+    m.state() == p.state()
+        && m.triggered == p.triggered
+        && recovery
+        && lost
+        && close(f64::from(m.peak_pods), f64::from(p.peak_pods), 1.0)
+        && close(f64::from(m.final_pods), f64::from(p.final_pods), 1.0)
+}
+
+/// Which fluid prediction the measurement agrees with (run time).
+fn matches(m: &Outcome, p: &Predicted, step: f64) -> Matches {
+    match (
+        agrees(m, p.fluid_per_pod, step),
+        agrees(m, p.fluid_pooled, step),
+    ) {
+        (true, true) => Matches::Both,
+        (true, false) => Matches::PerPod,
+        (false, true) => Matches::Pooled,
+        (false, false) => Matches::Neither,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use falsification_model::experiment::load;
+
+    /// A triggered run that recovers at `recovery` (run seconds), or stays trapped.
+    fn outcome(recovery: Option<f64>, peak_pods: u32) -> Outcome {
+        Outcome {
+            recovery_s: recovery,
+            goodput_recovery_s: recovery,
+            debt_served_s: recovery,
+            recovered: recovery.is_some(),
+            trapped: recovery.is_none(),
+            horizon_s: 1000.0,
+            triggered: true,
+            peak_pods,
+            final_pods: 4,
+            lost_fraction: Some(0.2),
+            provisioning: Default::default(),
+        }
+    }
+
+    fn recovers() -> Expect {
+        Expect {
+            recovers: Some(true),
+            ..Expect::default()
+        }
+    }
+
+    /// Arrivals at the pods per logical request as measured: the stack's `A`.
+    fn stack_with(pods: f64) -> StackMeasure {
+        StackMeasure {
+            from_s: 10.0,
+            to_s: 100.0,
+            requests: 1000.0,
+            configured: 9.0,
+            client: 3.0,
+            gateway: Some(3.0),
+            pods,
+            pods_per_client_attempt: pods / 3.0,
+            header_first: 3.0,
+            meter_first: None,
+            meter_header_first: None,
+        }
+    }
+
+    /// Judges `measured` (run time, at scale 1) against the fluid predictions `per_pod` and
+    /// `pooled` under `expect`, with `stack` measured behind F5's gateway (`A = 9`).
+    fn judged(
+        expect: &Expect,
+        measured: &Outcome,
+        (per_pod, pooled): (&Outcome, &Outcome),
+        stack: Option<&StackMeasure>,
+        completeness: Completeness,
+    ) -> Judged {
+        let run = load("F5").unwrap().cases[0].scenario.clone();
+        judge(&Trial {
+            expect,
+            run: &run,
+            time_scale: 1.0,
+            step: 1.0,
+            measured_run: measured,
+            measured,
+            predicted: Predicted {
+                closed_form: pooled,
+                fluid_pooled: pooled,
+                fluid_per_pod: per_pod,
+            },
+            pod_resolution: None,
+            stack,
+            completeness,
+        })
+    }
+
+    #[test]
+    fn a_recovery_as_predicted_holds_and_matches_both() {
+        let o = outcome(Some(500.0), 8);
+        let j = judged(&recovers(), &o, (&o, &o), None, Completeness::Complete);
+        assert_eq!(
+            j,
+            Judged {
+                verdict: RunVerdict::Held,
+                reason: "as predicted".into(),
+                matches: Matches::Both,
+            }
+        );
+    }
+
+    #[test]
+    fn a_trapped_run_refutes_a_recovery_and_an_undrained_one_is_inconclusive() {
+        let trapped = outcome(None, 8);
+        let j = judged(
+            &recovers(),
+            &trapped,
+            (&trapped, &trapped),
+            None,
+            Completeness::Complete,
+        );
+        assert_eq!(j.verdict, RunVerdict::Refuted, "{j:?}");
+        let draining = Outcome {
+            trapped: false,
+            debt_served_s: None,
+            goodput_recovery_s: None,
+            ..trapped
+        };
+        let j = judged(
+            &recovers(),
+            &draining,
+            (&draining, &draining),
+            None,
+            Completeness::Complete,
+        );
+        assert_eq!(j.verdict, RunVerdict::Inconclusive, "{j:?}");
+    }
+
+    #[test]
+    fn the_pods_must_see_the_layers_product() {
+        let o = outcome(Some(500.0), 8);
+        let a = load("F5").unwrap().cases[0].scenario.amplification();
+        let held = judged(
+            &recovers(),
+            &o,
+            (&o, &o),
+            Some(&stack_with(a * 1.02)),
+            Completeness::Complete,
+        );
+        assert_eq!(held.verdict, RunVerdict::Held, "{held:?}");
+        let refuted = judged(
+            &recovers(),
+            &o,
+            (&o, &o),
+            Some(&stack_with(6.0)),
+            Completeness::Complete,
+        );
+        assert_eq!(refuted.verdict, RunVerdict::Refuted);
+        assert_eq!(
+            refuted.reason,
+            "as predicted; but the pods saw A = 6.00 in the failed phase, not the layers' product 9.00"
+        );
+    }
+
+    #[test]
+    fn an_interrupted_run_has_no_verdict() {
+        let o = outcome(Some(500.0), 8);
+        let j = judged(
+            &recovers(),
+            &o,
+            (&o, &o),
+            Some(&stack_with(6.0)),
+            Completeness::Interrupted { at_s: 964.6 },
+        );
+        assert_eq!(j.verdict, RunVerdict::Incomplete);
+        assert_eq!(
+            j.reason,
+            "interrupted at 965 s of experiment time; no verdict"
+        );
+        assert_eq!(j.matches, Matches::Both);
+    }
+
+    #[test]
+    fn the_measurement_matches_the_prediction_within_the_band() {
+        let measured = outcome(Some(500.0), 8);
+        let near = outcome(Some(540.0), 9);
+        let far = outcome(Some(700.0), 8);
+        let more_pods = outcome(Some(500.0), 12);
+        let expect = recovers();
+        let m = |per_pod: &Outcome, pooled: &Outcome| {
+            judged(
+                &expect,
+                &measured,
+                (per_pod, pooled),
+                None,
+                Completeness::Complete,
+            )
+            .matches
+        };
+        assert_eq!(m(&near, &far), Matches::PerPod);
+        assert_eq!(m(&far, &near), Matches::Pooled);
+        assert_eq!(m(&near, &near), Matches::Both);
+        assert_eq!(m(&far, &more_pods), Matches::Neither);
+        assert_eq!(m(&outcome(None, 8), &near), Matches::Pooled);
+    }
+
+    #[test]
+    fn the_records_keep_their_words() {
+        for v in [
+            RunVerdict::Held,
+            RunVerdict::Refuted,
+            RunVerdict::Inconclusive,
+            RunVerdict::Incomplete,
+        ] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.word());
+            assert_eq!(v.to_string(), v.word());
+        }
+        for m in [
+            Matches::Both,
+            Matches::PerPod,
+            Matches::Pooled,
+            Matches::Neither,
+        ] {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.word());
+            assert_eq!(m.to_string(), m.word());
+        }
+        assert_eq!(
+            [RunVerdict::Held, RunVerdict::Incomplete].map(RunVerdict::word),
+            ["held", "incomplete"]
+        );
+        assert_eq!(Matches::PerPod.word(), "per-pod");
+        assert_eq!(
+            RunVerdict::from(Judgement::Inconclusive),
+            RunVerdict::Inconclusive
+        );
+    }
+}
