@@ -41,26 +41,20 @@ while (($#)); do
   shift
 done
 
-# Seconds as a plain number from 15s, 500ms, 1m, 1m30s.
-seconds() {
-  local v=$1 total=0 n u
-  [[ $v =~ ^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$ ]] || lc_die "--hpa-sync: '$v' is not a duration like 15s, 500ms or 1m"
-  while [[ $v =~ ^([0-9]+(\.[0-9]+)?)(ms|s|m|h)(.*)$ ]]; do
-    n=${BASH_REMATCH[1]} u=${BASH_REMATCH[3]} v=${BASH_REMATCH[4]}
-    case $u in ms) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n / 1000}') ;;
-      s) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n}') ;;
-      m) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n * 60}') ;;
-      h) total=$(awk -v t="$total" -v n="$n" 'BEGIN{print t + n * 3600}') ;;
-    esac
-  done
-  echo "$total"
+# The controller-manager's and metrics-server's settings at this scale come from the kit's one
+# definition of the upstream defaults (`falsification local-cluster-flags`, in Rust): lines
+# name=value, durations in milliseconds. With --records it also writes hpa.json and
+# metrics-server.json.
+cluster_flags() {
+  cargo build --release --locked -q -p falsification >&2
+  target/release/falsification local-cluster-flags --hpa-sync "$hpa_sync" --time-scale "$time_scale" "$@"
 }
-# A controller-manager duration flag: SECONDS / S, in milliseconds.
-scaled_ms() { awk -v s="$1" -v k="$time_scale" 'BEGIN{printf "%dms", s * 1000 / k + 0.5}'; }
-# metrics-server's --metric-resolution: 15 s / S, at least 10 s (its options refuse less); and its
-# --kubelet-request-timeout, the default 10 s unless that exceeds 90% of the resolution (refused too).
-ms_resolution_ms() { awk -v k="$time_scale" 'BEGIN{r = 15000 / k; if (r < 10000) r = 10000; printf "%d", r + 0.5}'; }
-ms_timeout_ms() { awk -v r="$1" 'BEGIN{t = int(r * 9 / 10); if (t > 10000) t = 10000; printf "%d", t}'; }
+declare -A flag
+read_flags() {
+  local k v
+  while IFS='=' read -r k v; do flag[$k]=$v; done < <(cluster_flags "$@")
+  [[ -n ${flag[sync_period]:-} ]] || lc_die "falsification local-cluster-flags gave no sync period"
+}
 # True once metrics-server serves a CPU usage for kube-system's pods, through the aggregator and
 # as `kubectl top` reads it.
 pod_metrics_served() {
@@ -138,14 +132,13 @@ if [[ $cmd == status ]]; then status; exit $?; fi
 
 lc_need_root
 lc_apt_install iptables conntrack buildah debootstrap openssl bind9-dnsutils curl
-sync_s=$(seconds "$hpa_sync")
-awk -v k="$time_scale" 'BEGIN{exit !(k + 0 > 0)}' || lc_die "--time-scale: '$time_scale' is not a positive number"
+read_flags
 
 LC_BIN=$(scripts/local-cluster-build.sh | tail -1)
 export PATH=$LC_BIN:$PATH
 
 if running; then
-  want=$(scaled_ms "$sync_s")
+  want=${flag[sync_period]}
   have=$(grep -o '"sync_period_ms": *[0-9]*' "$LC_STATE/hpa.json" | grep -o '[0-9]*$')
   [[ ${want%ms} == "$have" ]] || lc_log "note: running with an HPA sync period of ${have} ms, not ${want}; down and up again to change it"
   metrics_api_available || lc_log "note: no Available resource metrics API (an up from before metrics-server?); down and up again to add it"
@@ -314,10 +307,6 @@ lc_start kube-apiserver kube-apiserver \
 lc_wait "kube-apiserver /readyz" 90 lc_kubectl get --raw /readyz
 mark "API server ready"
 
-sync_flag=$(scaled_ms "$sync_s")
-stab_flag=$(scaled_ms 300)
-delay_flag=$(scaled_ms 30)
-cpu_init_flag=$(scaled_ms 300)
 lc_start kube-controller-manager kube-controller-manager \
   --kubeconfig "$LC_STATE/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$LC_STATE/controller-manager.kubeconfig" \
@@ -325,22 +314,16 @@ lc_start kube-controller-manager kube-controller-manager \
   --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
   --root-ca-file "$pki/ca.crt" --service-account-private-key-file "$pki/sa.key" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --horizontal-pod-autoscaler-sync-period "$sync_flag" \
-  --horizontal-pod-autoscaler-tolerance 0.1 \
-  --horizontal-pod-autoscaler-downscale-stabilization "$stab_flag" \
-  --horizontal-pod-autoscaler-initial-readiness-delay "$delay_flag" \
-  --horizontal-pod-autoscaler-cpu-initialization-period "$cpu_init_flag"
+  --horizontal-pod-autoscaler-sync-period "${flag[sync_period]}" \
+  --horizontal-pod-autoscaler-tolerance "${flag[tolerance]}" \
+  --horizontal-pod-autoscaler-downscale-stabilization "${flag[downscale_stabilization]}" \
+  --horizontal-pod-autoscaler-initial-readiness-delay "${flag[initial_readiness_delay]}" \
+  --horizontal-pod-autoscaler-cpu-initialization-period "${flag[cpu_initialization_period]}"
 lc_start kube-scheduler kube-scheduler --kubeconfig "$LC_STATE/scheduler.kubeconfig" \
   --authentication-kubeconfig "$LC_STATE/scheduler.kubeconfig" \
   --authorization-kubeconfig "$LC_STATE/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --leader-elect=false
-cat >"$LC_STATE/hpa.json" <<EOF
-{"sync_period_ms": ${sync_flag%ms}, "sync_period_s": $(awk -v m="${sync_flag%ms}" 'BEGIN{print m / 1000}'), "tolerance": 0.1,
- "downscale_stabilization_s": $(awk -v m="${stab_flag%ms}" 'BEGIN{print m / 1000}'),
- "initial_readiness_delay_s": $(awk -v m="${delay_flag%ms}" 'BEGIN{print m / 1000}'),
- "cpu_initialization_period_s": $(awk -v m="${cpu_init_flag%ms}" 'BEGIN{print m / 1000}'),
- "time_scale": $time_scale, "kubernetes": "$LC_K8S_VERSION"}
-EOF
+read_flags --records "$LC_STATE" --kubernetes "$LC_K8S_VERSION"
 
 # --- containerd and the kubelet -------------------------------------------------------------
 cat >"$LC_STATE/config/containerd.toml" <<EOF
@@ -432,14 +415,8 @@ EOF
 lc_start kube-proxy kube-proxy --config "$LC_STATE/config/kube-proxy.yaml"
 
 # --- CoreDNS, metrics-server and the record of the controller's flags -----------------------
-ms_res=$(ms_resolution_ms)
-ms_timeout=$(ms_timeout_ms "$ms_res")
-cat >"$LC_STATE/metrics-server.json" <<EOF
-{"version": "v0.8.0", "metric_resolution_s": $(awk -v m="$ms_res" 'BEGIN{print m / 1000}'),
- "kubelet_request_timeout_s": $(awk -v m="$ms_timeout" 'BEGIN{print m / 1000}'), "kubelet_housekeeping_s": 10}
-EOF
 sed "s|@DNS_IP@|$LC_DNS_IP|" k8s/local/coredns.yaml | lc_kubectl apply -f - >/dev/null
-sed -e "s|@METRIC_RESOLUTION@|${ms_res}ms|" -e "s|@KUBELET_REQUEST_TIMEOUT@|${ms_timeout}ms|" k8s/local/metrics-server.yaml |
+sed -e "s|@METRIC_RESOLUTION@|${flag[metric_resolution]}|" -e "s|@KUBELET_REQUEST_TIMEOUT@|${flag[kubelet_request_timeout]}|" k8s/local/metrics-server.yaml |
   lc_kubectl apply -f - >/dev/null
 lc_kubectl -n kube-system create configmap retry-debt-kit-cluster --from-file=hpa.json="$LC_STATE/hpa.json" \
   --from-file=metrics-server.json="$LC_STATE/metrics-server.json" \
@@ -458,5 +435,5 @@ mark "kubectl top pods answers"
 
 trap - EXIT
 echo "$((SECONDS - t0))" >"$LC_STATE/up-seconds"
-lc_log "local cluster up in $((SECONDS - t0)) s; HPA sync ${sync_flag} (time scale $time_scale); metrics-server resolution ${ms_res} ms; image $kit_image"
+lc_log "local cluster up in $((SECONDS - t0)) s; HPA sync ${flag[sync_period]} (time scale $time_scale); metrics-server resolution ${flag[metric_resolution]}; image $kit_image"
 echo "export KUBECONFIG=$LC_STATE/kubeconfig"

@@ -1,87 +1,113 @@
 //! The command lines the kit starts its binaries with, from a case's run-time scenario: the
 //! same for the embedded cluster's processes and the Kubernetes objects.
 
-use falsification_model::experiment::{Abandoned, LoadEvent, Scenario, ServiceTime};
+use std::time::Duration;
 
+use falsification_model::experiment::{
+    Abandoned as ModelAbandoned, LoadEvent, Scenario, ServiceTime as ModelServiceTime,
+};
+use loadgen::config::RetryOn;
+use loadgen::policy::Backoff;
+use loadgen::schedule::Step;
+use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, ScheduleError, TargetSource};
+use service::PodFlags;
+
+/// A duration as text to the microsecond (`1500000us`), for experiment parameters.
 pub fn micros(s: f64) -> String {
-    format!("{}us", (s * 1e6).round() as u64)
+    format!("{}us", run_duration(s).as_micros())
+}
+
+/// A duration in run seconds as the kit's binaries take it: to the microsecond.
+pub fn run_duration(s: f64) -> Duration {
+    Duration::from_micros((s * 1e6).round() as u64)
 }
 
 /// The loadgen schedule for a run-time scenario whose event comes `warmup` after the start.
-pub fn schedule(s: &Scenario, demand_scale: f64) -> String {
+pub fn schedule(s: &Scenario, demand_scale: f64) -> Result<Schedule, ScheduleError> {
+    // Step times to the microsecond, as every other duration the binaries get.
+    let at = |t: f64| run_duration(t).as_secs_f64();
     let w = s.warmup_s;
     let base = s.base_rate() * demand_scale;
-    let mut steps: Vec<(f64, f64)> = vec![(0.0, base)];
+    let mut steps = vec![Step {
+        at: 0.0,
+        rate: base,
+    }];
     match s.event {
         LoadEvent::None => {}
         LoadEvent::Spike { k, duration_s } => {
-            steps.push((w, k * base));
-            steps.push((w + duration_s, base));
+            steps.push(Step {
+                at: at(w),
+                rate: k * base,
+            });
+            steps.push(Step {
+                at: at(w + duration_s),
+                rate: base,
+            });
         }
-        LoadEvent::Step { k } => steps.push((w, k * base)),
+        LoadEvent::Step { k } => steps.push(Step {
+            at: at(w),
+            rate: k * base,
+        }),
     }
     // A later step at the same time replaces an earlier one (no warm-up).
     steps.dedup_by(|later, earlier| {
-        if later.0 <= earlier.0 {
+        if later.at <= earlier.at {
             *earlier = *later;
             true
         } else {
             false
         }
     });
-    let mut out: Vec<String> = steps
-        .iter()
-        .map(|(t, r)| format!("{}:{r}", micros(*t)))
-        .collect();
-    out.push(format!("{}:end", micros(w + s.end())));
-    out.join(",")
+    Schedule::new(steps, Some(at(w + s.end())))
 }
 
-/// The service's `--service-time` and `--abandoned` for a scenario.
-pub fn service_flags(rs: &Scenario) -> (&'static str, &'static str) {
-    (
-        match rs.service {
-            ServiceTime::Exponential => "exponential",
-            ServiceTime::Deterministic => "deterministic",
-        },
-        match rs.abandoned {
-            Abandoned::Serve => "finish",
-            Abandoned::Drop => "drop-expired",
-        },
-    )
+/// The flags every pod of a run-time scenario gets: its rate, service time and what it does
+/// with abandoned work. Where it listens, its dead time and name are each pod's own.
+pub fn pod_flags(rs: &Scenario) -> PodFlags {
+    PodFlags {
+        rate: Some(rs.rate_per_pod),
+        service_time: Some(match rs.service {
+            ModelServiceTime::Exponential => service::ServiceTime::Exponential,
+            ModelServiceTime::Deterministic => service::ServiceTime::Deterministic,
+        }),
+        abandoned: Some(match rs.abandoned {
+            ModelAbandoned::Serve => service::Abandoned::Finish,
+            ModelAbandoned::Drop => service::Abandoned::DropExpired,
+        }),
+        ..PodFlags::default()
+    }
 }
 
-/// The loadgen flags of a run-time scenario, wherever the loadgen runs: schedule, timeout,
-/// retries, Poisson arrivals, seed, backoff, retry budget, deadlines.
-pub fn loadgen_args(rs: &Scenario, seed: u64) -> Vec<String> {
-    let mut args = vec![
-        format!("--schedule={}", schedule(rs, 1.0)),
-        format!("--timeout={}", micros(rs.timeout_s)),
-        format!("--retries={}", rs.retries),
-        "--arrivals=poisson".to_string(),
-        format!("--seed={seed}"),
-    ];
-    if rs.backoff.cap_s > 0.0 {
-        args.push(format!(
-            "--backoff=exp:{},{}",
-            micros(rs.backoff.base_s),
-            micros(rs.backoff.cap_s)
-        ));
-    }
-    if let Some(b) = rs.retry_budget {
-        args.push(format!("--retry-budget={}", b.ratio));
-        args.push(format!("--retry-budget-min={}", b.min_per_s));
-        args.push(format!("--retry-budget-ttl={}", micros(b.ttl_s)));
-    }
-    if rs.abandoned == Abandoned::Drop {
-        args.push("--deadline".to_string());
-    }
-    if rs.gateway.is_some() {
+/// The loadgen of a run-time scenario, wherever it runs, sending to `targets`: schedule,
+/// timeout, retries, Poisson arrivals, seed, backoff, retry budget, deadlines.
+pub fn loadgen(
+    rs: &Scenario,
+    seed: u64,
+    targets: TargetSource,
+) -> Result<Invocation, ScheduleError> {
+    Ok(Invocation {
+        arrivals: Some(ArrivalKind::Poisson),
+        timeout: Some(run_duration(rs.timeout_s)),
+        retries: Some(rs.retries),
+        seed: Some(seed),
+        backoff: (rs.backoff.cap_s > 0.0).then(|| Backoff {
+            base: run_duration(rs.backoff.base_s),
+            cap: run_duration(rs.backoff.cap_s),
+            full_jitter: false,
+        }),
+        retry_budget: rs.retry_budget.map(|b| BudgetFlags {
+            ratio: b.ratio,
+            min_per_sec: Some(b.min_per_s),
+            ttl: Some(run_duration(b.ttl_s)),
+        }),
+        deadline: rs.abandoned == ModelAbandoned::Drop,
         // The gateway ends an attempt whose tries all timed out with its own 504: the client's
         // attempt failed, and it retries as on its own timeout.
-        args.push("--retry-on=timeout,connect,5xx".to_string());
-    }
-    args
+        retry_on: rs
+            .gateway
+            .map(|_| vec![RetryOn::Timeout, RetryOn::Connect, RetryOn::Status5xx]),
+        ..Invocation::new(targets, Load::Schedule(schedule(rs, 1.0)?))
+    })
 }
 
 #[cfg(test)]
@@ -93,12 +119,15 @@ mod tests {
     fn schedules_follow_the_case_in_run_time() {
         let f2 = load("F2").unwrap().cases[0].scenario.time_scaled(10.0);
         // 120/s base, 5x for 30 s after a 6 s warm-up; ends when the model's record ends (horizon + 2 retries + timeout).
-        assert_eq!(
-            schedule(&f2, 1.0),
-            "0us:120,6000000us:600,36000000us:120,2009000000us:end"
-        );
+        let steps = |s: &Schedule| -> Vec<(f64, f64)> {
+            s.steps().iter().map(|x| (x.at, x.rate)).collect()
+        };
+        let s = schedule(&f2, 1.0).unwrap();
+        assert_eq!(steps(&s), [(0.0, 120.0), (6.0, 600.0), (36.0, 120.0)]);
+        assert_eq!(s.end(), Some(2009.0));
         let mut f1 = load("F1").unwrap().cases[0].scenario.clone();
         f1.horizon_s = 100.0;
-        assert_eq!(schedule(&f1, 1.0), "0us:200,130000000us:end");
+        let s = schedule(&f1, 1.0).unwrap();
+        assert_eq!((steps(&s), s.end()), (vec![(0.0, 200.0)], Some(130.0)));
     }
 }

@@ -341,7 +341,10 @@ fn check_metric(c: &mut Check, hpa: &str, i: usize, m: &MetricSpec) {
 
 /// The APIService is the meter's, the Services reach the meter's and the pods' ports, and the
 /// Service the meter scrapes lists not-ready pods too.
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the house lint; to split"
+)]
 fn check_meter(c: &mut Check) {
     let Some(api) = find(&c.o.api_services, API_SERVICE).cloned() else {
         c.fail(format_args!("no APIService {API_SERVICE}"));
@@ -574,7 +577,10 @@ fn service_millis(c: &mut Check, field: &str, q: Option<&str>) -> Option<f64> {
 }
 
 /// The gateway overlay (F5): HAProxy's config and the objects around it.
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the house lint; to split"
+)]
 fn check_gateway(c: &mut Check) {
     let cfg = find(&c.o.config_maps, "gateway")
         .and_then(|m| m.data.as_ref())
@@ -863,7 +869,10 @@ fn millis_reads_cpu_quantities() {
 
 /// Each edit of a rendered overlay breaks one rule; the checks must name it.
 #[test]
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the house lint; to split"
+)]
 fn broken_overlays_fail() {
     let cases: [(&str, &str, &str, &str); 14] = [
         (

@@ -54,6 +54,7 @@ use tokio::task::JoinSet;
 
 pub use config::Config;
 pub use invocation::{BudgetFlags, Invocation, Load, QuotaKind, TargetSource};
+pub use record::metrics;
 pub use record::{Percentiles, Row, RunMeta, Summary};
 pub use schedule::{ArrivalKind, Schedule, ScheduleError};
 
@@ -140,7 +141,10 @@ impl Ctx {
 
 /// Runs the load until the schedule or `--duration` ends or `shutdown` resolves, drains,
 /// writes `--out` files, and returns the summary.
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the house lint; to split"
+)]
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,

@@ -46,7 +46,7 @@ impl ErrorKind {
         ErrorKind::StatusOther,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
             ErrorKind::AddrNotAvailable => "addr_not_available",
@@ -451,140 +451,221 @@ impl Recorder {
     }
 
     /// Prometheus text exposition of the live counters.
-    #[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
     pub fn prometheus(&self) -> String {
         let t = self.totals();
         let st = self.now();
         let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
-            let _ = writeln!(out, "# HELP retrydebt_loadgen_{name} {help}");
-            let _ = writeln!(out, "# TYPE retrydebt_loadgen_{name} {kind}");
-            for (suffix_labels, v) in samples {
-                let _ = writeln!(out, "retrydebt_loadgen_{name}{suffix_labels} {v}");
-            }
-        };
-        let plain = |v: u64| vec![(String::new(), v as f64)];
-        let by_attempt = |v: &[u64]| -> Vec<(String, f64)> {
-            v.iter()
-                .enumerate()
-                .map(|(n, c)| (format!("{{attempt=\"{n}\"}}"), *c as f64))
-                .collect()
-        };
+        counter_families(&mut out, &t);
         family(
-            "arrivals_total",
-            "counter",
-            "Arrivals the schedule made, admitted or shed.",
-            &plain(t.arrivals),
-        );
-        family(
-            "first_attempts_total",
-            "counter",
-            "First attempts sent.",
-            &plain(t.first_attempts),
-        );
-        family(
-            "attempts_total",
-            "counter",
-            "Attempts sent, by attempt number (0 = first).",
-            &by_attempt(&t.attempts),
-        );
-        family(
-            "successes_total",
-            "counter",
-            "Attempts that succeeded (2xx), by attempt number.",
-            &by_attempt(&t.successes),
-        );
-        family(
-            "timeouts_total",
-            "counter",
-            "Attempts abandoned at the per-attempt timeout.",
-            &plain(t.timeouts),
-        );
-        let errors: Vec<(String, f64)> = ErrorKind::ALL
-            .iter()
-            .map(|k| {
-                (
-                    format!("{{kind=\"{}\"}}", k.name()),
-                    t.errors[k.index()] as f64,
-                )
-            })
-            .collect();
-        family(
-            "errors_total",
-            "counter",
-            "Attempts that failed other than by timeout, by kind.",
-            &errors,
-        );
-        let denied = vec![
-            ("{policy=\"budget\"}".to_string(), t.denied_budget as f64),
-            ("{policy=\"quota\"}".to_string(), t.denied_quota as f64),
-        ];
-        family(
-            "retries_denied_total",
-            "counter",
-            "Retries not sent because a retry policy refused them.",
-            &denied,
-        );
-        family(
-            "shed_total",
-            "counter",
-            "Arrivals not sent because --max-in-flight requests were in flight.",
-            &plain(t.shed),
-        );
-        let requests = vec![
-            (
-                "{outcome=\"succeeded\"}".to_string(),
-                t.requests_succeeded as f64,
-            ),
-            ("{outcome=\"failed\"}".to_string(), t.requests_failed as f64),
-            (
-                "{outcome=\"unfinished\"}".to_string(),
-                t.requests_unfinished as f64,
-            ),
-        ];
-        family(
-            "requests_total",
-            "counter",
-            "Logical requests finished, by outcome.",
-            &requests,
-        );
-        family(
-            "in_flight",
+            &mut out,
+            metrics::IN_FLIGHT,
             "gauge",
             "Logical requests in flight.",
             &plain(st.in_flight),
         );
-        for (name, help, h) in [
-            (
-                "attempt_latency_seconds",
-                "Latency of attempts that got a response.",
-                &st.attempt_latency,
-            ),
-            (
-                "request_latency_seconds",
-                "Latency from first send to success.",
-                &st.request_latency,
-            ),
-            (
-                "send_lag_seconds",
-                "Lag of first attempts behind their scheduled send time.",
-                &st.send_lag,
-            ),
-        ] {
-            let mut samples: Vec<(String, f64)> = [0.5, 0.9, 0.99, 0.999]
-                .iter()
-                .map(|q| {
-                    (
-                        format!("{{quantile=\"{q}\"}}"),
-                        h.value_at_quantile(*q) as f64 / 1e6,
-                    )
-                })
-                .collect();
-            samples.push(("_sum".into(), h.mean() * h.len() as f64 / 1e6));
-            samples.push(("_count".into(), h.len() as f64));
-            family(name, "summary", help, &samples);
-        }
+        latency_families(&mut out, &st);
         out
+    }
+}
+
+/// The wire names of [`Recorder::prometheus`], owned here for the readers (the harness).
+pub mod metrics {
+    /// Counter: arrivals the schedule made, admitted or shed.
+    pub const ARRIVALS_TOTAL: &str = "retrydebt_loadgen_arrivals_total";
+    /// Counter: first attempts sent.
+    pub const FIRST_ATTEMPTS_TOTAL: &str = "retrydebt_loadgen_first_attempts_total";
+    /// Counter: attempts sent, by [`ATTEMPT_LABEL`].
+    pub const ATTEMPTS_TOTAL: &str = "retrydebt_loadgen_attempts_total";
+    /// Counter: attempts that succeeded, by [`ATTEMPT_LABEL`].
+    pub const SUCCESSES_TOTAL: &str = "retrydebt_loadgen_successes_total";
+    /// Counter: attempts abandoned at the per-attempt timeout.
+    pub const TIMEOUTS_TOTAL: &str = "retrydebt_loadgen_timeouts_total";
+    /// Counter: attempts failed other than by timeout, by [`KIND_LABEL`]
+    /// (values: [`ErrorKind::name`](super::ErrorKind::name), e.g. [`KIND_STATUS_5XX`]).
+    pub const ERRORS_TOTAL: &str = "retrydebt_loadgen_errors_total";
+    /// Counter: retries a policy refused, by [`POLICY_LABEL`].
+    pub const RETRIES_DENIED_TOTAL: &str = "retrydebt_loadgen_retries_denied_total";
+    /// Counter: arrivals shed at `--max-in-flight`.
+    pub const SHED_TOTAL: &str = "retrydebt_loadgen_shed_total";
+    /// Counter: logical requests finished, by [`OUTCOME_LABEL`].
+    pub const REQUESTS_TOTAL: &str = "retrydebt_loadgen_requests_total";
+    /// Gauge: logical requests in flight.
+    pub const IN_FLIGHT: &str = "retrydebt_loadgen_in_flight";
+    /// Summary: latency of attempts that got a response, seconds.
+    pub const ATTEMPT_LATENCY_SECONDS: &str = "retrydebt_loadgen_attempt_latency_seconds";
+    /// Summary: latency from first send to success, seconds.
+    pub const REQUEST_LATENCY_SECONDS: &str = "retrydebt_loadgen_request_latency_seconds";
+    /// Summary: lag of first attempts behind their schedule, seconds.
+    pub const SEND_LAG_SECONDS: &str = "retrydebt_loadgen_send_lag_seconds";
+
+    /// The attempt number, "0" for a first attempt.
+    pub const ATTEMPT_LABEL: &str = "attempt";
+    /// Why an attempt failed: an [`ErrorKind::name`](super::ErrorKind::name).
+    pub const KIND_LABEL: &str = "kind";
+    /// [`KIND_LABEL`] of attempts answered 5xx.
+    pub const KIND_STATUS_5XX: &str = super::ErrorKind::Status5xx.name();
+    /// Which retry policy refused.
+    pub const POLICY_LABEL: &str = "policy";
+    pub const POLICY_BUDGET: &str = "budget";
+    pub const POLICY_QUOTA: &str = "quota";
+    /// How a logical request ended.
+    pub const OUTCOME_LABEL: &str = "outcome";
+    pub const OUTCOME_SUCCEEDED: &str = "succeeded";
+    pub const OUTCOME_FAILED: &str = "failed";
+    pub const OUTCOME_UNFINISHED: &str = "unfinished";
+    /// A summary's quantile label.
+    pub const QUANTILE_LABEL: &str = "quantile";
+}
+
+/// `# HELP`, `# TYPE` and the samples of one family; a sample's string is its label set (or
+/// a `_sum`/`_count` suffix), written right after the name.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, f64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (suffix_labels, v) in samples {
+        let _ = writeln!(out, "{name}{suffix_labels} {v}");
+    }
+}
+
+/// `{key="value"}`.
+fn label(key: &str, value: impl std::fmt::Display) -> String {
+    format!("{{{key}=\"{value}\"}}")
+}
+
+/// One unlabelled sample.
+fn plain(v: u64) -> Vec<(String, f64)> {
+    vec![(String::new(), v as f64)]
+}
+
+/// One sample per attempt number.
+fn by_attempt(v: &[u64]) -> Vec<(String, f64)> {
+    v.iter()
+        .enumerate()
+        .map(|(n, c)| (label(metrics::ATTEMPT_LABEL, n), *c as f64))
+        .collect()
+}
+
+/// The counter families, from the run's totals.
+fn counter_families(out: &mut String, t: &Row) {
+    use metrics::*;
+    family(
+        out,
+        ARRIVALS_TOTAL,
+        "counter",
+        "Arrivals the schedule made, admitted or shed.",
+        &plain(t.arrivals),
+    );
+    family(
+        out,
+        FIRST_ATTEMPTS_TOTAL,
+        "counter",
+        "First attempts sent.",
+        &plain(t.first_attempts),
+    );
+    family(
+        out,
+        ATTEMPTS_TOTAL,
+        "counter",
+        "Attempts sent, by attempt number (0 = first).",
+        &by_attempt(&t.attempts),
+    );
+    family(
+        out,
+        SUCCESSES_TOTAL,
+        "counter",
+        "Attempts that succeeded (2xx), by attempt number.",
+        &by_attempt(&t.successes),
+    );
+    family(
+        out,
+        TIMEOUTS_TOTAL,
+        "counter",
+        "Attempts abandoned at the per-attempt timeout.",
+        &plain(t.timeouts),
+    );
+    let errors: Vec<(String, f64)> = ErrorKind::ALL
+        .iter()
+        .map(|k| (label(KIND_LABEL, k.name()), t.errors[k.index()] as f64))
+        .collect();
+    family(
+        out,
+        ERRORS_TOTAL,
+        "counter",
+        "Attempts that failed other than by timeout, by kind.",
+        &errors,
+    );
+    let denied = vec![
+        (label(POLICY_LABEL, POLICY_BUDGET), t.denied_budget as f64),
+        (label(POLICY_LABEL, POLICY_QUOTA), t.denied_quota as f64),
+    ];
+    family(
+        out,
+        RETRIES_DENIED_TOTAL,
+        "counter",
+        "Retries not sent because a retry policy refused them.",
+        &denied,
+    );
+    family(
+        out,
+        SHED_TOTAL,
+        "counter",
+        "Arrivals not sent because --max-in-flight requests were in flight.",
+        &plain(t.shed),
+    );
+    let requests = vec![
+        (
+            label(OUTCOME_LABEL, OUTCOME_SUCCEEDED),
+            t.requests_succeeded as f64,
+        ),
+        (
+            label(OUTCOME_LABEL, OUTCOME_FAILED),
+            t.requests_failed as f64,
+        ),
+        (
+            label(OUTCOME_LABEL, OUTCOME_UNFINISHED),
+            t.requests_unfinished as f64,
+        ),
+    ];
+    family(
+        out,
+        REQUESTS_TOTAL,
+        "counter",
+        "Logical requests finished, by outcome.",
+        &requests,
+    );
+}
+
+/// The latency summaries: quantiles, `_sum` and `_count`, in seconds.
+fn latency_families(out: &mut String, st: &State) {
+    for (name, help, h) in [
+        (
+            metrics::ATTEMPT_LATENCY_SECONDS,
+            "Latency of attempts that got a response.",
+            &st.attempt_latency,
+        ),
+        (
+            metrics::REQUEST_LATENCY_SECONDS,
+            "Latency from first send to success.",
+            &st.request_latency,
+        ),
+        (
+            metrics::SEND_LAG_SECONDS,
+            "Lag of first attempts behind their scheduled send time.",
+            &st.send_lag,
+        ),
+    ] {
+        let mut samples: Vec<(String, f64)> = [0.5, 0.9, 0.99, 0.999]
+            .iter()
+            .map(|q| {
+                (
+                    label(metrics::QUANTILE_LABEL, q),
+                    h.value_at_quantile(*q) as f64 / 1e6,
+                )
+            })
+            .collect();
+        samples.push(("_sum".into(), h.mean() * h.len() as f64 / 1e6));
+        samples.push(("_count".into(), h.len() as f64));
+        family(out, name, "summary", help, &samples);
     }
 }
 
@@ -670,7 +751,10 @@ mod tests {
     use super::*;
 
     #[test]
-    #[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "written before the house lint; to split"
+    )]
     fn rows_attribute_events_to_their_second_and_totals_add_up() {
         // Pretend the run began 2.5 s ago: events now land in second 2.
         let rec = Recorder::new(Instant::now() - Duration::from_millis(2500), 1);

@@ -10,9 +10,10 @@ use std::borrow::Cow;
 
 use crate::rate::ArrivalCounts;
 
-/// The counter the service exposes (GUIDE contract).
+/// The counter the service exposes (GUIDE contract): `service::metrics::ARRIVALS_TOTAL`,
+/// spelled again because the meter does not depend on the service (a test pins the two).
 pub const ARRIVALS: &str = "retrydebt_arrivals_total";
-/// Its label: the attempt number, 0 for a first attempt.
+/// Its label: the attempt number, 0 for a first attempt (`service::metrics::ATTEMPT_LABEL`).
 pub const ATTEMPT_LABEL: &str = "attempt";
 
 /// One sample line.
@@ -289,6 +290,12 @@ mod tests {
                 all_attempts: 1507.0
             }
         );
+    }
+
+    #[test]
+    fn names_are_the_services() {
+        assert_eq!(ARRIVALS, service::metrics::ARRIVALS_TOTAL);
+        assert_eq!(ATTEMPT_LABEL, service::metrics::ATTEMPT_LABEL);
     }
 
     #[test]

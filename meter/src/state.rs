@@ -225,149 +225,173 @@ pub struct MeterMetrics {
 
 const META: Metadata<'static> = Metadata::new("meter", Level::INFO, None);
 
+// The meter's own exposition names (`GET /metrics`), owned here for the readers (the harness).
+
+/// Gauge: distinct `(request id, attempt 0)` per second over the window.
+pub const FIRST_ATTEMPT_RATE: &str = "retrydebt_meter_first_attempt_rate";
+/// Gauge: arrivals with `x-attempt: 0` per second (a header-only count).
+pub const HEADER_FIRST_ATTEMPT_RATE: &str = "retrydebt_meter_header_first_attempt_rate";
+/// Gauge: distinct `(request id, attempt)` per second.
+pub const CLIENT_ATTEMPT_RATE: &str = "retrydebt_meter_client_attempt_rate";
+/// Gauge: request ids remembered for the distinct count.
+pub const DISTINCT_IDS: &str = "retrydebt_meter_distinct_ids";
+pub const DISTINCT_FIRST_ATTEMPTS_TOTAL: &str = "retrydebt_meter_distinct_first_attempts_total";
+pub const DISTINCT_CLIENT_ATTEMPTS_TOTAL: &str = "retrydebt_meter_distinct_client_attempts_total";
+pub const ARRIVALS_READ_TOTAL: &str = "retrydebt_meter_arrivals_read_total";
+pub const ARRIVALS_LOST_TOTAL: &str = "retrydebt_meter_arrivals_lost_total";
+pub const DISTINCT_EVICTED_EARLY_TOTAL: &str = "retrydebt_meter_distinct_evicted_early_total";
+/// Gauge: all attempts per second, summed over pods.
+pub const INGRESS_RATE: &str = "retrydebt_meter_ingress_rate";
+/// Gauge: retries per second.
+pub const RETRY_RATE: &str = "retrydebt_meter_retry_rate";
+pub const PODS_LISTED: &str = "retrydebt_meter_pods_listed";
+pub const PODS_SCRAPED: &str = "retrydebt_meter_pods_scraped";
+pub const PODS_CONTRIBUTING: &str = "retrydebt_meter_pods_contributing";
+pub const LAST_SCRAPE_AGE_SECONDS: &str = "retrydebt_meter_last_scrape_age_seconds";
+/// Gauge: 1 while the external metrics API serves values.
+pub const PUBLISHED: &str = "retrydebt_meter_published";
+pub const SCRAPES_TOTAL: &str = "retrydebt_meter_scrapes_total";
+pub const DISCOVERY_ERRORS_TOTAL: &str = "retrydebt_meter_discovery_errors_total";
+/// Counter by [`REASON_LABEL`] (values: `ScrapeError::REASONS`).
+pub const SCRAPE_ERRORS_TOTAL: &str = "retrydebt_meter_scrape_errors_total";
+/// Counter by [`CODE_LABEL`] (the HTTP status code).
+pub const API_REQUESTS_TOTAL: &str = "retrydebt_meter_api_requests_total";
+pub const REASON_LABEL: &str = "reason";
+pub const CODE_LABEL: &str = "code";
+
+/// Describes and registers metrics on one recorder.
+struct Register<'a>(&'a PrometheusRecorder);
+
+impl Register<'_> {
+    fn gauge(&self, name: &'static str, unit: Option<Unit>, help: &'static str) -> Gauge {
+        self.0.describe_gauge(
+            KeyName::from_const_str(name),
+            unit,
+            SharedString::const_str(help),
+        );
+        self.0.register_gauge(&Key::from_static_name(name), &META)
+    }
+
+    fn describe_counter(&self, name: &'static str, help: &'static str) {
+        self.0.describe_counter(
+            KeyName::from_const_str(name),
+            None,
+            SharedString::const_str(help),
+        );
+    }
+
+    fn counter(&self, name: &'static str, help: &'static str) -> Counter {
+        self.describe_counter(name, help);
+        self.0.register_counter(&Key::from_static_name(name), &META)
+    }
+
+    /// One counter per scrape error reason, zeros included.
+    fn scrape_errors(&self) -> HashMap<&'static str, Counter> {
+        self.describe_counter(SCRAPE_ERRORS_TOTAL, "Pod scrapes that failed, by reason.");
+        ScrapeError::REASONS
+            .iter()
+            .map(|&reason| {
+                let key =
+                    Key::from_parts(SCRAPE_ERRORS_TOTAL, vec![Label::new(REASON_LABEL, reason)]);
+                (reason, self.0.register_counter(&key, &META))
+            })
+            .collect()
+    }
+}
+
 impl MeterMetrics {
-    #[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
     fn new() -> Self {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
-        let gauge = |name: &'static str, unit: Option<Unit>, help: &'static str| {
-            recorder.describe_gauge(
-                KeyName::from_const_str(name),
-                unit,
-                SharedString::const_str(help),
-            );
-            recorder.register_gauge(&Key::from_static_name(name), &META)
-        };
-        let counter = |name: &'static str, help: &'static str| {
-            recorder.describe_counter(
-                KeyName::from_const_str(name),
-                None,
-                SharedString::const_str(help),
-            );
-            recorder.register_counter(&Key::from_static_name(name), &META)
-        };
-        let first_attempt_rate = gauge(
-            "retrydebt_meter_first_attempt_rate",
-            None,
-            "First attempts per second over the window: distinct request ids with attempt 0 over all pods (a gateway's copies count once).",
-        );
-        let header_first_attempt_rate = gauge(
-            "retrydebt_meter_header_first_attempt_rate",
-            None,
-            "Arrivals with x-attempt 0 per second, summed over pods, over the window: a header-only count, a gateway's retries included.",
-        );
-        let client_attempt_rate = gauge(
-            "retrydebt_meter_client_attempt_rate",
-            None,
-            "Attempts the clients made per second over the window: distinct (request id, attempt) pairs over all pods.",
-        );
-        let distinct_ids = gauge(
-            "retrydebt_meter_distinct_ids",
-            None,
-            "Request ids remembered for the distinct count (--distinct-retention, --distinct-max-ids).",
-        );
-        let distinct_first_attempts = counter(
-            "retrydebt_meter_distinct_first_attempts_total",
-            "Distinct (request id, attempt 0) pairs read from the pods' arrival logs.",
-        );
-        let distinct_client_attempts = counter(
-            "retrydebt_meter_distinct_client_attempts_total",
-            "Distinct (request id, attempt) pairs read from the pods' arrival logs.",
-        );
-        let arrivals_read = counter(
-            "retrydebt_meter_arrivals_read_total",
-            "Entries read from the pods' arrival logs (GET /arrivals), copies included.",
-        );
-        let arrivals_lost = counter(
-            "retrydebt_meter_arrivals_lost_total",
-            "Entries a pod's arrival log overwrote before the meter read them (missing from the distinct count).",
-        );
-        let distinct_evicted_early = counter(
-            "retrydebt_meter_distinct_evicted_early_total",
-            "Request ids forgotten before --distinct-retention because --distinct-max-ids were remembered.",
-        );
-        let ingress_rate = gauge(
-            "retrydebt_meter_ingress_rate",
-            None,
-            "All attempts per second, summed over pods, over the window.",
-        );
-        let retry_rate = gauge(
-            "retrydebt_meter_retry_rate",
-            None,
-            "Retries (attempt >= 1) per second: ingress minus first attempts.",
-        );
-        let pods_listed = gauge(
-            "retrydebt_meter_pods_listed",
-            None,
-            "Pods in the pod list at the last scrape round.",
-        );
-        let pods_scraped = gauge(
-            "retrydebt_meter_pods_scraped",
-            None,
-            "Pods that answered at the last scrape round.",
-        );
-        let pods_contributing = gauge(
-            "retrydebt_meter_pods_contributing",
-            None,
-            "Pods whose counters make up the published rates.",
-        );
-        let last_scrape_age = gauge(
-            "retrydebt_meter_last_scrape_age_seconds",
-            Some(Unit::Seconds),
-            "Seconds since some pod was last scraped successfully (since start if none was).",
-        );
-        let published = gauge(
-            "retrydebt_meter_published",
-            None,
-            "1 if the external metrics API serves values (full, fresh window), else 0.",
-        );
-        let scrapes = counter("retrydebt_meter_scrapes_total", "Pod scrapes attempted.");
-        let discovery_errors = counter(
-            "retrydebt_meter_discovery_errors_total",
-            "Failures to read the pods file (or a bad line in it) or to resolve the pods DNS name.",
-        );
-        recorder.describe_counter(
-            KeyName::from_const_str("retrydebt_meter_scrape_errors_total"),
-            None,
-            SharedString::const_str("Pod scrapes that failed, by reason."),
-        );
-        let scrape_errors = ScrapeError::REASONS
-            .iter()
-            .map(|&reason| {
-                let key = Key::from_parts(
-                    "retrydebt_meter_scrape_errors_total",
-                    vec![Label::new("reason", reason)],
-                );
-                (reason, recorder.register_counter(&key, &META))
-            })
-            .collect();
-        recorder.describe_counter(
-            KeyName::from_const_str("retrydebt_meter_api_requests_total"),
-            None,
-            SharedString::const_str("External metrics API requests answered, by HTTP status code."),
+        let r = Register(&recorder);
+        r.describe_counter(
+            API_REQUESTS_TOTAL,
+            "External metrics API requests answered, by HTTP status code.",
         );
         Self {
-            recorder,
+            first_attempt_rate: r.gauge(
+                FIRST_ATTEMPT_RATE,
+                None,
+                "First attempts per second over the window: distinct request ids with attempt 0 over all pods (a gateway's copies count once).",
+            ),
+            header_first_attempt_rate: r.gauge(
+                HEADER_FIRST_ATTEMPT_RATE,
+                None,
+                "Arrivals with x-attempt 0 per second, summed over pods, over the window: a header-only count, a gateway's retries included.",
+            ),
+            client_attempt_rate: r.gauge(
+                CLIENT_ATTEMPT_RATE,
+                None,
+                "Attempts the clients made per second over the window: distinct (request id, attempt) pairs over all pods.",
+            ),
+            distinct_ids: r.gauge(
+                DISTINCT_IDS,
+                None,
+                "Request ids remembered for the distinct count (--distinct-retention, --distinct-max-ids).",
+            ),
+            distinct_first_attempts: r.counter(
+                DISTINCT_FIRST_ATTEMPTS_TOTAL,
+                "Distinct (request id, attempt 0) pairs read from the pods' arrival logs.",
+            ),
+            distinct_client_attempts: r.counter(
+                DISTINCT_CLIENT_ATTEMPTS_TOTAL,
+                "Distinct (request id, attempt) pairs read from the pods' arrival logs.",
+            ),
+            arrivals_read: r.counter(
+                ARRIVALS_READ_TOTAL,
+                "Entries read from the pods' arrival logs (GET /arrivals), copies included.",
+            ),
+            arrivals_lost: r.counter(
+                ARRIVALS_LOST_TOTAL,
+                "Entries a pod's arrival log overwrote before the meter read them (missing from the distinct count).",
+            ),
+            distinct_evicted_early: r.counter(
+                DISTINCT_EVICTED_EARLY_TOTAL,
+                "Request ids forgotten before --distinct-retention because --distinct-max-ids were remembered.",
+            ),
+            ingress_rate: r.gauge(
+                INGRESS_RATE,
+                None,
+                "All attempts per second, summed over pods, over the window.",
+            ),
+            retry_rate: r.gauge(
+                RETRY_RATE,
+                None,
+                "Retries (attempt >= 1) per second: ingress minus first attempts.",
+            ),
+            pods_listed: r.gauge(
+                PODS_LISTED,
+                None,
+                "Pods in the pod list at the last scrape round.",
+            ),
+            pods_scraped: r.gauge(
+                PODS_SCRAPED,
+                None,
+                "Pods that answered at the last scrape round.",
+            ),
+            pods_contributing: r.gauge(
+                PODS_CONTRIBUTING,
+                None,
+                "Pods whose counters make up the published rates.",
+            ),
+            last_scrape_age: r.gauge(
+                LAST_SCRAPE_AGE_SECONDS,
+                Some(Unit::Seconds),
+                "Seconds since some pod was last scraped successfully (since start if none was).",
+            ),
+            published: r.gauge(
+                PUBLISHED,
+                None,
+                "1 if the external metrics API serves values (full, fresh window), else 0.",
+            ),
+            scrapes: r.counter(SCRAPES_TOTAL, "Pod scrapes attempted."),
+            discovery_errors: r.counter(
+                DISCOVERY_ERRORS_TOTAL,
+                "Failures to read the pods file (or a bad line in it) or to resolve the pods DNS name.",
+            ),
+            scrape_errors: r.scrape_errors(),
             handle,
-            first_attempt_rate,
-            header_first_attempt_rate,
-            client_attempt_rate,
-            ingress_rate,
-            retry_rate,
-            distinct_ids,
-            distinct_first_attempts,
-            distinct_client_attempts,
-            arrivals_read,
-            arrivals_lost,
-            distinct_evicted_early,
-            pods_listed,
-            pods_scraped,
-            pods_contributing,
-            last_scrape_age,
-            published,
-            scrapes,
-            discovery_errors,
-            scrape_errors,
+            recorder,
         }
     }
 
@@ -390,8 +414,8 @@ impl MeterMetrics {
 
     pub fn api_request(&self, code: u16) {
         let key = Key::from_parts(
-            "retrydebt_meter_api_requests_total",
-            vec![Label::new("code", code.to_string())],
+            API_REQUESTS_TOTAL,
+            vec![Label::new(CODE_LABEL, code.to_string())],
         );
         self.recorder.register_counter(&key, &META).increment(1);
     }

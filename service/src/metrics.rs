@@ -12,6 +12,31 @@ use std::time::Duration;
 /// Attempt numbers at or above this share one label, to bound cardinality.
 pub const ATTEMPT_CAP: u32 = 99;
 
+// The exposition's names: the contract the meter and the harness read.
+
+/// Counter of requests accepted, by [`ATTEMPT_LABEL`].
+pub const ARRIVALS_TOTAL: &str = "retrydebt_arrivals_total";
+/// Counter of requests that left the queue, by [`OUTCOME_LABEL`] ([`Outcome::label`]).
+pub const COMPLETIONS_TOTAL: &str = "retrydebt_completions_total";
+/// Counter of requests turned away before queueing, by [`REASON_LABEL`].
+pub const REJECTIONS_TOTAL: &str = "retrydebt_rejections_total";
+/// Gauge: requests waiting in the queue.
+pub const QUEUE_DEPTH: &str = "retrydebt_queue_depth";
+/// Gauge: the wait the newest arrival faces, seconds.
+pub const WAIT_SECONDS: &str = "retrydebt_wait_seconds";
+/// Counter: seconds spent serving (fractional).
+pub const BUSY_SECONDS_TOTAL: &str = "retrydebt_busy_seconds_total";
+/// Counter: CPU seconds the work used (fractional).
+pub const CPU_SECONDS_TOTAL: &str = "retrydebt_cpu_seconds_total";
+/// Gauge: 1 when ready, else 0.
+pub const READY: &str = "retrydebt_ready";
+/// [`ARRIVALS_TOTAL`]'s label: the attempt number (`x-attempt`), "0" for a first attempt.
+pub const ATTEMPT_LABEL: &str = "attempt";
+/// [`COMPLETIONS_TOTAL`]'s label; its values are [`Outcome::label`].
+pub const OUTCOME_LABEL: &str = "outcome";
+/// [`REJECTIONS_TOTAL`]'s label.
+pub const REASON_LABEL: &str = "reason";
+
 /// Why a request was turned away before queueing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
@@ -40,8 +65,23 @@ pub enum Outcome {
     Dropped,
 }
 
+impl Outcome {
+    /// Its [`OUTCOME_LABEL`] value in [`COMPLETIONS_TOTAL`].
+    pub const fn label(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Dropped => "dropped",
+        }
+    }
+}
+
 /// `outcome` labels, indexed by [`Outcome`].
-const OUTCOME_LABELS: [&str; 3] = ["answered", "abandoned", "dropped"];
+const OUTCOME_LABELS: [&str; 3] = [
+    Outcome::Answered.label(),
+    Outcome::Abandoned.label(),
+    Outcome::Dropped.label(),
+];
 
 /// Counters shared by the handlers and the worker.
 #[derive(Debug)]
@@ -110,7 +150,7 @@ impl Metrics {
         let mut out = String::with_capacity(2048);
         header(
             &mut out,
-            "retrydebt_arrivals_total",
+            ARRIVALS_TOTAL,
             "counter",
             "Requests accepted, by attempt number (x-attempt, 99 = 99 or more), counted before queueing.",
         );
@@ -118,32 +158,32 @@ impl Metrics {
             let n = n.load(Relaxed);
             // First attempts always appear; retry series once they exist.
             if attempt == 0 || n > 0 {
-                let _ = writeln!(out, "retrydebt_arrivals_total{{attempt=\"{attempt}\"}} {n}");
+                let _ = writeln!(out, "{ARRIVALS_TOTAL}{{{ATTEMPT_LABEL}=\"{attempt}\"}} {n}");
             }
         }
         header(
             &mut out,
-            "retrydebt_completions_total",
+            COMPLETIONS_TOTAL,
             "counter",
             "Requests that left the queue: answered, abandoned (served for a client that had gone) or dropped (skipped unserved).",
         );
         labelled(
             &mut out,
-            "retrydebt_completions_total",
-            "outcome",
+            COMPLETIONS_TOTAL,
+            OUTCOME_LABEL,
             &OUTCOME_LABELS,
             &self.completions,
         );
         header(
             &mut out,
-            "retrydebt_rejections_total",
+            REJECTIONS_TOTAL,
             "counter",
             "Requests turned away before queueing, by reason.",
         );
         labelled(
             &mut out,
-            "retrydebt_rejections_total",
-            "reason",
+            REJECTIONS_TOTAL,
+            REASON_LABEL,
             &REJECTION_LABELS,
             &self.rejections,
         );
@@ -151,31 +191,31 @@ impl Metrics {
         let cpu = Duration::from_nanos(self.cpu_nanos.load(Relaxed)).as_secs_f64();
         let series = [
             (
-                "retrydebt_queue_depth",
+                QUEUE_DEPTH,
                 "gauge",
                 "Requests waiting in the queue, not counting the one in service.",
                 g.queue_depth as f64,
             ),
             (
-                "retrydebt_wait_seconds",
+                WAIT_SECONDS,
                 "gauge",
                 "Wait the newest arrival faces before its service starts: rest of the current service plus all queued work.",
                 g.wait.as_secs_f64(),
             ),
             (
-                "retrydebt_busy_seconds_total",
+                BUSY_SECONDS_TOTAL,
                 "counter",
                 "Seconds spent serving requests (answered or abandoned).",
                 busy,
             ),
             (
-                "retrydebt_cpu_seconds_total",
+                CPU_SECONDS_TOTAL,
                 "counter",
                 "CPU seconds the work used, as cAdvisor's container_cpu_usage_seconds_total counts them: each service time times the CPU limit (spun with --work=spin, counted alike when it sleeps).",
                 cpu,
             ),
             (
-                "retrydebt_ready",
+                READY,
                 "gauge",
                 "1 once the dead time (--ready-after) has passed and the pod is not shutting down, else 0.",
                 f64::from(u8::from(g.ready)),

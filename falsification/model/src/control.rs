@@ -26,6 +26,23 @@ pub struct AutoscalerConfig {
     pub cpu: CpuModel,
 }
 
+impl AutoscalerConfig {
+    /// The first sync at or after `t` on the grid through `sync_at`.
+    pub fn first_sync_at_or_after(&self, t: f64) -> f64 {
+        let periods = ((t - self.sync_at) / self.sync_period_s).ceil();
+        self.sync_at + periods * self.sync_period_s
+    }
+}
+
+/// Which pod a scale-down removes, given each pod's readiness in creation order: the newest
+/// that is not ready, else the newest (a ReplicaSet's rule). `None` when there is no pod.
+pub fn scale_down_victim(ready_in_creation_order: &[bool]) -> Option<usize> {
+    ready_in_creation_order
+        .iter()
+        .rposition(|ready| !ready)
+        .or(ready_in_creation_order.len().checked_sub(1))
+}
+
 /// The pods' CPU as the model sees it (read only for [`Signal::Cpu`]): request 1, limit
 /// `limit_ratio`, sampled every `window_s` as metrics-server does.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,9 +137,7 @@ impl Control {
                 want: config.spec.metrics.len(),
             });
         }
-        // The first sync at or after `start` on the grid through `sync_at`.
-        let periods = ((start - config.sync_at) / config.sync_period_s).ceil();
-        let next_sync = config.sync_at + periods * config.sync_period_s;
+        let next_sync = config.first_sync_at_or_after(start);
         // The initial pods have been ready for longer than any initialization period.
         let long_ago = start - config.spec.cpu_initialization_period_s - config.dead_time_s - 1.0;
         let cpu = config.signals.contains(&Signal::Cpu).then_some(CpuScraper {
@@ -239,6 +254,7 @@ impl Control {
             self.pending.push_back(now + dead_time);
             have += 1;
         }
+        // Pending pods are the not-ready ones, newest last: [`scale_down_victim`]'s rule.
         while have > desired {
             if self.pending.pop_back().is_none() {
                 self.accrue(now);
@@ -407,6 +423,29 @@ mod tests {
         assert_eq!(c.desired(), 20);
         assert_eq!(c.ready(), 20);
         assert_eq!(events.iter().filter(|e| **e == PodEvent::Ready).count(), 16);
+    }
+
+    #[test]
+    fn the_victim_is_the_newest_not_ready_pod_else_the_newest() {
+        assert_eq!(
+            scale_down_victim(&[true, false, true, false, true]),
+            Some(3)
+        );
+        assert_eq!(scale_down_victim(&[true, true]), Some(1));
+        assert_eq!(scale_down_victim(&[false, true]), Some(0));
+        assert_eq!(scale_down_victim(&[]), None);
+    }
+
+    #[test]
+    fn the_sync_grid_runs_through_sync_at() {
+        let c = AutoscalerConfig {
+            sync_period_s: 15.0,
+            sync_at: 7.5,
+            ..config(0.0)
+        };
+        assert_eq!(c.first_sync_at_or_after(-60.0), -52.5);
+        assert_eq!(c.first_sync_at_or_after(7.5), 7.5);
+        assert_eq!(c.first_sync_at_or_after(7.6), 22.5);
     }
 
     #[test]

@@ -22,7 +22,10 @@ use crate::hpa::HpaError;
 use crate::outcome::Record;
 
 /// Runs the fluid model for the scenario and returns its per-second (experiment time) record.
-#[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "written before the house lint; to split"
+)]
 pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
     let row_step = 1.0 / s.time_scale;
     let steps_per_row = (row_step / s.fluid_dt_s).round().max(1.0);

@@ -16,6 +16,9 @@ pub const DEFAULT_SYNC_PERIOD_S: f64 = 15.0;
 /// `--horizontal-pod-autoscaler-cpu-initialization-period`: after a pod starts, CPU samples taken
 /// before one full metric window of readiness are skipped.
 pub const DEFAULT_CPU_INITIALIZATION_PERIOD_S: f64 = 300.0;
+/// `--horizontal-pod-autoscaler-downscale-stabilization` and the behavior's default scale-down
+/// stabilization window.
+pub const DEFAULT_DOWNSCALE_STABILIZATION_S: f64 = 300.0;
 /// `--horizontal-pod-autoscaler-initial-readiness-delay`: readiness changes this soon after the pod
 /// started count as its initial readiness.
 pub const DEFAULT_INITIAL_READINESS_DELAY_S: f64 = 30.0;
@@ -101,7 +104,7 @@ impl Default for Behavior {
                 select: SelectPolicy::Max,
             },
             scale_down: ScalingRules {
-                stabilization_window_s: 300.0,
+                stabilization_window_s: DEFAULT_DOWNSCALE_STABILIZATION_S,
                 policies: vec![Policy {
                     kind: PolicyKind::Percent,
                     value: 100,

@@ -1,7 +1,9 @@
 //! The `falsification` command line. `main.rs` parses [`Cli`] and calls [`run`].
 
+mod cluster;
 mod compare;
 mod run;
+mod trigger;
 
 pub use run::ClusterArg;
 
@@ -47,7 +49,11 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Plan (and with --yes run) a trigger test against a staging target: spike it past its client
     /// timeout, return to base load, measure recovery and amplification.
-    Trigger(crate::trigger::TriggerArgs),
+    Trigger(trigger::TriggerArgs),
+    /// The one-machine cluster's controller-manager and metrics-server flags at a time scale
+    /// (for scripts/local-cluster-up.sh).
+    #[command(hide = true)]
+    LocalClusterFlags(cluster::LocalClusterFlagsArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -326,6 +332,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Suite(args) => run::suite(&args),
         Command::Manifests(args) => run::manifests(&args),
         Command::Compare(args) => compare::compare(&args),
-        Command::Trigger(args) => crate::trigger::command(&args),
+        Command::Trigger(args) => trigger::trigger(args),
+        Command::LocalClusterFlags(args) => cluster::local_cluster_flags(&args),
     }
 }

@@ -19,7 +19,7 @@ mod gateway;
 mod metrics_server;
 mod pods;
 
-use crate::invocation::{loadgen_args, micros, service_flags};
+use crate::invocation::{self, run_duration};
 use crate::process::{self, Binaries, cpu_seconds, spawn, stop};
 use crate::runner::probe::{LoadCounters, Probe};
 use crate::runner::{Cluster, Description, Ended, Environment, HpaSync, Observation, RunPlan};
@@ -27,6 +27,9 @@ use falsification_model::control::AutoscalerConfig;
 use falsification_model::experiment::Scenario;
 use falsification_model::hpa::{Hpa, PodSample, Reading, Scale};
 use falsification_model::metric::Signal;
+use loadgen::{Invocation, TargetSource};
+use meter::MeterFlags;
+use meter::scrape::PodSource;
 use metrics_server::MetricsServer;
 use pods::{EmbeddedCluster, PodTemplate};
 
@@ -90,12 +93,9 @@ impl Embedded {
         let probe = Probe::new(Duration::from_millis(
             (step * 800.0).clamp(100.0, 1000.0) as u64
         ))?;
-        let (service_time, abandoned) = service_flags(&rs);
         let template = PodTemplate {
             binary: bins.service.clone(),
-            rate: rs.rate_per_pod,
-            service_time: service_time.into(),
-            abandoned: abandoned.into(),
+            flags: invocation::pod_flags(&rs),
             ready_after: Duration::from_secs_f64(rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s)),
             shutdown_grace: Duration::from_secs_f64(30.0 / plan.time_scale),
             log: logs.join("pods.log"),
@@ -109,10 +109,9 @@ impl Embedded {
             Some(a) => Some((Hpa::new(a.spec.clone())?, a)),
             None => None,
         };
+        // The first sync on the case's grid at or after the warm-up began.
         let next_sync = hpa.as_ref().map_or(f64::INFINITY, |(_, a)| {
-            // The first sync on the case's grid at or after the warm-up began.
-            let k = ((-rs.warmup_s - a.sync_at) / a.sync_period_s).ceil();
-            a.sync_at + k * a.sync_period_s
+            a.first_sync_at_or_after(-rs.warmup_s)
         });
         Ok(Embedded {
             desired: rs.pods as usize,
@@ -176,19 +175,19 @@ impl Embedded {
         self.t0 + Duration::from_secs_f64((self.next_sync + self.rs.warmup_s).clamp(0.0, 1e9))
     }
 
-    fn loadgen_command(&self) -> Command {
-        let mut cmd = Command::new(&self.bins.loadgen);
-        match &self.gateway {
-            Some(g) => cmd.arg(format!("--target={}", g.url())),
-            None => cmd
-                .arg("--targets-file")
-                .arg(self.routing.path().join("targets.txt")),
+    fn loadgen_command(&self) -> anyhow::Result<Command> {
+        let targets = match &self.gateway {
+            Some(g) => TargetSource::Urls(vec![g.url()]),
+            None => TargetSource::File(self.routing.path().join("targets.txt")),
         };
-        cmd.args(loadgen_args(&self.rs, self.seed))
-            .arg(format!("--metrics-listen={}", self.loadgen_metrics))
-            .arg("--out")
-            .arg(self.dir.join("loadgen"));
-        cmd
+        let loadgen = Invocation {
+            metrics_listen: Some(self.loadgen_metrics),
+            out: Some(self.dir.join("loadgen")),
+            ..invocation::loadgen(&self.rs, self.seed, targets)?
+        };
+        let mut cmd = Command::new(&self.bins.loadgen);
+        cmd.args(loadgen.args());
+        Ok(cmd)
     }
 }
 
@@ -238,20 +237,19 @@ impl Cluster for Embedded {
             .hpa
             .as_ref()
             .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
-        let mut cmd = Command::new(&self.bins.meter);
-        cmd.arg("--pods-file")
-            .arg(self.routing.path().join("pods.txt"))
-            .arg(format!("--scrape-interval={}", micros(scrape)))
-            .arg(format!("--window={}", micros(window)))
-            .arg(format!("--listen={}", self.meter_listen))
-            .arg(format!("--api-listen={}", self.meter_api))
-            .arg("--history=1h")
+        let flags = MeterFlags {
+            scrape_interval: Some(run_duration(scrape)),
+            window: Some(run_duration(window)),
+            listen: Some(self.meter_listen),
+            api_listen: Some(self.meter_api),
+            history: Some(Duration::from_secs(3600)),
             // A request's ids must outlive its retry chain (the gateway's copies and the client's
             // retries): ten minutes of experiment time, as the meter's default is at S = 1.
-            .arg(format!(
-                "--distinct-retention={}",
-                micros(600.0 / self.rs.time_scale)
-            ));
+            distinct_retention: Some(run_duration(600.0 / self.rs.time_scale)),
+            ..MeterFlags::new(PodSource::File(self.routing.path().join("pods.txt")))
+        };
+        let mut cmd = Command::new(&self.bins.meter);
+        cmd.args(flags.args());
         let logs = self.dir.join("logs");
         let meter = spawn(cmd, &self.bins.meter, &logs.join("meter.log"))?;
         self.meter_cpu0 = meter
@@ -279,7 +277,7 @@ impl Cluster for Embedded {
             gw.follow(&self.pods.ready_addrs()).await?;
             self.gateway = Some(gw);
         }
-        let cmd = self.loadgen_command();
+        let cmd = self.loadgen_command()?;
         self.loadgen = Some(spawn(cmd, &self.bins.loadgen, &logs.join("loadgen.log"))?);
         self.t0 = Instant::now();
         if let Some((_, a)) = self

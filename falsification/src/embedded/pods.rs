@@ -17,21 +17,20 @@ use tokio::time::Instant;
 
 use crate::process::{WriteError, free_loopback_port, sigterm, spawn_child, write_atomically};
 use crate::runner::PodEventKind;
+use falsification_model::control::scale_down_victim;
+use service::PodFlags;
 
 /// How every pod of the experiment is started.
 #[derive(Debug, Clone)]
 pub struct PodTemplate {
     /// The `service` binary.
     pub binary: PathBuf,
-    /// `--rate`, requests per second per pod.
-    pub rate: f64,
-    /// `--service-time`: `deterministic` or `exponential`.
-    pub service_time: String,
-    /// `--abandoned`: `finish`, `drop-disconnected` or `drop-expired`.
-    pub abandoned: String,
-    /// `--ready-after`: the dead time, already divided by the time scale.
+    /// The flags every pod gets (rate, service time, abandoned work, shutdown grace); each
+    /// pod adds where it listens, its name and its dead time.
+    pub flags: PodFlags,
+    /// `--ready-after` of a pod started by a scale-up: the dead time, in run time.
     pub ready_after: Duration,
-    /// `--shutdown-grace`, already divided by the time scale.
+    /// How long a terminating pod may take, in run time (its `--shutdown-grace`).
     pub shutdown_grace: Duration,
     /// Every pod's stderr is appended here.
     pub log: PathBuf,
@@ -225,11 +224,10 @@ impl EmbeddedCluster {
             self.start_pod(self.template.ready_after)?;
         }
         while self.pods.len() > n {
-            let victim = self
-                .pods
-                .iter()
-                .rposition(|p| !p.ready)
-                .unwrap_or(self.pods.len() - 1);
+            let ready: Vec<bool> = self.pods.iter().map(|p| p.ready).collect();
+            let Some(victim) = scale_down_victim(&ready) else {
+                break;
+            };
             let pod = self.pods.remove(victim);
             self.terminate(pod);
         }
@@ -297,17 +295,16 @@ impl EmbeddedCluster {
                 source,
             })?;
         let mut command = Command::new(&t.binary);
-        command
-            .arg(format!("--listen={addr}"))
-            .arg(format!("--rate={}", t.rate))
-            .arg(format!("--service-time={}", t.service_time))
-            .arg(format!("--abandoned={}", t.abandoned))
-            .arg(format!("--ready-after={}us", ready_after.as_micros()))
-            .arg(format!(
-                "--shutdown-grace={}us",
-                t.shutdown_grace.as_micros()
-            ))
-            .arg(format!("--pod-name={name}"));
+        command.args(
+            PodFlags {
+                listen: Some(addr),
+                ready_after: Some(ready_after),
+                shutdown_grace: Some(t.shutdown_grace),
+                pod_name: Some(name.clone()),
+                ..t.flags.clone()
+            }
+            .args(),
+        );
         let child = spawn_child(command, log).map_err(|source| ClusterError::Spawn {
             path: t.binary.clone(),
             source,

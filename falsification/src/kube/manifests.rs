@@ -26,9 +26,13 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
 use super::gateway;
-use crate::invocation::{loadgen_args, micros, service_flags};
+use crate::invocation::{self, run_duration};
 use falsification_model::experiment::{GatewayKind, HpaSignal, Scenario};
 use falsification_model::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
+use loadgen::{Invocation, ScheduleError, TargetSource};
+use meter::MeterFlags;
+use meter::scrape::PodSource;
+use service::PodFlags;
 
 /// The field manager of every server-side apply.
 pub const FIELD_MANAGER: &str = "retry-debt-kit";
@@ -148,15 +152,11 @@ pub struct Values {
     pub namespace: String,
     pub image: String,
     pub pods: u32,
-    pub rate_per_pod: f64,
-    pub service_time: &'static str,
-    pub abandoned: &'static str,
-    /// The service's `--ready-after` (the dead time), run seconds.
-    pub ready_after_s: f64,
-    /// The service's `--shutdown-grace`, run seconds.
-    pub shutdown_grace_s: f64,
-    pub metric_window_s: f64,
-    pub scrape_interval_s: f64,
+    /// The pods' flags: rate, service time, abandoned work, dead time (`--ready-after`) and
+    /// shutdown grace, run time.
+    pub pod: PodFlags,
+    /// The meter's flags a run sets: the pods' DNS name, scrape interval and window.
+    pub meter: MeterFlags,
     pub hpa: Option<HpaValues>,
     pub loadgen: LoadgenValues,
     /// F5's gateway, when the case has one ([`GatewayValues::new`]).
@@ -202,8 +202,9 @@ pub struct HpaValues {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadgenValues {
     pub shards: u32,
-    /// The schedule, timeout, retries and policy flags ([`loadgen_args`]).
-    pub args: Vec<String>,
+    /// The schedule, timeout, retries and policy flags ([`invocation::loadgen`]); its
+    /// targets are set by [`loadgen_job`].
+    pub invocation: Invocation,
     /// When the shards start their schedule (Unix seconds); set at run time only.
     pub start_at: Option<f64>,
     /// The target Service's ClusterIP (`service`, or `gateway` when the case has one), set at
@@ -223,20 +224,30 @@ impl Values {
         shards: u32,
         behavior: Option<Behavior>,
         shutdown_grace_s: f64,
-    ) -> Values {
-        let (service_time, abandoned) = service_flags(rs);
+    ) -> Result<Values, ScheduleError> {
         let autoscaler = rs.autoscaler();
-        Values {
+        let pods = PodSource::Dns {
+            host: format!("service-pods.{namespace}.svc.cluster.local"),
+            port: 8080,
+        };
+        Ok(Values {
             namespace: namespace.into(),
             image: image.into(),
             pods: rs.pods,
-            rate_per_pod: rs.rate_per_pod,
-            service_time,
-            abandoned,
-            ready_after_s: rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s),
-            shutdown_grace_s,
-            metric_window_s: rs.hpa.as_ref().map_or(3.0, |h| h.metric_window_s),
-            scrape_interval_s: rs.hpa.as_ref().map_or(0.1, |h| h.scrape_interval_s),
+            pod: PodFlags {
+                ready_after: Some(run_duration(rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s))),
+                shutdown_grace: Some(run_duration(shutdown_grace_s)),
+                ..invocation::pod_flags(rs)
+            },
+            meter: MeterFlags {
+                scrape_interval: Some(run_duration(
+                    rs.hpa.as_ref().map_or(0.1, |h| h.scrape_interval_s),
+                )),
+                window: Some(run_duration(
+                    rs.hpa.as_ref().map_or(3.0, |h| h.metric_window_s),
+                )),
+                ..MeterFlags::new(pods)
+            },
             hpa: autoscaler.zip(behavior).map(|(a, behavior)| HpaValues {
                 min: a.spec.min_replicas,
                 max: a.spec.max_replicas,
@@ -245,12 +256,12 @@ impl Values {
             }),
             loadgen: LoadgenValues {
                 shards,
-                args: loadgen_args(rs, seed),
+                invocation: invocation::loadgen(rs, seed, TargetSource::Urls(Vec::new()))?,
                 start_at: None,
                 cluster_ip: None,
             },
             gateway: None,
-        }
+        })
     }
 }
 
@@ -379,7 +390,6 @@ impl Manifests {
         Ok(m)
     }
 
-    #[expect(clippy::too_many_lines, reason = "written before the house lint; to split")]
     fn set(&mut self, v: &Values) -> Result<(), ManifestError> {
         let ns = v.namespace.as_str();
         let in_ns = |meta: &mut ObjectMeta| meta.namespace = Some(ns.to_string());
@@ -412,22 +422,14 @@ impl Manifests {
             .as_mut()
             .ok_or(ManifestError::Missing("Deployment service pod spec"))?;
         // A little beyond the pod's own grace, as the base leaves 10 s beyond 30 s.
-        pod.termination_grace_period_seconds = Some((v.shutdown_grace_s * 4.0 / 3.0).ceil() as i64);
+        let grace = v.pod.shutdown_grace.unwrap_or_default().as_secs_f64();
+        pod.termination_grace_period_seconds = Some((grace * 4.0 / 3.0).ceil() as i64);
         let c = pod
             .containers
             .first_mut()
             .ok_or(ManifestError::Missing("service container"))?;
         c.image = Some(v.image.clone());
-        set_args(
-            c,
-            &[
-                ("--rate", v.rate_per_pod.to_string()),
-                ("--service-time", v.service_time.into()),
-                ("--abandoned", v.abandoned.into()),
-                ("--ready-after", micros(v.ready_after_s)),
-                ("--shutdown-grace", micros(v.shutdown_grace_s)),
-            ],
-        )?;
+        set_args(c, &v.pod.args())?;
 
         // The meter scrapes this namespace's pods.
         in_ns(&mut self.meter.metadata);
@@ -439,17 +441,7 @@ impl Manifests {
             .and_then(|p| p.containers.first_mut())
             .ok_or(ManifestError::Missing("meter container"))?;
         c.image = Some(v.image.clone());
-        set_args(
-            c,
-            &[
-                (
-                    "--pods-dns",
-                    format!("service-pods.{ns}.svc.cluster.local:8080"),
-                ),
-                ("--scrape-interval", micros(v.scrape_interval_s)),
-                ("--window", micros(v.metric_window_s)),
-            ],
-        )?;
+        set_args(c, &v.meter.args())?;
 
         match (&v.hpa, self.autoscaling.as_mut()) {
             (Some(h), Some(a)) => {
@@ -544,17 +536,19 @@ impl Manifests {
 
 /// Replaces the value of each `--flag=value` argument (each must be there: the base's flags
 /// are the contract).
-fn set_args(c: &mut Container, values: &[(&str, String)]) -> Result<(), ManifestError> {
+/// Puts each `--flag=value` of `values` in place of the container's own `--flag=` argument:
+/// the base manifests name every flag a run sets, so a run cannot add one the base lacks.
+fn set_args(c: &mut Container, values: &[String]) -> Result<(), ManifestError> {
     let args = c.args.get_or_insert_with(Vec::new);
-    for (flag, value) in values {
-        let prefix = format!("{flag}=");
+    for value in values {
+        let prefix = value.split_inclusive('=').next().unwrap_or(value);
         let arg = args
             .iter_mut()
-            .find(|a| a.starts_with(&prefix))
+            .find(|a| a.starts_with(prefix))
             .ok_or_else(|| {
-                ManifestError::Parse(format!("container {} has no {flag}= argument", c.name))
+                ManifestError::Parse(format!("container {} has no {prefix} argument", c.name))
             })?;
-        *arg = format!("{prefix}{value}");
+        arg.clone_from(value);
     }
     Ok(())
 }
@@ -659,13 +653,14 @@ pub fn loadgen_job(v: &Values) -> Job {
         .clone()
         .unwrap_or_else(|| format!("{service}.{}.svc.cluster.local", v.namespace))
         + &port;
-    let mut args = vec![format!("--target=http://{host}/work")];
-    args.extend(l.args.iter().cloned());
-    args.push(format!("--instances={}", l.shards));
-    args.push("--stdout-rows".into());
-    if let Some(t) = l.start_at {
-        args.push(format!("--start-at={t:.3}"));
+    let args = Invocation {
+        targets: TargetSource::Urls(vec![format!("http://{host}/work")]),
+        instances: Some(l.shards),
+        stdout_rows: true,
+        start_at: l.start_at,
+        ..l.invocation.clone()
     }
+    .args();
     Job {
         metadata: ObjectMeta {
             name: Some("loadgen".into()),
@@ -793,6 +788,7 @@ mod tests {
             Some(behavior),
             30.0 / s,
         )
+        .unwrap()
     }
 
     fn pod_of(d: &Deployment) -> &PodSpec {
@@ -815,8 +811,8 @@ mod tests {
         let a = args(&pod.containers[0]);
         for want in [
             "--rate=100",
-            "--ready-after=18000000us",
-            "--shutdown-grace=6000000us",
+            "--ready-after=18s",
+            "--shutdown-grace=6s",
             "--abandoned=finish",
             "--service-time=exponential",
         ] {
@@ -827,12 +823,9 @@ mod tests {
             Some("retry-debt-kit:abc")
         );
         let meter = args(&pod_of(&m.meter).containers[0]);
+        assert!(meter.contains(&"--window=6s".to_string()), "{meter:?}");
         assert!(
-            meter.contains(&"--window=6000000us".to_string()),
-            "{meter:?}"
-        );
-        assert!(
-            meter.contains(&"--scrape-interval=200000us".to_string()),
+            meter.contains(&"--scrape-interval=200ms".to_string()),
             "{meter:?}"
         );
         assert!(
@@ -893,7 +886,8 @@ mod tests {
             1,
             Some(behavior),
             6.0,
-        );
+        )
+        .unwrap();
         let m = Manifests::new(&render(&k8s_dir(None), "cpu").unwrap(), &v).unwrap();
         let metrics = m
             .autoscaling
@@ -953,14 +947,14 @@ mod tests {
             "--instances=2",
             "--stdout-rows",
             "--seed=7",
-            "--timeout=2000000us",
-            "--start-at=1800000000.500",
+            "--timeout=2s",
+            "--start-at=1800000000.5",
         ] {
             assert!(a.contains(&want.to_string()), "{want} in {a:?}");
         }
         // 200/s base, 5x after the case's 600 s warm-up (120 s run).
         assert!(
-            a.contains(&"--schedule=0us:200,120000000us:1000,326000000us:end".to_string()),
+            a.contains(&"--schedule=0s:200,2m:1000,5m 26s:end".to_string()),
             "{a:?}"
         );
         let env = c.env.as_ref().unwrap();
@@ -980,7 +974,7 @@ mod tests {
     #[test]
     fn a_fixed_capacity_case_drops_the_hpa_and_paired_keeps_both_metrics() {
         let se = load("F2").unwrap().cases[0].scenario.time_scaled(5.0);
-        let v = Values::new(&se, "ns", "img", 1, 1, None, 6.0);
+        let v = Values::new(&se, "ns", "img", 1, 1, None, 6.0).unwrap();
         let m = Manifests::new(&base_yaml(), &v).unwrap();
         assert!(m.autoscaling.is_none());
         let yaml = m.yaml().unwrap();
@@ -991,7 +985,7 @@ mod tests {
         let se = load("F4").unwrap().cases[0].scenario.clone();
         let b = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
         assert_eq!(overlay(&se), "paired");
-        let v = Values::new(&se.time_scaled(5.0), "ns", "img", 1, 1, Some(b), 6.0);
+        let v = Values::new(&se.time_scaled(5.0), "ns", "img", 1, 1, Some(b), 6.0).unwrap();
         let m = Manifests::new(&base_yaml(), &v).unwrap();
         let names: Vec<String> = m
             .autoscaling
@@ -1010,7 +1004,8 @@ mod tests {
     fn f5_values(i: usize, s: f64) -> (Scenario, Values) {
         let se = load("F5").unwrap().cases[i].scenario.clone();
         let rs = se.time_scaled(s);
-        let mut v = Values::new(&rs, "rdk-test", "retry-debt-kit:abc", 7, 2, None, 30.0 / s);
+        let mut v =
+            Values::new(&rs, "rdk-test", "retry-debt-kit:abc", 7, 2, None, 30.0 / s).unwrap();
         v.gateway = GatewayValues::new(&rs, "rdk-test", s);
         (se, v)
     }

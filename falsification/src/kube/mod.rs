@@ -244,7 +244,7 @@ pub fn plan(
         t.shards,
         behavior,
         30.0 / plan.time_scale,
-    );
+    )?;
     values.gateway = manifests::GatewayValues::new(rs, &t.namespace, plan.time_scale);
     let k8s = manifests::k8s_dir(t.k8s_dir.as_deref());
     let yaml = manifests::render_case(&k8s, se)?;
@@ -499,7 +499,7 @@ impl KubeCluster {
     /// Waits until the initial pods and the meter are ready and the aggregator serves the
     /// meter's API.
     async fn wait_ready(&self) -> anyhow::Result<()> {
-        let within = Duration::from_secs_f64(120.0 + self.values.ready_after_s);
+        let within = Duration::from_secs(120) + self.values.pod.ready_after.unwrap_or_default();
         let deadline = Instant::now() + within;
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), self.ns());
         let services = Api::<APIService>::all(self.client.clone());
@@ -815,7 +815,7 @@ impl Cluster for KubeCluster {
             let path = format!("/api/v1/namespaces/{ns}/pods/{n}:8080/proxy/metrics");
             async move {
                 let text = me.proxy(&path).await?;
-                Some((n.clone(), PodQueue::parse(&text)))
+                Some((n.clone(), PodQueue::read(&text)?))
             }
         }))
         .await
@@ -837,7 +837,7 @@ impl Cluster for KubeCluster {
             pods_ready: ready,
             pods_existing: existing,
             queues,
-            meter: meter.map(|t| MeterGauges::parse(&t)),
+            meter: meter.and_then(|t| MeterGauges::read(&t)),
             hpa,
             gateway: self.last_gateway,
         })

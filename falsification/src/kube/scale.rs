@@ -3,6 +3,8 @@
 //! (controller-manager flags, not the experiment's), and one loadgen pod holds a socket per
 //! attempt in flight under a 20,000 open-files limit.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use falsification_model::experiment::Scenario;
@@ -19,6 +21,89 @@ pub struct RecordedHpa {
     pub cpu_initialization_period_s: f64,
     pub time_scale: f64,
     pub kubernetes: String,
+}
+
+/// The one-machine cluster's controller-manager and metrics-server settings at a time scale:
+/// the upstream defaults divided by S, to the millisecond as the flags take them. The one
+/// definition `scripts/local-cluster-up.sh` starts the cluster with (through the hidden
+/// `falsification local-cluster-flags`) and records in `hpa.json`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalClusterFlags {
+    pub sync_period: Duration,
+    pub tolerance: f64,
+    pub downscale_stabilization: Duration,
+    pub initial_readiness_delay: Duration,
+    pub cpu_initialization_period: Duration,
+    /// metrics-server's `--metric-resolution`: 15 s / S, but at least 10 s (it refuses less).
+    pub metric_resolution: Duration,
+    /// metrics-server's `--kubelet-request-timeout`: 10 s, or 90% of the resolution when that is
+    /// less (it refuses more).
+    pub kubelet_request_timeout: Duration,
+    pub time_scale: f64,
+}
+
+impl LocalClusterFlags {
+    /// The settings for an HPA sync period of `hpa_sync_s` experiment seconds at `time_scale`.
+    pub fn new(hpa_sync_s: f64, time_scale: f64) -> Result<LocalClusterFlags, ScaleError> {
+        if !(time_scale > 0.0 && time_scale.is_finite()) {
+            return Err(ScaleError::TimeScale(time_scale));
+        }
+        let scaled = |s: f64| Duration::from_millis((s * 1000.0 / time_scale).round() as u64);
+        let metric_resolution =
+            scaled(falsification_model::hpa::DEFAULT_SYNC_PERIOD_S).max(Duration::from_secs(10));
+        Ok(LocalClusterFlags {
+            sync_period: scaled(hpa_sync_s),
+            tolerance: falsification_model::hpa::DEFAULT_TOLERANCE,
+            downscale_stabilization: scaled(
+                falsification_model::hpa::DEFAULT_DOWNSCALE_STABILIZATION_S,
+            ),
+            initial_readiness_delay: scaled(
+                falsification_model::hpa::DEFAULT_INITIAL_READINESS_DELAY_S,
+            ),
+            cpu_initialization_period: scaled(
+                falsification_model::hpa::DEFAULT_CPU_INITIALIZATION_PERIOD_S,
+            ),
+            kubelet_request_timeout: Duration::from_millis(
+                (metric_resolution.as_millis() as u64 * 9 / 10).min(10_000),
+            ),
+            metric_resolution,
+            time_scale,
+        })
+    }
+
+    /// What the cluster records in `hpa.json` (read back by [`ControllerAssumed::new`]).
+    pub fn recorded(&self, kubernetes: &str) -> RecordedHpa {
+        RecordedHpa {
+            sync_period_s: self.sync_period.as_secs_f64(),
+            tolerance: self.tolerance,
+            downscale_stabilization_s: self.downscale_stabilization.as_secs_f64(),
+            initial_readiness_delay_s: self.initial_readiness_delay.as_secs_f64(),
+            cpu_initialization_period_s: self.cpu_initialization_period.as_secs_f64(),
+            time_scale: self.time_scale,
+            kubernetes: kubernetes.into(),
+        }
+    }
+
+    /// Lines `name=value` for the script: the controller-manager's and metrics-server's flag
+    /// values, durations in milliseconds with their unit.
+    pub fn shell(&self) -> String {
+        let ms = |d: Duration| format!("{}ms", d.as_millis());
+        [
+            ("sync_period", ms(self.sync_period)),
+            ("tolerance", self.tolerance.to_string()),
+            ("downscale_stabilization", ms(self.downscale_stabilization)),
+            ("initial_readiness_delay", ms(self.initial_readiness_delay)),
+            (
+                "cpu_initialization_period",
+                ms(self.cpu_initialization_period),
+            ),
+            ("metric_resolution", ms(self.metric_resolution)),
+            ("kubelet_request_timeout", ms(self.kubelet_request_timeout)),
+        ]
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect()
+    }
 }
 
 /// The controller settings a run assumes, and where they came from.
@@ -92,6 +177,8 @@ impl ControllerAssumed {
 /// A time scale the cluster cannot run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ScaleError {
+    #[error("--time-scale {0}: must be a positive number")]
+    TimeScale(f64),
     #[error(
         "--time-scale {scale}: the HPA's behavior {what} of {experiment_s} s would be {run_s} s, \
          and behavior periods and windows are whole seconds; scales that work for this case: {works}"
@@ -291,5 +378,27 @@ mod tests {
         assert!(e.contains("--loadgen-shards 2"), "{e}");
         assert!((check_sockets(&rs, 2).unwrap() - 9_720.0).abs() < 1e-6);
         assert!((check_sockets(&rs.time_scaled(5.0), 1).unwrap() - 3_888.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_local_cluster_flags_are_the_defaults_over_the_scale() {
+        let f = LocalClusterFlags::new(15.0, 5.0).unwrap();
+        assert_eq!(
+            f.shell(),
+            "sync_period=3000ms\ntolerance=0.1\ndownscale_stabilization=60000ms\n\
+             initial_readiness_delay=6000ms\ncpu_initialization_period=60000ms\n\
+             metric_resolution=10000ms\nkubelet_request_timeout=9000ms\n"
+        );
+        let r = f.recorded("v1.36.4");
+        assert_eq!((r.sync_period_s, r.time_scale), (3.0, 5.0));
+        assert_eq!(
+            ControllerAssumed::new(Some(r), 15.0).natural_time_scale(),
+            5.0
+        );
+        // At S = 1 metrics-server keeps its 15 s and the default 10 s timeout.
+        let one = LocalClusterFlags::new(15.0, 1.0).unwrap();
+        assert_eq!(one.metric_resolution, Duration::from_secs(15));
+        assert_eq!(one.kubelet_request_timeout, Duration::from_secs(10));
+        assert!(LocalClusterFlags::new(15.0, 0.0).is_err());
     }
 }

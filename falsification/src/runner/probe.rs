@@ -3,29 +3,44 @@
 
 use std::time::Duration;
 
+use loadgen::metrics as load;
+use meter::exposition::{self, Sample};
+use meter::state as gauges;
+use service::metrics::{self as pod, Outcome};
 use tokio::task::JoinSet;
 
-/// Samples `name{labels} value` of one Prometheus text body, comments skipped.
-fn samples(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let value: f64 = value.trim().parse().ok()?;
-            let (name, labels) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            Some((name.trim(), labels, value))
-        })
-}
+/// The samples of one Prometheus text body, read by the meter's strict parser.
+struct Body<'a>(Vec<Sample<'a>>);
 
-/// The sum of every series of `name` whose labels contain `label` (all series when empty).
-pub fn sum(text: &str, name: &str, label: &str) -> f64 {
-    samples(text)
-        .filter(|(n, l, _)| *n == name && l.contains(label))
-        .map(|(_, _, v)| v)
-        .sum()
+impl<'a> Body<'a> {
+    /// `None` when the body is not valid exposition text.
+    fn read(text: &'a str) -> Option<Body<'a>> {
+        exposition::parse(text).ok().map(Body)
+    }
+
+    /// The sum of every series of `name` (0 when it has none).
+    fn sum(&self, name: &str) -> f64 {
+        self.0
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.value)
+            .sum()
+    }
+
+    /// The sum of the series of `name` that carry the label `key="value"` exactly.
+    fn sum_where(&self, name: &str, key: &str, value: &str) -> f64 {
+        self.0
+            .iter()
+            .filter(|s| s.name == name)
+            .filter(|s| s.labels.iter().any(|(k, v)| *k == key && v == value))
+            .map(|s| s.value)
+            .sum()
+    }
+
+    /// The first series of `name`, if any.
+    fn first(&self, name: &str) -> Option<f64> {
+        self.0.iter().find(|s| s.name == name).map(|s| s.value)
+    }
 }
 
 /// One pod's queue at a sample, and its counters so far (cumulative since the pod started).
@@ -45,18 +60,21 @@ pub struct PodQueue {
 }
 
 impl PodQueue {
-    /// From a pod's `/metrics`.
-    pub fn parse(text: &str) -> PodQueue {
-        PodQueue {
-            depth: sum(text, "retrydebt_queue_depth", ""),
-            wait_s: sum(text, "retrydebt_wait_seconds", ""),
-            ready: sum(text, "retrydebt_ready", "") > 0.0,
-            arrivals: sum(text, "retrydebt_arrivals_total", ""),
-            first_arrivals: sum(text, "retrydebt_arrivals_total", "attempt=\"0\""),
-            answered: sum(text, "retrydebt_completions_total", "outcome=\"answered\""),
-            abandoned: sum(text, "retrydebt_completions_total", "outcome=\"abandoned\""),
-            cpu_s: sum(text, "retrydebt_cpu_seconds_total", ""),
-        }
+    /// From a pod's `/metrics`; `None` when it is not exposition text (as when it is missing).
+    pub fn read(text: &str) -> Option<PodQueue> {
+        let b = Body::read(text)?;
+        let completions =
+            |o: Outcome| b.sum_where(pod::COMPLETIONS_TOTAL, pod::OUTCOME_LABEL, o.label());
+        Some(PodQueue {
+            depth: b.sum(pod::QUEUE_DEPTH),
+            wait_s: b.sum(pod::WAIT_SECONDS),
+            ready: b.sum(pod::READY) > 0.0,
+            arrivals: b.sum(pod::ARRIVALS_TOTAL),
+            first_arrivals: b.sum_where(pod::ARRIVALS_TOTAL, pod::ATTEMPT_LABEL, "0"),
+            answered: completions(Outcome::Answered),
+            abandoned: completions(Outcome::Abandoned),
+            cpu_s: b.sum(pod::CPU_SECONDS_TOTAL),
+        })
     }
 }
 
@@ -73,23 +91,21 @@ pub struct LoadCounters {
 }
 
 impl LoadCounters {
-    pub fn parse(text: &str) -> LoadCounters {
-        LoadCounters {
-            first_attempts: sum(text, "retrydebt_loadgen_first_attempts_total", ""),
-            attempts: sum(text, "retrydebt_loadgen_attempts_total", ""),
-            successes: sum(text, "retrydebt_loadgen_successes_total", ""),
-            timeouts: sum(text, "retrydebt_loadgen_timeouts_total", ""),
-            status_5xx: sum(
-                text,
-                "retrydebt_loadgen_errors_total",
-                "kind=\"status_5xx\"",
+    /// From the loadgen's `/metrics`; `None` when it is not exposition text.
+    pub fn read(text: &str) -> Option<LoadCounters> {
+        let b = Body::read(text)?;
+        Some(LoadCounters {
+            first_attempts: b.sum(load::FIRST_ATTEMPTS_TOTAL),
+            attempts: b.sum(load::ATTEMPTS_TOTAL),
+            successes: b.sum(load::SUCCESSES_TOTAL),
+            timeouts: b.sum(load::TIMEOUTS_TOTAL),
+            status_5xx: b.sum_where(load::ERRORS_TOTAL, load::KIND_LABEL, load::KIND_STATUS_5XX),
+            failed: b.sum_where(
+                load::REQUESTS_TOTAL,
+                load::OUTCOME_LABEL,
+                load::OUTCOME_FAILED,
             ),
-            failed: sum(
-                text,
-                "retrydebt_loadgen_requests_total",
-                "outcome=\"failed\"",
-            ),
-        }
+        })
     }
 
     /// What happened between `earlier` and `self`.
@@ -116,15 +132,14 @@ pub struct MeterGauges {
 }
 
 impl MeterGauges {
-    /// From the meter's `/metrics`.
-    pub fn parse(text: &str) -> MeterGauges {
-        MeterGauges {
-            first_attempt_rate: sum(text, "retrydebt_meter_first_attempt_rate", ""),
-            header_first_attempt_rate: samples(text)
-                .find(|(n, _, _)| *n == "retrydebt_meter_header_first_attempt_rate")
-                .map(|(_, _, v)| v),
-            ingress_rate: sum(text, "retrydebt_meter_ingress_rate", ""),
-        }
+    /// From the meter's `/metrics`; `None` when it is not exposition text.
+    pub fn read(text: &str) -> Option<MeterGauges> {
+        let b = Body::read(text)?;
+        Some(MeterGauges {
+            first_attempt_rate: b.sum(gauges::FIRST_ATTEMPT_RATE),
+            header_first_attempt_rate: b.first(gauges::HEADER_FIRST_ATTEMPT_RATE),
+            ingress_rate: b.sum(gauges::INGRESS_RATE),
+        })
     }
 }
 
@@ -159,23 +174,23 @@ impl Probe {
 
     pub async fn loadgen(&self, addr: std::net::SocketAddr) -> Option<LoadCounters> {
         let text = self.text(format!("http://{addr}/metrics")).await?;
-        Some(LoadCounters::parse(&text))
+        LoadCounters::read(&text)
     }
 
     pub async fn meter(&self, addr: std::net::SocketAddr) -> Option<MeterGauges> {
         let text = self.text(format!("http://{addr}/metrics")).await?;
-        Some(MeterGauges::parse(&text))
+        MeterGauges::read(&text)
     }
 
     /// Every pod's queue by name, given `(name, base URL)`, scraped concurrently; pods that do
-    /// not answer are left out.
+    /// not answer, or answer something that is not exposition text, are left out.
     pub async fn pods(&self, pods: Vec<(String, String)>) -> Vec<(String, PodQueue)> {
         let mut set = JoinSet::new();
         for (name, base) in pods {
             let me = self.clone();
             set.spawn(async move {
                 let text = me.text(format!("{base}/metrics")).await?;
-                Some((name, PodQueue::parse(&text)))
+                Some((name, PodQueue::read(&text)?))
             });
         }
         let mut out = Vec::new();
@@ -269,7 +284,7 @@ mod tests {
             retrydebt_loadgen_errors_total{kind=\"io\"} 1\n\
             retrydebt_loadgen_requests_total{outcome=\"succeeded\"} 6\n\
             retrydebt_loadgen_requests_total{outcome=\"failed\"} 2\n";
-        let c = LoadCounters::parse(text);
+        let c = LoadCounters::read(text).unwrap();
         assert_eq!(
             c,
             LoadCounters {
@@ -294,7 +309,7 @@ mod tests {
             retrydebt_queue_depth 2\nretrydebt_wait_seconds 0.5\nretrydebt_ready 1\n\
             retrydebt_cpu_seconds_total 1.25\n";
         assert_eq!(
-            PodQueue::parse(text),
+            PodQueue::read(text).unwrap(),
             PodQueue {
                 depth: 2.0,
                 wait_s: 0.5,
@@ -306,5 +321,80 @@ mod tests {
                 cpu_s: 1.25,
             }
         );
+    }
+
+    #[test]
+    fn labels_match_exactly_and_garbage_is_unreadable() {
+        let text = "retrydebt_loadgen_errors_total{kind=\"status_5xx\"} 3\n\
+            retrydebt_loadgen_errors_total{kind=\"status_5xx_gateway\"} 4\n\
+            retrydebt_loadgen_requests_total{outcome=\"failed\",shard=\"a\"} 2\n\
+            retrydebt_loadgen_requests_total{outcome=\"not_failed\"} 9\n";
+        let c = LoadCounters::read(text).unwrap();
+        assert_eq!((c.status_5xx, c.failed), (3.0, 2.0));
+        let garbage = "<html>502 Bad Gateway</html>\n";
+        assert_eq!(LoadCounters::read(garbage), None);
+        assert_eq!(PodQueue::read(garbage), None);
+        assert_eq!(MeterGauges::read(garbage), None);
+        let meter = MeterGauges::read("retrydebt_meter_first_attempt_rate 2.5\n").unwrap();
+        assert_eq!(
+            (meter.first_attempt_rate, meter.header_first_attempt_rate),
+            (2.5, None)
+        );
+    }
+
+    /// What the producers really write reads back: the pod's, the loadgen's and the meter's.
+    #[test]
+    fn reads_what_the_producers_write() {
+        let m = service::metrics::Metrics::default();
+        m.arrival(0);
+        m.arrival(0);
+        m.arrival(1);
+        m.completion(Outcome::Answered);
+        m.completion(Outcome::Abandoned);
+        m.completion(Outcome::Dropped);
+        let text = m.render(service::metrics::Gauges {
+            queue_depth: 3,
+            wait: Duration::from_millis(500),
+            ready: true,
+        });
+        let q = PodQueue::read(&text).unwrap();
+        assert_eq!(
+            (q.depth, q.wait_s, q.ready, q.arrivals, q.first_arrivals),
+            (3.0, 0.5, true, 3.0, 2.0)
+        );
+        assert_eq!((q.answered, q.abandoned), (1.0, 1.0));
+
+        let rec = loadgen::record::Recorder::new(std::time::Instant::now(), 1);
+        assert!(rec.admit(10));
+        rec.attempt_sent(0, None);
+        rec.attempt_done(
+            0,
+            loadgen::record::AttemptOutcome::Error(loadgen::record::ErrorKind::Status5xx),
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+        );
+        rec.attempt_sent(1, None);
+        rec.request_done(loadgen::record::RequestOutcome::Failed);
+        let c = LoadCounters::read(&rec.prometheus()).unwrap();
+        assert_eq!(
+            c,
+            LoadCounters {
+                first_attempts: 1.0,
+                attempts: 2.0,
+                successes: 0.0,
+                timeouts: 0.0,
+                status_5xx: 1.0,
+                failed: 1.0
+            }
+        );
+
+        let shared = meter::state::Shared::new(
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            false,
+        );
+        let g = MeterGauges::read(&shared.render_metrics(std::time::Instant::now())).unwrap();
+        assert_eq!(g.header_first_attempt_rate, Some(0.0));
     }
 }

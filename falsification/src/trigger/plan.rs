@@ -1,0 +1,449 @@
+//! The plan (pure but for the fluid model's computation): from the inputs and the models, the
+//! amplification, the spike that triggers, the predicted outcome, and the loadgen that runs it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use loadgen::config::RetryOn;
+use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, TargetSource};
+use serde::Serialize;
+
+use crate::invocation;
+use falsification_model::experiment::{self, Params, Scenario, Topology};
+use falsification_model::{laws, predict};
+
+/// A spike: `k` times the base rate for `length`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spike {
+    pub k: f64,
+    pub length: Duration,
+}
+
+/// What the plan is computed from, as given: the load is `rho`, or `rate / capacity`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanInput {
+    pub rho: Option<f64>,
+    /// Base first-attempt rate, requests/s.
+    pub rate: Option<f64>,
+    /// The target's capacity, requests/s.
+    pub capacity: Option<f64>,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub retry_budget: Option<f64>,
+    pub spike: Option<Spike>,
+    pub before: Option<Duration>,
+    pub observe: Option<Duration>,
+}
+
+/// The trigger test's plan and prediction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub rho: f64,
+    pub rate: Option<f64>,
+    pub timeout_s: f64,
+    pub retries: u32,
+    pub retry_budget: Option<f64>,
+    pub amplification: f64,
+    /// `1/A`: the trap threshold on rho.
+    pub threshold: f64,
+    pub a_rho: f64,
+    pub k: f64,
+    pub spike_s: f64,
+    pub spike_given: bool,
+    /// `(k rho - 1) Delta`, to compare with the timeout.
+    pub trigger_excess_s: f64,
+    pub warnings: Vec<String>,
+    pub trapped: bool,
+    /// From the end of the spike (closed form and pooled fluid model).
+    pub recovery_closed_s: Option<f64>,
+    pub recovery_fluid_s: Option<f64>,
+    pub before_s: f64,
+    pub observe_s: f64,
+    /// Arrivals end this long after the start (base, spike, observation, then R+1 timeouts of base
+    /// load so requests started in the observation get their outcome).
+    pub length_s: f64,
+    /// Highest first-attempt rate of the schedule (`k x rate`), when the rate is known.
+    pub max_rate: Option<f64>,
+}
+
+impl Plan {
+    /// From a request's first attempt to its final outcome: R + 1 timeouts.
+    pub fn lost_after_s(&self) -> f64 {
+        f64::from(self.retries + 1) * self.timeout_s
+    }
+}
+
+/// The fluid scenario of a plan: one pool of capacity `rate/rho` (the fluid is rate-invariant,
+/// so 100/s when only rho is known), spike at t = 0 after the base period.
+fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
+    let capacity = p.rate.map_or(100.0, |r| r / p.rho);
+    let e = experiment::ad_hoc(Params {
+        pods: Some(1),
+        rate_per_pod: Some(capacity),
+        rho: Some(p.rho),
+        spike: Some(format!("{}x{}", p.k, invocation::micros(p.spike_s))),
+        timeout: Some(invocation::micros(p.timeout_s)),
+        retries: Some(p.retries),
+        retry_budget: p.retry_budget,
+        retry_budget_min_per_s: p.retry_budget.map(|_| 0.0),
+        warmup: Some(invocation::micros(p.before_s)),
+        horizon: Some(invocation::micros(horizon_s)),
+        seeds: Some(vec![]),
+        ..Params::default()
+    })?;
+    e.cases
+        .into_iter()
+        .next()
+        .map(|c| c.scenario)
+        .context("ad-hoc scenario has no case")
+}
+
+/// `rho` and the base rate (when known) from `--rho`, or `--rate` and `--capacity`.
+fn load(input: &PlanInput) -> anyhow::Result<(f64, Option<f64>)> {
+    let rho = match (input.rho, input.rate, input.capacity) {
+        (Some(r), _, _) => r,
+        (None, Some(rate), Some(c)) if c > 0.0 => rate / c,
+        (None, Some(_), Some(c)) => bail!("capacity: {c} must be positive (with --rate)"),
+        _ => bail!("rho: give --rho, or --rate and --capacity"),
+    };
+    let rate = input.rate.or_else(|| input.capacity.map(|c| rho * c));
+    if let Some(r) = rate
+        && !(r > 0.0 && r.is_finite())
+    {
+        bail!("rate: {r} must be positive");
+    }
+    Ok((rho, rate))
+}
+
+/// The spike a plan sends, and what the plan says about it.
+struct SpikePlan {
+    k: f64,
+    spike_s: f64,
+    given: bool,
+    excess_s: f64,
+    warnings: Vec<String>,
+}
+
+/// The spike's `(k, Delta, given)`, and warnings when a given one triggers without margin.
+fn spike(input: Option<Spike>, rho: f64, timeout_s: f64) -> anyhow::Result<SpikePlan> {
+    let Some(Spike { k, length }) = input else {
+        // To twice the capacity: (2 - 1) Delta = 2 tau_out.
+        let (k, spike_s) = (2.0 / rho, 2.0 * timeout_s);
+        return Ok(SpikePlan {
+            k,
+            spike_s,
+            given: false,
+            excess_s: (k * rho - 1.0) * spike_s,
+            warnings: Vec::new(),
+        });
+    };
+    if k < 1.0 {
+        bail!("spike: multiple {k} must be at least 1");
+    }
+    let spike_s = length.as_secs_f64();
+    let excess = (k * rho - 1.0) * spike_s;
+    let mut warnings = Vec::new();
+    if !laws::spike_triggers(k, rho, spike_s, timeout_s) {
+        warnings.push(format!(
+            "spike {k}x{spike_s}s does not trigger: (k rho - 1) Delta = {excess:.3} s is not \
+             past the timeout {timeout_s} s"
+        ));
+    } else if excess < 2.0 * timeout_s {
+        warnings.push(format!(
+            "spike {k}x{spike_s}s has little margin: (k rho - 1) Delta = {excess:.3} s is under \
+             twice the timeout ({} s)",
+            2.0 * timeout_s
+        ));
+    }
+    Ok(SpikePlan {
+        k,
+        spike_s,
+        given: true,
+        excess_s: excess,
+        warnings,
+    })
+}
+
+/// The plan: pure but for the fluid model's computation.
+pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
+    let (rho, rate) = load(input)?;
+    let timeout_s = input.timeout.as_secs_f64();
+    if !(rho > 0.0 && rho < 1.0) {
+        bail!("rho: {rho} must be in (0, 1) (rate below capacity)");
+    }
+    if timeout_s <= 0.0 {
+        bail!("timeout: {timeout_s} s must be positive");
+    }
+    if let Some(b) = input.retry_budget
+        && !(b >= 0.0 && b.is_finite())
+    {
+        bail!("retry-budget: {b} must be at least 0");
+    }
+    let a = laws::layer_amplification(input.retries, input.retry_budget);
+    let SpikePlan {
+        k,
+        spike_s,
+        given,
+        excess_s,
+        warnings,
+    } = spike(input.spike, rho, timeout_s)?;
+    let trapped = laws::trapped(a, rho);
+    let recovery_closed_s = laws::recovery_time(a, k, rho, spike_s, timeout_s);
+    let mut p = Plan {
+        rho,
+        rate,
+        timeout_s,
+        retries: input.retries,
+        retry_budget: input.retry_budget,
+        amplification: a,
+        threshold: 1.0 / a,
+        a_rho: a * rho,
+        k,
+        spike_s,
+        spike_given: given,
+        trigger_excess_s: excess_s,
+        warnings,
+        trapped,
+        recovery_closed_s,
+        recovery_fluid_s: None,
+        before_s: input.before.map_or(3.0 * timeout_s, |d| d.as_secs_f64()),
+        observe_s: 0.0,
+        length_s: 0.0,
+        max_rate: rate.map(|r| r * k.max(1.0)),
+    };
+    // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
+    let fluid_horizon = spike_s + 2.0 * recovery_closed_s.unwrap_or(0.0) + 10.0 * timeout_s;
+    p.recovery_fluid_s =
+        predict::fluid_outcome(&scenario(&p, fluid_horizon)?, Topology::Pooled)?.recovery_s; // from the spike's end, the scenario's reference
+    p.observe_s = input.observe.map_or_else(
+        || {
+            if trapped {
+                6.0 * timeout_s
+            } else {
+                let predicted = recovery_closed_s
+                    .unwrap_or(0.0)
+                    .max(p.recovery_fluid_s.unwrap_or(0.0));
+                1.5 * predicted + 3.0 * timeout_s
+            }
+        },
+        |d| d.as_secs_f64(),
+    );
+    let s = scenario(&p, p.spike_s + p.observe_s)?;
+    p.length_s = p.before_s + s.end();
+    Ok(p)
+}
+
+/// The loadgen schedule of a plan (the runner's, from the same scenario), within the plan's
+/// highest rate.
+pub fn schedule(p: &Plan) -> anyhow::Result<Schedule> {
+    let rate = p.rate.context("rate: needed to run (give --rate)")?;
+    let mut s = scenario(p, p.spike_s + p.observe_s)?;
+    // The scenario's base rate is rho x capacity = rate; warm-up is the base period.
+    s.rate_per_pod = rate / p.rho;
+    let schedule = invocation::schedule(&s, 1.0)?;
+    let max_rate = p.max_rate.context("rate: needed to run")?;
+    // Built from the plan, it cannot exceed the plan's highest rate: checked before any load.
+    if highest_rate(&schedule) > max_rate * (1.0 + 1e-9) {
+        bail!("schedule {schedule} exceeds the plan's highest rate {max_rate}/s");
+    }
+    Ok(schedule)
+}
+
+/// Highest rate of a loadgen schedule.
+fn highest_rate(schedule: &Schedule) -> f64 {
+    schedule.steps().iter().map(|s| s.rate).fold(0.0, f64::max)
+}
+
+/// The hard bound on the load: `given`, or the planned length plus the loadgen's drain.
+pub fn max_duration(p: &Plan, given: Option<Duration>) -> anyhow::Result<Duration> {
+    let d = given.unwrap_or_else(|| invocation::run_duration(p.length_s + p.lost_after_s() + 2.0));
+    if d.is_zero() {
+        bail!("max-duration: {} s must be positive", d.as_secs_f64());
+    }
+    Ok(d)
+}
+
+/// How the loadgen runs a plan: what it retries, its seed, its records' directory, its bound.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadgenRun<'a> {
+    pub target: &'a str,
+    pub retry_on: &'a [RetryOn],
+    pub seed: u64,
+    pub max_duration: Duration,
+    pub out: &'a Path,
+}
+
+/// The loadgen's command line for a plan: its schedule with Poisson arrivals, the plan's retry
+/// policy, and each closed second on stdout (the base phase is judged from them).
+pub fn loadgen(p: &Plan, schedule: Schedule, run: &LoadgenRun<'_>) -> Invocation {
+    Invocation {
+        arrivals: Some(ArrivalKind::Poisson),
+        timeout: Some(invocation::run_duration(p.timeout_s)),
+        retries: Some(p.retries),
+        retry_on: Some(run.retry_on.to_vec()),
+        // The plan models the budget without a minimum retry rate (`scenario`): so must the
+        // clients.
+        retry_budget: p.retry_budget.map(|ratio| BudgetFlags {
+            ratio,
+            min_per_sec: Some(0.0),
+            ttl: None,
+        }),
+        duration: Some(run.max_duration),
+        seed: Some(run.seed),
+        out: Some(run.out.to_path_buf()),
+        stdout_rows: true,
+        ..Invocation::new(
+            TargetSource::Urls(vec![run.target.to_string()]),
+            Load::Schedule(schedule),
+        )
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// Capacity 100/s, timeout 1 s, R = 2 (A = 3).
+    pub(in crate::trigger) fn input(rho: f64) -> PlanInput {
+        PlanInput {
+            rho: Some(rho),
+            rate: Some(rho * 100.0),
+            capacity: None,
+            timeout: Duration::from_secs(1),
+            retries: 2,
+            retry_budget: None,
+            spike: None,
+            before: None,
+            observe: None,
+        }
+    }
+
+    #[test]
+    fn planned_spike_triggers_with_margin_and_trap_follows_a_rho() {
+        let p = plan(&input(0.5)).unwrap();
+        assert_eq!(p.amplification, 3.0);
+        assert!((p.threshold - 1.0 / 3.0).abs() < 1e-12);
+        assert!(p.trapped && p.recovery_closed_s.is_none() && p.recovery_fluid_s.is_none());
+        assert!(p.trigger_excess_s >= 2.0 * p.timeout_s - 1e-9);
+        assert!(p.warnings.is_empty());
+        assert_eq!(p.max_rate, Some(200.0)); // twice the capacity 100/s: k = 4
+        assert_eq!(p.k, 4.0);
+    }
+
+    #[test]
+    fn recovering_plan_agrees_with_closed_form_and_fluid() {
+        let p = plan(&input(0.2)).unwrap();
+        assert!(!p.trapped);
+        // k = 10, Delta = 2: (6 - 1)(2 - 1)/0.4 + 1/0.8 = 13.75.
+        let closed = p.recovery_closed_s.unwrap();
+        assert!((closed - 13.75).abs() < 1e-9, "{closed}");
+        let fluid = p.recovery_fluid_s.unwrap();
+        assert!(
+            (fluid - closed).abs() < 0.25 * closed,
+            "{fluid} vs {closed}"
+        );
+        assert!(p.observe_s > closed);
+    }
+
+    #[test]
+    fn budget_lowers_amplification_and_given_spike_is_checked() {
+        let given = |k: f64, s: u64| {
+            Some(Spike {
+                k,
+                length: Duration::from_secs(s),
+            })
+        };
+        let mut i = input(0.5);
+        i.retry_budget = Some(0.2);
+        i.spike = given(3.0, 1); // (1.5 - 1) x 1 = 0.5 < 1: no trigger
+        let p = plan(&i).unwrap();
+        assert!((p.amplification - 1.2).abs() < 1e-12);
+        assert!(!p.trapped);
+        assert!(
+            p.warnings[0].contains("does not trigger"),
+            "{:?}",
+            p.warnings
+        );
+        i.spike = given(3.0, 3); // 1.5: triggers, under 2 x timeout
+        let p = plan(&i).unwrap();
+        assert!(p.warnings[0].contains("little margin"), "{:?}", p.warnings);
+        i.spike = given(0.5, 3);
+        let e = plan(&i).unwrap_err().to_string();
+        assert!(e.starts_with("spike:"), "{e}");
+    }
+
+    #[test]
+    fn bad_input_is_named() {
+        let e = plan(&input(1.2)).unwrap_err().to_string();
+        assert!(e.starts_with("rho:"), "{e}");
+        let mut i = input(0.3);
+        i.timeout = Duration::ZERO;
+        assert!(plan(&i).unwrap_err().to_string().starts_with("timeout:"));
+    }
+
+    #[test]
+    fn rho_comes_from_rate_over_capacity() {
+        let i = PlanInput {
+            rho: None,
+            rate: Some(50.0),
+            capacity: Some(100.0),
+            ..input(0.5)
+        };
+        assert_eq!(load(&i).unwrap(), (0.5, Some(50.0)));
+        let only_capacity = PlanInput {
+            rate: None,
+            ..i.clone()
+        };
+        let e = load(&only_capacity).unwrap_err().to_string();
+        assert!(e.starts_with("rho:"), "{e}");
+        let no_rate = PlanInput {
+            rho: Some(0.25),
+            rate: None,
+            ..i
+        };
+        assert_eq!(load(&no_rate).unwrap(), (0.25, Some(25.0)));
+    }
+
+    #[test]
+    fn schedule_is_base_spike_base_within_the_highest_rate() {
+        let p = plan(&input(0.5)).unwrap();
+        let s = schedule(&p).unwrap();
+        assert_eq!(highest_rate(&s), 200.0);
+        let steps: Vec<(f64, f64)> = s.steps().iter().map(|x| (x.at, x.rate)).collect();
+        assert_eq!(steps, [(0.0, 50.0), (3.0, 200.0), (5.0, 50.0)]);
+        assert!((s.end().unwrap() - p.length_s).abs() < 1e-6, "{s}");
+    }
+
+    #[test]
+    fn the_loadgen_runs_the_plans_policy_bounded() {
+        let mut i = input(0.5);
+        i.retry_budget = Some(0.2);
+        let p = plan(&i).unwrap();
+        let bound = max_duration(&p, None).unwrap();
+        assert_eq!(bound, Duration::from_secs_f64(p.length_s + 3.0 + 2.0));
+        let run = LoadgenRun {
+            target: "http://127.0.0.1:9/work",
+            retry_on: &[RetryOn::Timeout, RetryOn::Status5xx],
+            seed: 7,
+            max_duration: bound,
+            out: Path::new("/tmp/t/loadgen"),
+        };
+        let args = loadgen(&p, schedule(&p).unwrap(), &run).args();
+        for flag in [
+            "--target=http://127.0.0.1:9/work",
+            "--arrivals=poisson",
+            "--timeout=1s",
+            "--retries=2",
+            "--retry-on=timeout,5xx",
+            "--retry-budget=0.2",
+            "--retry-budget-min=0",
+            "--seed=7",
+            "--out=/tmp/t/loadgen",
+            "--stdout-rows",
+        ] {
+            assert!(args.iter().any(|a| a == flag), "{flag} not in {args:?}");
+        }
+        assert!(max_duration(&p, Some(Duration::ZERO)).is_err());
+    }
+}
