@@ -76,12 +76,8 @@ impl KubeArgs {
 
 /// Reads the cluster once (server, nodes, the controller and the image it records), picks the
 /// time scale (the given one, else the one at which the controller's sync period is the
-/// experiment's 15 s), and checks every case against it before anything is created.
-fn kube_preflight(
-    target: KubeTarget,
-    time_scale: Option<f64>,
-    cases: &[(Experiment, Case)],
-) -> anyhow::Result<(Kube, f64)> {
+/// experiment's 15 s).
+fn kube_preflight(target: KubeTarget, time_scale: Option<f64>) -> anyhow::Result<(Kube, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -90,9 +86,6 @@ fn kube_preflight(
         kube::facts(&client, &target).await
     })?;
     let scale = time_scale.unwrap_or_else(|| facts.controller.natural_time_scale());
-    for (_, c) in cases {
-        kube::check_case(&c.scenario, scale, target.shards)?;
-    }
     eprintln!(
         "falsification: cluster {} ({} node(s)), image {} ({}), HPA sync {} s, tolerance {} ({}); \
          time scale {scale}",
@@ -105,6 +98,17 @@ fn kube_preflight(
         facts.controller.source,
     );
     Ok((Kube { target, facts }, scale))
+}
+
+/// Checks every case's plan against the cluster before anything is created.
+fn check_plans(env: &Kube, opts: &RunOptions, cases: &[(Experiment, Case)]) -> anyhow::Result<()> {
+    for (_, c) in cases {
+        kube::check_plan(
+            &RunPlan::new(c, opts, env, PathBuf::new()),
+            env.target.shards,
+        )?;
+    }
+    Ok(())
 }
 
 /// Flags shared by `run` and `suite`.
@@ -244,8 +248,10 @@ impl CommonArgs {
 
     /// The Kubernetes cluster, read and checked against `cases`, and the options of a run on it.
     pub fn kube(&self, cases: &[(Experiment, Case)]) -> anyhow::Result<(Kube, RunOptions)> {
-        let (env, scale) = kube_preflight(self.kube.target()?, self.time_scale, cases)?;
-        Ok((env, self.options(scale, false)?))
+        let (env, scale) = kube_preflight(self.kube.target()?, self.time_scale)?;
+        let opts = self.options(scale, false)?;
+        check_plans(&env, &opts, cases)?;
+        Ok((env, opts))
     }
 
     /// Runs `list` where `--cluster` says.
@@ -343,16 +349,13 @@ pub struct ManifestsArgs {
 pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
     let list = args.select.cases(&Params::default())?;
     let (env, time_scale) = if args.read_cluster {
-        kube_preflight(args.kube.target()?, args.time_scale, &list)?
+        kube_preflight(args.kube.target()?, args.time_scale)?
     } else {
         let target = args.kube.target()?;
         let facts = kube::offline_facts(&target);
         let scale = args
             .time_scale
             .unwrap_or_else(|| facts.controller.natural_time_scale());
-        for (_, c) in &list {
-            kube::check_case(&c.scenario, scale, target.shards)?;
-        }
         (Kube { target, facts }, scale)
     };
     let facts = &env.facts;

@@ -216,13 +216,13 @@ pub fn offline_facts(t: &KubeTarget) -> ClusterFacts {
     }
 }
 
-/// Checks a case against the cluster before anything is created: whole-second behavior at
-/// this scale and sockets per loadgen shard. `se` is the case in experiment time.
-pub fn check_case(se: &Scenario, time_scale: f64, shards: u32) -> Result<(), scale::ScaleError> {
-    if let Some(h) = &se.hpa {
-        scale::scaled_behavior(&h.behavior, time_scale)?;
+/// Checks a case's plan against the cluster before anything is created: whole-second behavior
+/// at its scale and sockets per loadgen shard.
+pub fn check_plan(plan: &RunPlan, shards: u32) -> Result<(), scale::ScaleError> {
+    if let Some(h) = &plan.experiment.hpa {
+        scale::scaled_behavior(&h.behavior, plan.time_scale)?;
     }
-    scale::check_sockets(&se.time_scaled(time_scale), shards).map(|_| ())
+    scale::check_sockets(&plan.run, shards).map(|_| ())
 }
 
 /// The values and objects of a case as a run applies them (the loadgen's start time aside).
