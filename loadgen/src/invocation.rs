@@ -1,12 +1,11 @@
 //! [`Invocation`]: the loadgen's command line as a typed value, for the processes that start
 //! it (the falsification runner, a Kubernetes Job's container args).
 
-use std::fmt::Display;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::ValueEnum;
+use kit_argv::Argv;
 
 use crate::config::{BindAddrs, RetryOn};
 use crate::policy::Backoff;
@@ -135,61 +134,53 @@ impl Invocation {
 
     /// The argv after the program name, one `--flag=value` (or bare `--flag`) per element.
     pub fn args(&self) -> Vec<String> {
-        let mut a = Vec::new();
+        let mut a = Argv::new();
         match &self.targets {
             TargetSource::Urls(urls) => {
                 for url in urls {
-                    value(&mut a, "target", url);
+                    a.value("target", url);
                 }
             }
-            TargetSource::File(path) => value(&mut a, "targets-file", path.display()),
+            TargetSource::File(path) => {
+                a.value("targets-file", path.display());
+            }
         }
         match &self.load {
-            Load::Rate(rate) => value(&mut a, "rate", rate),
-            Load::Schedule(s) => value(&mut a, "schedule", s),
-        }
-        opt(
-            &mut a,
-            "arrivals",
-            self.arrivals
-                .and_then(|k| k.to_possible_value())
-                .as_ref()
-                .map(|v| v.get_name()),
-        );
-        opt(&mut a, "timeout", self.timeout.map(duration_arg));
-        opt(&mut a, "retries", self.retries);
-        opt(
-            &mut a,
-            "retry-on",
-            self.retry_on
-                .as_ref()
-                .map(|r| r.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")),
-        );
-        opt(&mut a, "backoff", self.backoff);
+            Load::Rate(rate) => a.value("rate", rate),
+            Load::Schedule(s) => a.value("schedule", s),
+        };
+        a.choice("arrivals", self.arrivals)
+            .duration("timeout", self.timeout)
+            .opt("retries", self.retries)
+            .opt(
+                "retry-on",
+                self.retry_on
+                    .as_ref()
+                    .map(|r| r.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")),
+            )
+            .opt("backoff", self.backoff);
         if let Some(b) = self.retry_budget {
-            value(&mut a, "retry-budget", b.ratio);
-            opt(&mut a, "retry-budget-min", b.min_per_sec);
-            opt(&mut a, "retry-budget-ttl", b.ttl.map(duration_arg));
+            a.value("retry-budget", b.ratio)
+                .opt("retry-budget-min", b.min_per_sec)
+                .duration("retry-budget-ttl", b.ttl);
         }
-        opt(
-            &mut a,
+        a.opt(
             "retry-quota",
             self.retry_quota
                 .map(|QuotaKind::AwsStandard| "aws-standard"),
-        );
-        switch(&mut a, "deadline", self.deadline);
-        opt(&mut a, "duration", self.duration.map(duration_arg));
-        opt(&mut a, "drain", self.drain.map(duration_arg));
-        opt(&mut a, "out", self.out.as_ref().map(|p| p.display()));
-        opt(&mut a, "metrics-listen", self.metrics_listen);
-        opt(&mut a, "seed", self.seed);
-        opt(&mut a, "instances", self.instances);
-        opt(&mut a, "instance-index", self.instance_index);
-        opt(&mut a, "start-at", self.start_at);
-        switch(&mut a, "stdout-rows", self.stdout_rows);
-        switch(&mut a, "http2", self.http2);
-        opt(
-            &mut a,
+        )
+        .switch("deadline", self.deadline)
+        .duration("duration", self.duration)
+        .duration("drain", self.drain)
+        .opt("out", self.out.as_ref().map(|p| p.display()))
+        .opt("metrics-listen", self.metrics_listen)
+        .opt("seed", self.seed)
+        .opt("instances", self.instances)
+        .opt("instance-index", self.instance_index)
+        .opt("start-at", self.start_at)
+        .switch("stdout-rows", self.stdout_rows)
+        .switch("http2", self.http2)
+        .opt(
             "bind",
             self.bind.as_ref().map(|b| {
                 b.0.iter()
@@ -197,44 +188,13 @@ impl Invocation {
                     .collect::<Vec<_>>()
                     .join(",")
             }),
-        );
-        opt(&mut a, "threads", self.threads);
-        opt(&mut a, "connections", self.connections);
-        opt(&mut a, "max-in-flight", self.max_in_flight);
-        opt(
-            &mut a,
-            "answer-gather",
-            self.answer_gather.map(duration_arg),
-        );
-        a
+        )
+        .opt("threads", self.threads)
+        .opt("connections", self.connections)
+        .opt("max-in-flight", self.max_in_flight)
+        .duration("answer-gather", self.answer_gather);
+        a.into_vec()
     }
-}
-
-fn value(a: &mut Vec<String>, flag: &str, v: impl Display) {
-    a.push(format!("--{flag}={v}"));
-}
-
-fn opt(a: &mut Vec<String>, flag: &str, v: Option<impl Display>) {
-    if let Some(v) = v {
-        value(a, flag, v);
-    }
-}
-
-fn switch(a: &mut Vec<String>, flag: &str, on: bool) {
-    if on {
-        a.push(format!("--{flag}"));
-    }
-}
-
-/// A duration as humantime reads it back exactly, in the largest unit that divides it
-/// (`10s`, `1500ms`, `250us`, `7ns`).
-pub(crate) fn duration_arg(d: Duration) -> String {
-    let ns = d.as_nanos();
-    let (n, unit) = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")]
-        .into_iter()
-        .find(|&(per, _)| ns.is_multiple_of(per))
-        .map_or((ns, "ns"), |(per, unit)| (ns / per, unit));
-    format!("{n}{unit}")
 }
 
 #[cfg(test)]
@@ -400,7 +360,7 @@ mod tests {
             (Duration::from_micros(2_000_001), "2000001us"),
             (Duration::from_nanos(7), "7ns"),
         ] {
-            assert_eq!(duration_arg(d), text);
+            assert_eq!(kit_argv::duration(d), text);
             assert_eq!(humantime::parse_duration(text).unwrap(), d);
         }
         for spec in ["exp:100ms,2s", "exp:1s,1s,full-jitter"] {

@@ -79,12 +79,11 @@ impl FromStr for Backoff {
 impl std::fmt::Display for Backoff {
     /// The `--backoff` syntax that [`Backoff::from_str`] reads back: `exp:BASE,CAP[,full-jitter]`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::invocation::duration_arg;
         write!(
             f,
             "exp:{},{}{}",
-            duration_arg(self.base),
-            duration_arg(self.cap),
+            kit_argv::duration(self.base),
+            kit_argv::duration(self.cap),
             if self.full_jitter { ",full-jitter" } else { "" }
         )
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
+use kit_argv::Argv;
 
 use crate::scrape::{PodSource, parse_dns_target, parse_pod_url};
 use crate::{Config, TlsFiles};
@@ -162,57 +163,36 @@ impl MeterFlags {
 
     /// The argv after the program name, one `--flag=value` per element.
     pub fn args(&self) -> Vec<String> {
-        let mut a = Vec::new();
-        let mut opt = |flag: &str, v: Option<String>| {
-            if let Some(v) = v {
-                a.push(format!("--{flag}={v}"));
-            }
-        };
+        let mut a = Argv::new();
         match &self.pods {
-            PodSource::File(path) => opt("pods-file", Some(path.display().to_string())),
+            PodSource::File(path) => {
+                a.value("pods-file", path.display());
+            }
             PodSource::Static(urls) => {
                 for url in urls {
-                    opt("pod", Some(url.to_string()));
+                    a.value("pod", url);
                 }
             }
-            PodSource::Dns { host, port } => opt("pods-dns", Some(format!("{host}:{port}"))),
+            PodSource::Dns { host, port } => {
+                a.value("pods-dns", format!("{host}:{port}"));
+            }
         }
-        opt("scrape-interval", self.scrape_interval.map(duration_arg));
-        opt("scrape-timeout", self.scrape_timeout.map(duration_arg));
-        opt("window", self.window.map(duration_arg));
-        opt("listen", self.listen.map(|v| v.to_string()));
-        opt("api-listen", self.api_listen.map(|v| v.to_string()));
+        a.duration("scrape-interval", self.scrape_interval)
+            .duration("scrape-timeout", self.scrape_timeout)
+            .duration("window", self.window)
+            .opt("listen", self.listen)
+            .opt("api-listen", self.api_listen);
         if let Some(tls) = &self.tls {
-            opt("tls-cert", Some(tls.cert.display().to_string()));
-            opt("tls-key", Some(tls.key.display().to_string()));
+            a.value("tls-cert", tls.cert.display())
+                .value("tls-key", tls.key.display());
         }
-        opt(
-            "client-ca",
-            self.client_ca.as_ref().map(|p| p.display().to_string()),
-        );
-        opt("max-body", self.max_body.map(|v| v.to_string()));
-        opt("history", self.history.map(duration_arg));
-        opt(
-            "distinct-retention",
-            self.distinct_retention.map(duration_arg),
-        );
-        opt(
-            "distinct-max-ids",
-            self.distinct_max_ids.map(|v| v.to_string()),
-        );
-        a
+        a.opt("client-ca", self.client_ca.as_ref().map(|p| p.display()))
+            .opt("max-body", self.max_body)
+            .duration("history", self.history)
+            .duration("distinct-retention", self.distinct_retention)
+            .opt("distinct-max-ids", self.distinct_max_ids);
+        a.into_vec()
     }
-}
-
-/// A duration as humantime reads it back exactly, in the largest unit that divides it
-/// (`30s`, `1500ms`, `250us`, `7ns`).
-fn duration_arg(d: Duration) -> String {
-    let ns = d.as_nanos();
-    let (n, unit) = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")]
-        .into_iter()
-        .find(|&(per, _)| ns.is_multiple_of(per))
-        .map_or((ns, "ns"), |(per, unit)| (ns / per, unit));
-    format!("{n}{unit}")
 }
 
 #[cfg(test)]

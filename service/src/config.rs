@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use kit_argv::Argv;
 
 use crate::backlog::{Abandoned, ServiceTime};
 use crate::queue::Work;
@@ -145,53 +146,23 @@ pub struct PodFlags {
 impl PodFlags {
     /// The argv after the program name, one `--flag=value` per element.
     pub fn args(&self) -> Vec<String> {
-        fn name(v: impl clap::ValueEnum) -> String {
-            v.to_possible_value()
-                .map(|p| p.get_name().to_string())
-                .unwrap_or_default()
-        }
-        let mut a = Vec::new();
-        let mut opt = |flag: &str, v: Option<String>| {
-            if let Some(v) = v {
-                a.push(format!("--{flag}={v}"));
-            }
-        };
-        opt("listen", self.listen.map(|v| v.to_string()));
-        opt("rate", self.rate.map(|v| v.to_string()));
-        opt("service-time", self.service_time.map(name));
-        opt("seed", self.seed.map(|v| v.to_string()));
-        opt("abandoned", self.abandoned.map(name));
-        opt("ready-after", self.ready_after.map(duration_arg));
-        opt("work", self.work.map(name));
-        opt("cpu-limit", self.cpu_limit.map(|v| v.to_string()));
-        opt("shutdown-grace", self.shutdown_grace.map(duration_arg));
-        opt("max-queue", self.max_queue.map(|v| v.to_string()));
-        opt("pod-name", self.pod_name.clone());
-        opt(
-            "header-read-timeout",
-            self.header_read_timeout.map(duration_arg),
-        );
-        opt(
-            "max-header-bytes",
-            self.max_header_bytes.map(|v| v.to_string()),
-        );
-        opt(
-            "arrival-log-size",
-            self.arrival_log_size.map(|v| v.to_string()),
-        );
-        a
+        let mut a = Argv::new();
+        a.opt("listen", self.listen)
+            .opt("rate", self.rate)
+            .choice("service-time", self.service_time)
+            .opt("seed", self.seed)
+            .choice("abandoned", self.abandoned)
+            .duration("ready-after", self.ready_after)
+            .choice("work", self.work)
+            .opt("cpu-limit", self.cpu_limit)
+            .duration("shutdown-grace", self.shutdown_grace)
+            .opt("max-queue", self.max_queue)
+            .opt("pod-name", self.pod_name.as_ref())
+            .duration("header-read-timeout", self.header_read_timeout)
+            .opt("max-header-bytes", self.max_header_bytes)
+            .opt("arrival-log-size", self.arrival_log_size);
+        a.into_vec()
     }
-}
-
-/// A duration as humantime reads it back exactly, in the largest unit that divides it
-/// (`90s`, `1500ms`, `250us`, `7ns`).
-fn duration_arg(d: Duration) -> String {
-    let ns = d.as_nanos();
-    let (n, unit) = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")]
-        .into_iter()
-        .find(|&(per, _)| ns.is_multiple_of(per))
-        .map_or((ns, "ns"), |(per, unit)| (ns / per, unit));
-    format!("{n}{unit}")
 }
 
 mod defaults {
