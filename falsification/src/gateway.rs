@@ -19,6 +19,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use crate::table::Table;
 use falsification_model::experiment::Gateway;
 
 /// What a gateway has done so far (cumulative).
@@ -191,25 +192,24 @@ impl Slots {
 /// The counters of HAProxy's `show stat` CSV: the frontend's `req_tot` and `hrsp_5xx`, the sum of
 /// the servers' `stot`.
 pub fn parse_haproxy_stats(csv: &str) -> Option<GatewayCounters> {
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines
-        .next()?
-        .trim_start_matches('#')
-        .trim()
-        .split(',')
-        .collect();
-    let col = |name: &str| header.iter().position(|h| *h == name);
-    let (sv, stot, req, err5) = (
+    haproxy_counters(csv, |_| true)
+}
+
+/// [`parse_haproxy_stats`] over the proxies (`pxname`) that `keep` accepts.
+pub fn haproxy_counters(csv: &str, keep: impl Fn(&str) -> bool) -> Option<GatewayCounters> {
+    let t = Table::parse(csv).ok()?;
+    let col = |name: &str| t.column(name).ok();
+    let (px, sv, stot, req, err5) = (
+        col("pxname")?,
         col("svname")?,
         col("stot")?,
         col("req_tot")?,
         col("hrsp_5xx")?,
     );
     let mut c = GatewayCounters::default();
-    for line in lines.filter(|l| !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split(',').collect();
-        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        match f.get(sv).copied()? {
+    for row in t.rows().filter(|r| keep(r.text(px))) {
+        let num = |i: usize| row.number(i).unwrap_or(0.0);
+        match row.text(sv) {
             "FRONTEND" => {
                 c.requests += num(req);
                 c.errors += num(err5);

@@ -21,4 +21,5 @@ mod invocation;
 pub mod kube;
 mod process;
 pub mod runner;
+mod table;
 mod trigger;

@@ -14,6 +14,7 @@ use super::run::{CommonArgs, Selection};
 use crate::kube::{ClusterFacts, Kube};
 use crate::runner::judge::{BAND, LOST_BAND};
 use crate::runner::{CaseResult, RunOptions, Session, plot, record, run_all};
+use crate::table::Table;
 use falsification_model::experiment::{Case, Experiment};
 
 #[derive(Debug, Args)]
@@ -102,22 +103,14 @@ fn pods_over_time(dir: &Path) -> anyhow::Result<Vec<(f64, f64, f64)>> {
     let path = dir.join("timeseries.csv");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name);
-    let (Some(t), Some(d), Some(r)) = (col("t_exp_s"), col("pods_desired"), col("pods_ready"))
-    else {
-        anyhow::bail!("{}: not a run's timeseries.csv", path.display());
+    let t = Table::parse(&text).with_context(|| format!("{}", path.display()))?;
+    let col = |name: &str| {
+        t.column(name)
+            .with_context(|| format!("{}", path.display()))
     };
-    Ok(lines
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Some((
-                f.get(t)?.parse().ok()?,
-                f.get(d)?.parse().ok()?,
-                f.get(r)?.parse().ok()?,
-            ))
-        })
+    let (time, desired, ready) = (col("t_exp_s")?, col("pods_desired")?, col("pods_ready")?);
+    Ok(t.rows()
+        .filter_map(|r| Some((r.number(time)?, r.number(desired)?, r.number(ready)?)))
         .collect())
 }
 

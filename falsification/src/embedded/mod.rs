@@ -22,7 +22,9 @@ mod pods;
 use crate::invocation::{self, run_duration};
 use crate::process::{self, Binaries, cpu_seconds, spawn, stop};
 use crate::runner::probe::{LoadCounters, Probe};
-use crate::runner::{Cluster, Description, Ended, Environment, HpaSync, Observation, RunPlan};
+use crate::runner::{
+    Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, RunPlan,
+};
 use falsification_model::control::AutoscalerConfig;
 use falsification_model::experiment::Scenario;
 use falsification_model::hpa::{Hpa, PodSample, Reading, Scale};
@@ -395,7 +397,10 @@ impl Cluster for Embedded {
                 .pods
                 .events()
                 .iter()
-                .map(|ev| (origin + ev.at_s, ev.pod.clone(), ev.kind.clone()))
+                .map(|ev| PodEvent {
+                    at_s: origin + ev.at_s,
+                    ..ev.clone()
+                })
                 .collect(),
             load_rows: None,
             meter_cpu_s,

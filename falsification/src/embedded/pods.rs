@@ -16,7 +16,7 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::process::{WriteError, free_loopback_port, sigterm, spawn_child, write_atomically};
-use crate::runner::PodEventKind;
+use crate::runner::{PodEvent, PodEventKind};
 use falsification_model::control::scale_down_victim;
 use service::PodFlags;
 
@@ -34,15 +34,6 @@ pub struct PodTemplate {
     pub shutdown_grace: Duration,
     /// Every pod's stderr is appended here.
     pub log: PathBuf,
-}
-
-/// Something that happened to a pod, for the run record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodEvent {
-    /// Seconds since the cluster started (run time).
-    pub at_s: f64,
-    pub pod: String,
-    pub kind: PodEventKind,
 }
 
 #[derive(Debug, thiserror::Error)]

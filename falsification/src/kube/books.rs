@@ -10,8 +10,8 @@ use k8s_openapi::api::autoscaling::v2::{
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::runner::HpaSync;
-use crate::runner::PodEventKind;
 use crate::runner::probe::quantity;
+use crate::runner::{PodEvent, PodEventKind};
 use falsification_model::hpa::{Decision, Reason};
 
 /// One pod of the Deployment as the runner has seen it.
@@ -28,7 +28,7 @@ struct Seen {
 pub struct PodBook {
     pods: HashMap<String, Seen>,
     /// Run seconds from the load event, pod, what happened.
-    pub events: Vec<(f64, String, PodEventKind)>,
+    pub events: Vec<PodEvent>,
 }
 
 /// The pods that count at a row.
@@ -68,7 +68,11 @@ impl PodBook {
             listed.push(name.clone());
             let events = &mut self.events;
             let seen = self.pods.entry(name.clone()).or_insert_with(|| {
-                events.push((now, name.clone(), PodEventKind::Ordered));
+                events.push(PodEvent {
+                    at_s: now,
+                    pod: name.clone(),
+                    kind: PodEventKind::Ordered,
+                });
                 Seen {
                     at: now,
                     ready: false,
@@ -79,15 +83,27 @@ impl PodBook {
             if is_ready && !seen.ready {
                 seen.ready = true;
                 let dead_time_s = now - seen.at;
-                events.push((now, name.clone(), PodEventKind::Ready { dead_time_s }));
+                events.push(PodEvent {
+                    at_s: now,
+                    pod: name.clone(),
+                    kind: PodEventKind::Ready { dead_time_s },
+                });
             }
             if restarts > seen.restarts {
                 seen.restarts = restarts;
-                events.push((now, name.clone(), PodEventKind::Crashed { code: None }));
+                events.push(PodEvent {
+                    at_s: now,
+                    pod: name.clone(),
+                    kind: PodEventKind::Crashed { code: None },
+                });
             }
             if terminating && !seen.terminating {
                 seen.terminating = true;
-                events.push((now, name.clone(), PodEventKind::Terminating));
+                events.push(PodEvent {
+                    at_s: now,
+                    pod: name.clone(),
+                    kind: PodEventKind::Terminating,
+                });
             }
             if !terminating {
                 counts.existing += 1;
@@ -106,8 +122,11 @@ impl PodBook {
         gone.sort();
         for name in gone {
             self.pods.remove(&name);
-            self.events
-                .push((now, name, PodEventKind::Exited { code: None }));
+            self.events.push(PodEvent {
+                at_s: now,
+                pod: name,
+                kind: PodEventKind::Exited { code: None },
+            });
         }
         counts
     }
@@ -233,7 +252,7 @@ mod tests {
         let kinds: Vec<(f64, &str, &PodEventKind)> = b
             .events
             .iter()
-            .map(|(t, p, k)| (*t, p.as_str(), k))
+            .map(|e| (e.at_s, e.pod.as_str(), &e.kind))
             .collect();
         assert_eq!(
             kinds,

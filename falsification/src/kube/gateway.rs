@@ -10,12 +10,13 @@
 //!   for its `ttl` (5 s on the one-machine cluster), so a change reaches the gateway up to that
 //!   much later.
 //! - Counters: the page lists every proxy; the `clients` frontend and the `pods` backend's
-//!   servers are kept and read by [`parse_haproxy_stats`], as the embedded runner reads `show
+//!   servers are kept and read by [`haproxy_counters`], as the embedded runner reads `show
 //!   stat` (the `stats` frontend's own requests are not client requests).
 //!
 //! Everything here is pure; `kube/mod.rs` applies the objects and reads the page.
 
-use crate::gateway::{GatewayCounters, MAX_CONNECTIONS, haproxy_defaults, parse_haproxy_stats};
+use crate::gateway::{GatewayCounters, MAX_CONNECTIONS, haproxy_counters, haproxy_defaults};
+use crate::table::Table;
 use falsification_model::experiment::Gateway;
 
 /// The frontend's port (the Service `gateway`'s `http`).
@@ -73,49 +74,26 @@ pub fn stats_path(namespace: &str) -> String {
     format!("/api/v1/namespaces/{namespace}/services/gateway:stats/proxy/stats;csv")
 }
 
-/// The header and the rows of the client frontend and the pods' backend.
-fn proxies_of_interest(csv: &str) -> String {
-    let mut lines = csv.lines();
-    let mut out = String::new();
-    if let Some(header) = lines.next() {
-        out.push_str(header);
-        out.push('\n');
-    }
-    for line in lines {
-        let px = line.split(',').next().unwrap_or_default();
-        if px == FRONTEND || px == BACKEND {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// The counters of the stats page (cumulative): the `clients` frontend's requests and 5xx, the
 /// pods' servers' tries.
 pub fn counters(csv: &str) -> Option<GatewayCounters> {
-    parse_haproxy_stats(&proxies_of_interest(csv))
+    haproxy_counters(csv, |px| px == FRONTEND || px == BACKEND)
 }
 
 /// How many of the pods' servers are up (resolved and passing their check).
 pub fn servers_up(csv: &str) -> usize {
-    let mut lines = csv.lines();
-    let Some(header) = lines.next() else {
+    let Ok(t) = Table::parse(csv) else {
         return 0;
     };
-    let header: Vec<&str> = header.trim_start_matches('#').trim().split(',').collect();
-    let (Some(sv), Some(status)) = (
-        header.iter().position(|h| *h == "svname"),
-        header.iter().position(|h| *h == "status"),
-    ) else {
+    let (Ok(px), Ok(sv), Ok(status)) = (t.column("pxname"), t.column("svname"), t.column("status"))
+    else {
         return 0;
     };
-    lines
-        .map(|l| l.split(',').collect::<Vec<_>>())
-        .filter(|f| {
-            f.first() == Some(&BACKEND)
-                && !matches!(f.get(sv), Some(&"BACKEND") | Some(&"FRONTEND") | None)
-                && f.get(status).is_some_and(|s| s.starts_with("UP"))
+    t.rows()
+        .filter(|r| {
+            r.text(px) == BACKEND
+                && !matches!(r.text(sv), "BACKEND" | "FRONTEND" | "")
+                && r.text(status).starts_with("UP")
         })
         .count()
 }

@@ -22,7 +22,9 @@ pub mod seam;
 pub mod stack;
 
 pub use plan::{RunPlan, resolved, row_step};
-pub use seam::{Cluster, Description, Ended, Environment, HpaSync, Observation, PodEventKind};
+pub use seam::{
+    Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, PodEventKind,
+};
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -229,7 +231,7 @@ pub struct Session {
 pub struct Measured {
     pub samples: Vec<Sample>,
     pub syncs: Vec<HpaSync>,
-    pub pod_events: Vec<(f64, String, PodEventKind)>,
+    pub pod_events: Vec<PodEvent>,
     pub complete: bool,
     pub wall_s: f64,
     pub runner_cpu_s: f64,

@@ -317,8 +317,8 @@ fn dead_time_s(m: &Measured, rs: &Scenario, s: f64) -> Option<f64> {
     let dead: Vec<f64> = m
         .pod_events
         .iter()
-        .filter(|(at, _, _)| *at > -rs.warmup_s)
-        .filter_map(|(_, _, k)| match k {
+        .filter(|e| e.at_s > -rs.warmup_s)
+        .filter_map(|e| match e.kind {
             PodEventKind::Ready { dead_time_s } => Some(dead_time_s * s),
             _ => None,
         })
@@ -375,7 +375,7 @@ fn summary<'a>(
         pod_crashes: m
             .pod_events
             .iter()
-            .filter(|(_, _, k)| matches!(k, PodEventKind::Crashed { .. }))
+            .filter(|e| matches!(e.kind, PodEventKind::Crashed { .. }))
             .count(),
         pod_resolution: a.pod_resolution,
         stack: a.stack,
@@ -478,16 +478,17 @@ fn decisions_csv(m: &Measured, s: f64) -> String {
 
 fn events_csv(m: &Measured, s: f64) -> String {
     let mut out = String::from("t_run_s,t_exp_s,pod,event,detail\n");
-    for (at, pod, kind) in &m.pod_events {
-        let (what, detail) = match kind {
+    for e in &m.pod_events {
+        let (what, detail) = match e.kind {
             PodEventKind::Ordered => ("ordered", String::new()),
             PodEventKind::Ready { dead_time_s } => {
                 ("ready", format!("dead_time_exp_s={:.1}", dead_time_s * s))
             }
             PodEventKind::Terminating => ("terminating", String::new()),
-            PodEventKind::Exited { code } => ("exited", format!("code={}", opt(*code))),
-            PodEventKind::Crashed { code } => ("crashed", format!("code={}", opt(*code))),
+            PodEventKind::Exited { code } => ("exited", format!("code={}", opt(code))),
+            PodEventKind::Crashed { code } => ("crashed", format!("code={}", opt(code))),
         };
+        let (at, pod) = (e.at_s, &e.pod);
         let _ = writeln!(out, "{at:.3},{:.1},{pod},{what},{detail}", at * s);
     }
     out

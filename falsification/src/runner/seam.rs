@@ -59,8 +59,8 @@ pub struct Observation {
 #[derive(Debug, Default)]
 pub struct Ended {
     pub syncs: Vec<HpaSync>,
-    /// Run seconds from the load event, pod, what happened.
-    pub pod_events: Vec<(f64, String, PodEventKind)>,
+    /// Run seconds from the load event.
+    pub pod_events: Vec<PodEvent>,
     /// The loadgen's counts per row, when they are known exactly only now; they replace the
     /// rows' live counts (rows past the record, the loadgen's drain, are left out).
     pub load_rows: Option<Vec<LoadCounters>>,
@@ -101,7 +101,18 @@ pub trait Cluster {
     async fn teardown(&mut self) -> anyhow::Result<()>;
 }
 
-/// Something that happened to a pod, for the run record.
+/// Something that happened to a pod, for the run record: the one shape both clusters and the
+/// runner use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodEvent {
+    /// Run seconds: from the cluster's start inside a cluster, from the load event in
+    /// [`Ended`] and after.
+    pub at_s: f64,
+    pub pod: String,
+    pub kind: PodEventKind,
+}
+
+/// What happened to a pod.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PodEventKind {
     Ordered,

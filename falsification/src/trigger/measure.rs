@@ -5,6 +5,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::plan::Plan;
+use crate::table::Table;
 use falsification_model::outcome::{self, Criteria, Outcome, Record, Row};
 
 /// One row of the loadgen's `timeseries.csv`.
@@ -36,18 +37,8 @@ pub fn load_row(r: &loadgen::record::Row) -> LoadRow {
 
 /// Parses the loadgen's `timeseries.csv` (columns by header name).
 pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines
-        .next()
-        .context("timeseries.csv is empty")?
-        .split(',')
-        .collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .with_context(|| format!("timeseries.csv has no column `{name}`"))
-    };
+    let t = Table::parse(text).context("timeseries.csv")?;
+    let col = |name: &str| t.column(name).context("timeseries.csv");
     let idx = [
         col("second")?,
         col("first_attempts")?,
@@ -57,15 +48,11 @@ pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
         col("requests_failed")?,
         col("errors_status_5xx")?,
     ];
-    lines
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| {
-            let f: Vec<&str> = l.split(',').collect();
+    t.rows()
+        .map(|row| {
             let v = |i: usize| -> anyhow::Result<f64> {
-                f.get(idx[i])
-                    .and_then(|x| x.parse().ok())
-                    .with_context(|| format!("timeseries.csv line {}: bad value", n + 2))
+                row.number(idx[i])
+                    .with_context(|| format!("timeseries.csv line {}: bad value", row.line()))
             };
             Ok(LoadRow {
                 second: v(0)?,
