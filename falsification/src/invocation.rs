@@ -12,11 +12,6 @@ use loadgen::schedule::Step;
 use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, ScheduleError, TargetSource};
 use service::PodFlags;
 
-/// A duration as text to the microsecond (`1500000us`), for experiment parameters.
-pub fn micros(s: f64) -> String {
-    format!("{}us", run_duration(s).as_micros())
-}
-
 /// A duration in run seconds as the kit's binaries take it: to the microsecond.
 pub fn run_duration(s: f64) -> Duration {
     Duration::from_micros((s * 1e6).round() as u64)

@@ -47,7 +47,7 @@ fn run_and_suite_parse_with_their_defaults() {
         panic!("not run");
     };
     assert_eq!(k.common.cluster, ClusterArg::Kube);
-    let t = k.common.kube.target().unwrap();
+    let t = k.common.kube.target();
     assert_eq!(
         (t.namespace.as_str(), t.shards, t.hpa_sync_s, t.keep),
         ("retry-debt-run", 2, 15.0, true)
@@ -242,16 +242,39 @@ fn named_experiment_takes_overrides_and_skips_the_request_level() {
 
 #[test]
 fn bad_input_names_the_field() {
+    // A value that does not parse fails at parse time, one line naming the flag and the value.
+    for argv in [
+        &["predict", "--spike", "5y300s"][..],
+        &["predict", "--step", "5"],
+        &["predict", "--timeout", "ten"],
+        &["predict", "--backoff", "lin"],
+        &["predict", "--max-horizon", "soon"],
+        &["predict", "F3", "--dead-time", "9O s"],
+        &["run", "F3", "--warmup", "a minute"],
+        &["run", "F3", "--hpa-sync", "fast"],
+        &["suite", "--gateway-timeout", "3"],
+    ] {
+        let e = Cli::try_parse_from(["falsification"].iter().chain(argv))
+            .unwrap_err()
+            .to_string();
+        let (flag, value) = (argv[argv.len() - 2], argv[argv.len() - 1]);
+        let first = e.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(&format!("'{value}'")) && first.contains(flag),
+            "{e}"
+        );
+    }
+    // A value that parses but does not fit is named with its field when resolved.
     let a = args(&[
         "falsification",
         "predict",
         "--rho",
         "0.3",
-        "--spike",
-        "5y300s",
+        "--timeout",
+        "0s",
     ]);
     let e = cli::experiments(&a).unwrap_err().to_string();
-    assert!(e.contains("`spike`") && e.contains("5y300s"), "{e}");
+    assert_eq!(e, "ad-hoc: field `timeout`: must be positive, got `0`");
     let a = args(&["falsification", "predict", "--spike", "5x300s"]);
     assert!(
         cli::experiments(&a)

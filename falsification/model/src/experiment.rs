@@ -1,6 +1,11 @@
 //! Experiments as data: F1-F4 as TOML files (built in, from `experiments/`), or ad hoc from flags.
 //! A file has shared `[defaults]` and `[[cases]]` that override them; both resolve to a [`Scenario`]
 //! whose times are seconds from the load event (spike or step start); the warm-up runs before 0.
+//! Text values ([`Span`], [`Multiple`], [`Spike`], [`Backoff`]) have one parser each, `FromStr`,
+//! which the command line's flags and the files' fields both go through.
+
+use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -46,10 +51,17 @@ pub enum ExperimentError {
         path: String,
         detail: std::io::Error,
     },
-    #[error("{name} is not a valid experiment file: {detail}")]
+    #[error(
+        "{name} is not a valid experiment file: {}{message}",
+        location(.line, .field)
+    )]
     Parse {
         name: String,
-        detail: Box<toml::de::Error>,
+        /// 1-based.
+        line: Option<usize>,
+        /// The key whose value is bad.
+        field: Option<String>,
+        message: String,
     },
     #[error("{context}: field `{field}`: {message}, got `{value}`")]
     Field {
@@ -71,6 +83,159 @@ fn field_err(
         field,
         value: value.to_string(),
         message: message.to_string(),
+    }
+}
+
+/// `line 9: field `timeout`: ` as far as known.
+fn location(line: &Option<usize>, field: &Option<String>) -> String {
+    let mut at = String::new();
+    if let Some(line) = line {
+        at += &format!("line {line}: ");
+    }
+    if let Some(field) = field {
+        at += &format!("field `{field}`: ");
+    }
+    at
+}
+
+/// A text value that does not parse: the value and what was expected, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("`{value}` is not {expected}{detail}")]
+pub struct ValueError {
+    value: String,
+    expected: &'static str,
+    /// The underlying parser's reason, ` (...)`, or empty.
+    detail: String,
+}
+
+impl ValueError {
+    fn new(value: &str, expected: &'static str) -> ValueError {
+        ValueError {
+            value: value.to_string(),
+            expected,
+            detail: String::new(),
+        }
+    }
+}
+
+/// Text values deserialize (from TOML) through their one parser, `FromStr`.
+macro_rules! deserialize_from_str {
+    ($($t:ty),*) => {$(
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    )*};
+}
+
+deserialize_from_str!(Span, Multiple, Spike, Backoff);
+
+/// A non-negative duration, written like `10s`, `1500ms` or `2m` (humantime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Span(Duration);
+
+impl Span {
+    pub const fn from_secs(s: u64) -> Span {
+        Span(Duration::from_secs(s))
+    }
+
+    pub fn secs(self) -> f64 {
+        self.0.as_secs_f64()
+    }
+}
+
+impl From<Duration> for Span {
+    fn from(d: Duration) -> Span {
+        Span(d)
+    }
+}
+
+impl FromStr for Span {
+    type Err = ValueError;
+
+    fn from_str(text: &str) -> Result<Span, ValueError> {
+        humantime::parse_duration(text.trim())
+            .map(Span)
+            .map_err(|e| ValueError {
+                detail: format!(" ({e})"),
+                ..ValueError::new(text, "a duration like 10s, 1500ms or 2m")
+            })
+    }
+}
+
+/// A positive multiple of the base load, written like `5x` or `2.5x`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Multiple(f64);
+
+impl Multiple {
+    const EXPECTED: &str = "a multiple like 5x";
+
+    pub fn new(k: f64) -> Result<Multiple, ValueError> {
+        if k > 0.0 && k.is_finite() {
+            Ok(Multiple(k))
+        } else {
+            Err(ValueError::new(&format!("{k}x"), Multiple::EXPECTED))
+        }
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl FromStr for Multiple {
+    type Err = ValueError;
+
+    fn from_str(text: &str) -> Result<Multiple, ValueError> {
+        let bad = || ValueError::new(text, Multiple::EXPECTED);
+        let k = text.trim().strip_suffix('x').ok_or_else(bad)?;
+        Multiple::new(k.parse().map_err(|_| bad())?).map_err(|_| bad())
+    }
+}
+
+/// A spike: `k` times the base load for a positive `length`, written `MULTIPLExDURATION` like
+/// `5x300s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spike {
+    k: Multiple,
+    length: Span,
+}
+
+impl Spike {
+    const EXPECTED: &str = "a spike MULTIPLExDURATION like 5x300s";
+
+    pub fn new(k: Multiple, length: Span) -> Result<Spike, ValueError> {
+        if length.0.is_zero() {
+            return Err(ValueError {
+                detail: " (its duration must be positive)".into(),
+                ..ValueError::new(&format!("{}x{}s", k.0, length.secs()), Spike::EXPECTED)
+            });
+        }
+        Ok(Spike { k, length })
+    }
+
+    pub fn k(self) -> f64 {
+        self.k.0
+    }
+
+    pub fn length(self) -> Span {
+        self.length
+    }
+}
+
+impl FromStr for Spike {
+    type Err = ValueError;
+
+    fn from_str(text: &str) -> Result<Spike, ValueError> {
+        let bad = || ValueError::new(text, Spike::EXPECTED);
+        let (k, length) = text.trim().split_once('x').ok_or_else(bad)?;
+        let k = format!("{k}x").parse().map_err(|_| bad())?;
+        let length = length.parse().map_err(|_| bad())?;
+        Spike::new(k, length).map_err(|e| ValueError {
+            value: text.to_string(),
+            ..e
+        })
     }
 }
 
@@ -146,10 +311,40 @@ pub struct RetryBudget {
 }
 
 /// Delay before retry `n` (1-based), on top of the timeout: `min(cap, base 2^(n-1))`, no jitter.
+/// Written `none` or `exp:BASE,CAP` like `exp:1s,8s` (flags and files); records show its seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Backoff {
     pub base_s: f64,
     pub cap_s: f64,
+}
+
+impl Backoff {
+    /// Each retry right at its attempt's timeout.
+    pub const NONE: Backoff = Backoff {
+        base_s: 0.0,
+        cap_s: 0.0,
+    };
+}
+
+impl FromStr for Backoff {
+    type Err = ValueError;
+
+    fn from_str(text: &str) -> Result<Backoff, ValueError> {
+        if text.trim() == "none" {
+            return Ok(Backoff::NONE);
+        }
+        let bad = || ValueError::new(text, "a backoff `none` or exp:BASE,CAP like exp:1s,8s");
+        let (base, cap) = text
+            .trim()
+            .strip_prefix("exp:")
+            .and_then(|r| r.split_once(','))
+            .ok_or_else(bad)?;
+        let secs = |t: &str| t.parse().map(Span::secs).map_err(|_| bad());
+        Ok(Backoff {
+            base_s: secs(base)?,
+            cap_s: secs(cap)?,
+        })
+    }
 }
 
 /// The proxy between the clients and the pods (F5, retry stacks).
@@ -537,10 +732,7 @@ pub fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
 }
 
 fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
-    let file: ExperimentFile = toml::from_str(text).map_err(|e| ExperimentError::Parse {
-        name: name.to_string(),
-        detail: Box::new(e),
-    })?;
+    let file: ExperimentFile = toml::from_str(text).map_err(|e| parse_error(name, text, &e))?;
     let mut cases = Vec::new();
     for c in file.cases {
         let context = format!("{} case {}", file.id, c.name);
@@ -558,6 +750,31 @@ fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, 
         refuted_if: file.refuted_if,
         cases,
     })
+}
+
+/// A TOML error in one line: its line, the key whose value it is (if it is a value's), what.
+fn parse_error(name: &str, text: &str, e: &toml::de::Error) -> ExperimentError {
+    let before = e.span().and_then(|s| text.get(..s.start));
+    ExperimentError::Parse {
+        name: name.to_string(),
+        line: before.map(|b| b.matches('\n').count() + 1),
+        field: before.and_then(key_before),
+        message: e.message().trim().replace('\n', "; "),
+    }
+}
+
+/// The key of the `key = value` whose value starts where `before` ends, if one does.
+fn key_before(before: &str) -> Option<String> {
+    let line = before.rsplit('\n').next().unwrap_or(before);
+    let key = line.trim_end().strip_suffix('=')?.trim_end();
+    let in_key = |c: char| c.is_ascii_alphanumeric() || "_-.\"'".contains(c);
+    let start = key
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !in_key(c))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let key = &key[start..];
+    (!key.is_empty()).then(|| key.to_string())
 }
 
 #[derive(Debug, Deserialize)]
@@ -584,33 +801,31 @@ struct CaseFile {
     expect: Expect,
 }
 
-/// Scenario parameters as written in files and flags: every field optional, durations as text.
+/// Scenario parameters as written in files and flags: every field optional.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Params {
     pub pods: Option<u32>,
     pub rate_per_pod: Option<f64>,
     pub rho: Option<f64>,
-    /// `KxDURATION`, e.g. `5x300s`.
-    pub spike: Option<String>,
-    /// `Kx`, e.g. `5x`: a sustained step.
-    pub step: Option<String>,
-    pub timeout: Option<String>,
+    pub spike: Option<Spike>,
+    /// A sustained step.
+    pub step: Option<Multiple>,
+    pub timeout: Option<Span>,
     pub retries: Option<u32>,
-    /// `none` or `exp:BASE,CAP`, e.g. `exp:1s,8s`.
-    pub backoff: Option<String>,
+    pub backoff: Option<Backoff>,
     pub retry_budget: Option<f64>,
     pub retry_budget_min_per_s: Option<f64>,
-    pub retry_budget_ttl: Option<String>,
+    pub retry_budget_ttl: Option<Span>,
     pub gateway: Option<GatewayParams>,
     pub abandoned: Option<Abandoned>,
     pub service: Option<ServiceTime>,
     pub topology: Option<Topology>,
-    pub warmup: Option<String>,
-    pub horizon: Option<String>,
-    pub drained_wait: Option<String>,
+    pub warmup: Option<Span>,
+    pub horizon: Option<Span>,
+    pub drained_wait: Option<Span>,
     pub seeds: Option<Vec<u64>>,
-    pub fluid_dt: Option<String>,
+    pub fluid_dt: Option<Span>,
     pub hpa: Option<HpaParams>,
 }
 
@@ -622,7 +837,7 @@ pub struct GatewayParams {
     /// Default 2.
     pub retries: Option<u32>,
     /// Its server timeout per try. Default: the client's timeout over the tries, so they fit.
-    pub timeout: Option<String>,
+    pub timeout: Option<Span>,
     /// Default: what the proxy does by default (HAProxy no, nginx yes).
     pub abort_on_close: Option<bool>,
 }
@@ -648,11 +863,7 @@ impl GatewayParams {
         };
         let retries = self.retries.unwrap_or(2);
         let timeout_s = match &self.timeout {
-            Some(t) => positive(
-                context,
-                "gateway.timeout",
-                duration(context, "gateway.timeout", Some(t))?,
-            )?,
+            Some(t) => positive(context, "gateway.timeout", t.secs())?,
             None => client_timeout_s / f64::from(retries + 1),
         };
         let g = Gateway {
@@ -688,19 +899,19 @@ pub struct HpaParams {
     pub min: Option<u32>,
     pub max: Option<u32>,
     pub tolerance: Option<f64>,
-    pub sync_period: Option<String>,
-    pub sync_phase: Option<String>,
-    pub metric_window: Option<String>,
-    pub scrape_interval: Option<String>,
-    pub dead_time: Option<String>,
+    pub sync_period: Option<Span>,
+    pub sync_phase: Option<Span>,
+    pub metric_window: Option<Span>,
+    pub scrape_interval: Option<Span>,
+    pub dead_time: Option<Span>,
     pub behavior: Option<BehaviorParams>,
     /// `l / r` of the pods' CPU (the CPU signal's saturation), default 1.
     pub cpu_limit_ratio: Option<f64>,
     /// metrics-server's resolution, default `15s`.
-    pub cpu_window: Option<String>,
+    pub cpu_window: Option<Span>,
     /// Controller flags, defaults `300s` and `30s`.
-    pub cpu_initialization_period: Option<String>,
-    pub initial_readiness_delay: Option<String>,
+    pub cpu_initialization_period: Option<Span>,
+    pub initial_readiness_delay: Option<Span>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -713,7 +924,7 @@ pub struct BehaviorParams {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RulesParams {
-    pub stabilization_window: String,
+    pub stabilization_window: Span,
     pub select: SelectPolicy,
     pub policies: Vec<PolicyParams>,
 }
@@ -724,7 +935,7 @@ pub struct PolicyParams {
     #[serde(rename = "type")]
     pub kind: PolicyKind,
     pub value: i32,
-    pub period: String,
+    pub period: Span,
 }
 
 impl Params {
@@ -733,16 +944,16 @@ impl Params {
         Params {
             pods: Some(4),
             rate_per_pod: Some(100.0),
-            timeout: Some("10s".into()),
+            timeout: Some(Span::from_secs(10)),
             retries: Some(2),
-            backoff: Some("none".into()),
+            backoff: Some(Backoff::NONE),
             retry_budget_min_per_s: Some(0.0),
-            retry_budget_ttl: Some("10s".into()),
+            retry_budget_ttl: Some(Span::from_secs(10)),
             abandoned: Some(Abandoned::Serve),
             service: Some(ServiceTime::Exponential),
             topology: Some(Topology::Pooled),
-            warmup: Some("60s".into()),
-            horizon: Some("3600s".into()),
+            warmup: Some(Span::from_secs(60)),
+            horizon: Some(Span::from_secs(3600)),
             seeds: Some(vec![1, 2, 3]),
             ..Params::default()
         }
@@ -784,9 +995,6 @@ impl Params {
     /// Checks and resolves into a scenario; missing fields take the kit's defaults.
     pub fn resolve(self, name: &str, context: &str) -> Result<Scenario, ExperimentError> {
         let p = self.over(Params::kit());
-        let need = |v: Option<f64>, field: &'static str| {
-            v.ok_or_else(|| field_err(context, field, "", "is required"))
-        };
         let pods = p.pods.unwrap_or(4);
         if pods == 0 {
             return Err(field_err(context, "pods", pods, "must be at least 1"));
@@ -794,10 +1002,10 @@ impl Params {
         let rate_per_pod = positive(
             context,
             "rate_per_pod",
-            need(p.rate_per_pod, "rate_per_pod")?,
+            required(context, "rate_per_pod", p.rate_per_pod)?,
         )?;
-        let rho = positive(context, "rho", need(p.rho, "rho")?)?;
-        let event = match (&p.spike, &p.step) {
+        let rho = positive(context, "rho", required(context, "rho", p.rho)?)?;
+        let event = match (p.spike, p.step) {
             (Some(_), Some(_)) => {
                 return Err(field_err(
                     context,
@@ -806,19 +1014,17 @@ impl Params {
                     "cannot be combined with `spike`",
                 ));
             }
-            (Some(s), None) => {
-                let (k, duration_s) = parse_spike(context, s)?;
-                LoadEvent::Spike { k, duration_s }
-            }
-            (None, Some(s)) => LoadEvent::Step {
-                k: parse_multiple(context, "step", s)?,
+            (Some(s), None) => LoadEvent::Spike {
+                k: s.k(),
+                duration_s: s.length().secs(),
             },
+            (None, Some(k)) => LoadEvent::Step { k: k.get() },
             (None, None) => LoadEvent::None,
         };
         let timeout_s = positive(
             context,
             "timeout",
-            duration(context, "timeout", p.timeout.as_deref())?,
+            required(context, "timeout", p.timeout)?.secs(),
         )?;
         let retry_budget = match p.retry_budget {
             None => None,
@@ -828,7 +1034,7 @@ impl Params {
                 ttl_s: positive(
                     context,
                     "retry_budget_ttl",
-                    duration(context, "retry_budget_ttl", p.retry_budget_ttl.as_deref())?,
+                    required(context, "retry_budget_ttl", p.retry_budget_ttl)?.secs(),
                 )?,
             }),
             Some(ratio) => return Err(field_err(context, "retry_budget", ratio, "must be >= 0")),
@@ -837,14 +1043,14 @@ impl Params {
             Some(h) => Some(h.resolve(context, pods)?),
             None => None,
         };
-        let warmup_s = duration(context, "warmup", p.warmup.as_deref())?;
+        let warmup_s = required(context, "warmup", p.warmup)?.secs();
         let horizon_s = positive(
             context,
             "horizon",
-            duration(context, "horizon", p.horizon.as_deref())?,
+            required(context, "horizon", p.horizon)?.secs(),
         )?;
-        let fluid_dt_s = match p.fluid_dt.as_deref() {
-            Some(d) => positive(context, "fluid_dt", duration(context, "fluid_dt", Some(d))?)?,
+        let fluid_dt_s = match p.fluid_dt {
+            Some(d) => positive(context, "fluid_dt", d.secs())?,
             // 1/200 of the timeout: the figures are the same from 1/5000 to 1/100 (README).
             None => timeout_s / 200.0,
         };
@@ -856,7 +1062,7 @@ impl Params {
             event,
             timeout_s,
             retries: p.retries.unwrap_or(2),
-            backoff: parse_backoff(context, p.backoff.as_deref().unwrap_or("none"))?,
+            backoff: p.backoff.unwrap_or(Backoff::NONE),
             retry_budget,
             gateway: match &p.gateway {
                 Some(g) => Some(g.resolve(context, timeout_s)?),
@@ -871,10 +1077,7 @@ impl Params {
             // A quarter of the timeout by default, for the models as for a measured run: a pod the
             // loadgen's pool keeps busy holds a steady queue of a few service times, which is not
             // debt; the debt is a wait of the order of the timeout.
-            drained_wait_s: match p.drained_wait.as_deref() {
-                Some(d) => duration(context, "drained_wait", Some(d))?,
-                None => timeout_s / 4.0,
-            },
+            drained_wait_s: p.drained_wait.map_or(timeout_s / 4.0, Span::secs),
             seeds: p.seeds.unwrap_or_default(),
             fluid_dt_s,
             time_scale: 1.0,
@@ -908,9 +1111,7 @@ impl HpaParams {
     }
 
     fn resolve(self, context: &str, pods: u32) -> Result<HpaSetup, ExperimentError> {
-        let d = |field: &'static str, v: Option<String>, default: &str| {
-            duration(context, field, Some(v.as_deref().unwrap_or(default)))
-        };
+        let d = |v: Option<Span>, default: u64| v.unwrap_or(Span::from_secs(default)).secs();
         let target_utilization = self.target.unwrap_or(0.5);
         if !(target_utilization > 0.0 && target_utilization.is_finite()) {
             return Err(field_err(
@@ -920,15 +1121,11 @@ impl HpaParams {
                 "must be a positive utilization",
             ));
         }
-        let sync_period_s = positive(
-            context,
-            "hpa.sync_period",
-            d("hpa.sync_period", self.sync_period, "15s")?,
-        )?;
+        let sync_period_s = positive(context, "hpa.sync_period", d(self.sync_period, 15))?;
         let behavior = match self.behavior {
             Some(b) => Behavior {
-                scale_up: b.scale_up.resolve(context)?,
-                scale_down: b.scale_down.resolve(context)?,
+                scale_up: b.scale_up.resolve(),
+                scale_down: b.scale_down.resolve(),
             },
             None => Behavior::default(),
         };
@@ -938,70 +1135,43 @@ impl HpaParams {
             min_replicas: self.min.unwrap_or(pods),
             max_replicas: self.max.unwrap_or(50),
             tolerance: self.tolerance.unwrap_or(crate::hpa::DEFAULT_TOLERANCE),
-            sync_phase_s: d(
-                "hpa.sync_phase",
-                self.sync_phase,
-                &format!("{}ms", sync_period_s * 500.0),
-            )?,
+            sync_phase_s: self.sync_phase.map_or(sync_period_s / 2.0, Span::secs),
             sync_period_s,
-            metric_window_s: positive(
-                context,
-                "hpa.metric_window",
-                d("hpa.metric_window", self.metric_window, "30s")?,
-            )?,
+            metric_window_s: positive(context, "hpa.metric_window", d(self.metric_window, 30))?,
             scrape_interval_s: positive(
                 context,
                 "hpa.scrape_interval",
-                d("hpa.scrape_interval", self.scrape_interval, "1s")?,
+                d(self.scrape_interval, 1),
             )?,
-            dead_time_s: d("hpa.dead_time", self.dead_time, "90s")?,
+            dead_time_s: d(self.dead_time, 90),
             behavior,
             cpu_limit_ratio: positive(
                 context,
                 "hpa.cpu_limit_ratio",
                 self.cpu_limit_ratio.unwrap_or(1.0),
             )?,
-            cpu_window_s: positive(
-                context,
-                "hpa.cpu_window",
-                d("hpa.cpu_window", self.cpu_window, "15s")?,
-            )?,
-            cpu_initialization_period_s: d(
-                "hpa.cpu_initialization_period",
-                self.cpu_initialization_period,
-                "300s",
-            )?,
-            initial_readiness_delay_s: d(
-                "hpa.initial_readiness_delay",
-                self.initial_readiness_delay,
-                "30s",
-            )?,
+            cpu_window_s: positive(context, "hpa.cpu_window", d(self.cpu_window, 15))?,
+            cpu_initialization_period_s: d(self.cpu_initialization_period, 300),
+            initial_readiness_delay_s: d(self.initial_readiness_delay, 30),
         })
     }
 }
 
 impl RulesParams {
-    fn resolve(&self, context: &str) -> Result<ScalingRules, ExperimentError> {
-        let policies = self
-            .policies
-            .iter()
-            .map(|p| {
-                Ok(Policy {
+    fn resolve(&self) -> ScalingRules {
+        ScalingRules {
+            stabilization_window_s: self.stabilization_window.secs(),
+            policies: self
+                .policies
+                .iter()
+                .map(|p| Policy {
                     kind: p.kind,
                     value: p.value,
-                    period_s: duration(context, "hpa.behavior.period", Some(&p.period))?,
+                    period_s: p.period.secs(),
                 })
-            })
-            .collect::<Result<_, ExperimentError>>()?;
-        Ok(ScalingRules {
-            stabilization_window_s: duration(
-                context,
-                "hpa.behavior.stabilization_window",
-                Some(&self.stabilization_window),
-            )?,
-            policies,
+                .collect(),
             select: self.select,
-        })
+        }
     }
 }
 
@@ -1013,86 +1183,9 @@ fn positive(context: &str, field: &'static str, v: f64) -> Result<f64, Experimen
     }
 }
 
-/// Seconds from a duration like `10s` or `1500ms`; `field` is named in the error. Also used for
-/// the command lines' duration flags (context `command line`).
-pub fn duration(
-    context: &str,
-    field: &'static str,
-    text: Option<&str>,
-) -> Result<f64, ExperimentError> {
-    let text = text.ok_or_else(|| field_err(context, field, "", "is required"))?;
-    humantime::parse_duration(text.trim())
-        .map(|d| d.as_secs_f64())
-        .map_err(|e| {
-            field_err(
-                context,
-                field,
-                text,
-                &format!("not a duration like 10s or 1500ms ({e})"),
-            )
-        })
-}
-
-/// `5x` -> 5.
-fn parse_multiple(context: &str, field: &'static str, text: &str) -> Result<f64, ExperimentError> {
-    let k = text
-        .trim()
-        .strip_suffix('x')
-        .and_then(|k| k.parse::<f64>().ok());
-    match k {
-        Some(k) if k > 0.0 && k.is_finite() => Ok(k),
-        _ => Err(field_err(
-            context,
-            field,
-            text,
-            "expected a multiple like 5x",
-        )),
-    }
-}
-
-/// `5x300s` -> `(5, 300)`: a spike of 5 times the base for 300 s.
-pub fn parse_spike(context: &str, text: &str) -> Result<(f64, f64), ExperimentError> {
-    let bad = || {
-        field_err(
-            context,
-            "spike",
-            text,
-            "expected MULTIPLExDURATION like 5x300s",
-        )
-    };
-    let (k, d) = text.trim().split_once('x').ok_or_else(bad)?;
-    let k = parse_multiple(context, "spike", &format!("{k}x")).map_err(|_| bad())?;
-    let duration_s = duration(context, "spike", Some(d)).map_err(|_| bad())?;
-    if duration_s <= 0.0 {
-        return Err(bad());
-    }
-    Ok((k, duration_s))
-}
-
-/// `none` or `exp:BASE,CAP`.
-fn parse_backoff(context: &str, text: &str) -> Result<Backoff, ExperimentError> {
-    if text.trim() == "none" {
-        return Ok(Backoff {
-            base_s: 0.0,
-            cap_s: 0.0,
-        });
-    }
-    let bad = || {
-        field_err(
-            context,
-            "backoff",
-            text,
-            "expected `none` or exp:BASE,CAP like exp:1s,8s",
-        )
-    };
-    let (base, cap) = text
-        .trim()
-        .strip_prefix("exp:")
-        .and_then(|r| r.split_once(','))
-        .ok_or_else(bad)?;
-    let base_s = duration(context, "backoff", Some(base)).map_err(|_| bad())?;
-    let cap_s = duration(context, "backoff", Some(cap)).map_err(|_| bad())?;
-    Ok(Backoff { base_s, cap_s })
+/// A field the kit's defaults set: missing only if they do not.
+fn required<T>(context: &str, field: &'static str, v: Option<T>) -> Result<T, ExperimentError> {
+    v.ok_or_else(|| field_err(context, field, "", "is required"))
 }
 
 #[cfg(test)]
@@ -1143,19 +1236,84 @@ mod tests {
         let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrho=0.3\ntimeout='ten'\n";
         let e = parse("x", text).unwrap_err().to_string();
         assert!(e.contains("`timeout`") && e.contains("ten"), "{e}");
+        assert!(
+            e.starts_with(
+                "x is not a valid experiment file: line 9: field `timeout`: `ten` is not a duration"
+            ),
+            "{e}"
+        );
         let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrho=0.3\nspike='5y300s'\n";
         let e = parse("x", text).unwrap_err().to_string();
         assert!(e.contains("`spike`"), "{e}");
         let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrhoo=0.3\n";
-        assert!(parse("x", text).unwrap_err().to_string().contains("rhoo"));
+        let e = parse("x", text).unwrap_err().to_string();
+        assert!(
+            e.contains("line 8: unknown field `rhoo`") && !e.contains('\n'),
+            "{e}"
+        );
+        // In an inline table, and semantic checks after parsing name the case.
+        let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[defaults]\nrho=0.3\n\
+                    gateway = { kind = 'nginx', timeout = '3q' }\n[[cases]]\nname='a'\n";
+        let e = parse("x", text).unwrap_err().to_string();
+        assert!(
+            e.contains("line 7: field `timeout`: `3q` is not a duration"),
+            "{e}"
+        );
+        let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrho=0.3\ntimeout='0s'\n";
+        let e = parse("x", text).unwrap_err().to_string();
+        assert_eq!(e, "X case a: field `timeout`: must be positive, got `0`");
         assert!(matches!(load("F9"), Err(ExperimentError::Unknown(_))));
+    }
+
+    #[test]
+    fn text_values_have_one_parser_and_one_line_errors() {
+        assert_eq!("1500ms".parse::<Span>().unwrap().secs(), 1.5);
+        assert_eq!(" 2m ".parse::<Span>().unwrap(), Span::from_secs(120));
+        let s: Spike = "2.5x300s".parse().unwrap();
+        assert_eq!((s.k(), s.length().secs()), (2.5, 300.0));
+        assert_eq!("5x".parse::<Multiple>().unwrap().get(), 5.0);
+        assert_eq!("none".parse::<Backoff>().unwrap(), Backoff::NONE);
+        for (e, value, expected) in [
+            ("ten".parse::<Span>().unwrap_err(), "ten", "a duration like"),
+            ("-1s".parse::<Span>().unwrap_err(), "-1s", "a duration like"),
+            (
+                "5".parse::<Multiple>().unwrap_err(),
+                "5",
+                "a multiple like 5x",
+            ),
+            (
+                "0x".parse::<Multiple>().unwrap_err(),
+                "0x",
+                "a multiple like 5x",
+            ),
+            ("5y300s".parse::<Spike>().unwrap_err(), "5y300s", "a spike"),
+            ("4x".parse::<Spike>().unwrap_err(), "4x", "a spike"),
+            (
+                "5x0s".parse::<Spike>().unwrap_err(),
+                "5x0s",
+                "must be positive",
+            ),
+            ("lin".parse::<Backoff>().unwrap_err(), "lin", "a backoff"),
+            (
+                "exp:1s".parse::<Backoff>().unwrap_err(),
+                "exp:1s",
+                "a backoff",
+            ),
+        ] {
+            let e = e.to_string();
+            assert!(e.starts_with(&format!("`{value}` is not ")), "{e}");
+            assert!(e.contains(expected) && !e.contains('\n'), "{e}");
+        }
+        let e = Spike::new(Multiple::new(3.0).unwrap(), Span::from_secs(0)).unwrap_err();
+        assert!(e.to_string().starts_with("`3x0s` is not a spike"), "{e}");
+        assert!(Multiple::new(f64::NAN).is_err());
     }
 
     #[test]
     fn backoff_delays() {
         let mut s = load("F2").unwrap().cases[0].scenario.clone();
         assert_eq!(s.attempt_offset(2), 20.0);
-        s.backoff = parse_backoff("t", "exp:1s,1500ms").unwrap();
+        s.backoff = "exp:1s,1500ms".parse().unwrap();
         assert_eq!(s.retry_delay(1), 11.0);
         assert_eq!(s.retry_delay(2), 11.5);
         assert_eq!(s.amplification(), 3.0);

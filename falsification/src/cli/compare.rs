@@ -174,7 +174,7 @@ fn run_both(
         })
         .collect();
     let (embedded, _) = args.common.embedded()?;
-    let emb_opts = args.common.options(kube_opts.time_scale, false)?;
+    let emb_opts = args.common.options(kube_opts.time_scale, false);
     let id = &list[0].0.id;
     let emulated = run_all(
         &embedded,

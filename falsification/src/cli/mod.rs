@@ -12,8 +12,8 @@ use std::io::Write;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use falsification_model::experiment::{
-    self, Abandoned, Experiment, GatewayKind, GatewayParams, HpaParams, HpaSignal, Params,
-    ServiceTime, Topology,
+    self, Abandoned, Backoff, Experiment, GatewayKind, GatewayParams, HpaParams, HpaSignal,
+    Multiple, Params, ServiceTime, Span, Spike, Topology,
 };
 use falsification_model::{predict, report};
 
@@ -80,7 +80,7 @@ pub struct PredictArgs {
     pub no_request_level: bool,
     /// Longest default horizon of an ad-hoc scenario (the default covers the closed-form recovery).
     #[arg(long, default_value = "100000s", env = "FALSIFICATION_MAX_HORIZON")]
-    pub max_horizon: String,
+    pub max_horizon: Span,
     #[command(flatten)]
     pub scenario: ScenarioFlags,
 }
@@ -99,16 +99,16 @@ pub struct ScenarioFlags {
     pub rho: Option<f64>,
     /// Spike MULTIPLExDURATION starting at t = 0, e.g. 5x300s.
     #[arg(long, env = "FALSIFICATION_SPIKE")]
-    pub spike: Option<String>,
+    pub spike: Option<Spike>,
     /// Sustained step MULTIPLEx from t = 0, e.g. 5x.
     #[arg(long, env = "FALSIFICATION_STEP")]
-    pub step: Option<String>,
+    pub step: Option<Multiple>,
     /// Retries per request, sent when an attempt times out [default: 2].
     #[arg(long, env = "FALSIFICATION_RETRIES")]
     pub retries: Option<u32>,
     /// Client timeout per attempt, e.g. 10s or 1500ms [default: 10s].
     #[arg(long, env = "FALSIFICATION_TIMEOUT")]
-    pub timeout: Option<String>,
+    pub timeout: Option<Span>,
     /// Retry budget: retries/s at most this fraction of first attempts/s.
     #[arg(long, env = "FALSIFICATION_RETRY_BUDGET")]
     pub retry_budget: Option<f64>,
@@ -116,7 +116,7 @@ pub struct ScenarioFlags {
     pub gateway: GatewayFlags,
     /// Backoff before each retry: `none` or exp:BASE,CAP (no jitter) [default: none].
     #[arg(long, env = "FALSIFICATION_BACKOFF")]
-    pub backoff: Option<String>,
+    pub backoff: Option<Backoff>,
     /// What servers do with work whose client has gone [default: serve].
     #[arg(long, value_enum, env = "FALSIFICATION_ABANDONED")]
     pub abandoned: Option<AbandonedArg>,
@@ -128,14 +128,14 @@ pub struct ScenarioFlags {
     pub topology: Option<TopologyArg>,
     /// Simulated time before the load event [default: 60s].
     #[arg(long, env = "FALSIFICATION_WARMUP")]
-    pub warmup: Option<String>,
+    pub warmup: Option<Span>,
     /// Accounting horizon after the load event [default: 3600s; an ad-hoc spike: 1.5 x the
     /// closed-form recovery + the timeout, when that is longer].
     #[arg(long, env = "FALSIFICATION_HORIZON")]
-    pub horizon: Option<String>,
+    pub horizon: Option<Span>,
     /// Time step of the fluid model [default: timeout / 200].
     #[arg(long, env = "FALSIFICATION_FLUID_DT")]
-    pub fluid_dt: Option<String>,
+    pub fluid_dt: Option<Span>,
     /// Autoscale with the HPA on this signal (AverageValue target = target x c per pod).
     #[arg(long, value_enum, env = "FALSIFICATION_HPA")]
     pub hpa: Option<SignalArg>,
@@ -150,16 +150,16 @@ pub struct ScenarioFlags {
     pub max: Option<u32>,
     /// From the scale decision to the new pod serving [default: 90s].
     #[arg(long, env = "FALSIFICATION_DEAD_TIME")]
-    pub dead_time: Option<String>,
+    pub dead_time: Option<Span>,
     /// Time of the first HPA sync after the load event [default: half the sync period].
     #[arg(long, env = "FALSIFICATION_SYNC_PHASE")]
-    pub sync_phase: Option<String>,
+    pub sync_phase: Option<Span>,
     /// HPA sync period [default: 15s].
     #[arg(long, env = "FALSIFICATION_SYNC_PERIOD")]
-    pub sync_period: Option<String>,
+    pub sync_period: Option<Span>,
     /// The meter's rate window [default: 30s].
     #[arg(long, env = "FALSIFICATION_METRIC_WINDOW")]
-    pub metric_window: Option<String>,
+    pub metric_window: Option<Span>,
 }
 
 /// A retrying proxy between the clients and the pods (F5); unset fields keep the experiment's.
@@ -173,7 +173,7 @@ pub struct GatewayFlags {
     pub gateway_retries: Option<u32>,
     /// The gateway's server timeout per try, e.g. 3s [default: the client's timeout / tries].
     #[arg(long, env = "FALSIFICATION_GATEWAY_TIMEOUT")]
-    pub gateway_timeout: Option<String>,
+    pub gateway_timeout: Option<Span>,
     /// Whether the gateway stops trying when the client leaves [default: HAProxy no, nginx yes].
     #[arg(long, env = "FALSIFICATION_GATEWAY_ABORT_ON_CLOSE")]
     pub gateway_abort_on_close: Option<bool>,
@@ -185,10 +185,10 @@ impl GatewayFlags {
             || self.gateway_retries.is_some()
             || self.gateway_timeout.is_some()
             || self.gateway_abort_on_close.is_some())
-        .then(|| GatewayParams {
+        .then_some(GatewayParams {
             kind: self.gateway,
             retries: self.gateway_retries,
-            timeout: self.gateway_timeout.clone(),
+            timeout: self.gateway_timeout,
             abort_on_close: self.gateway_abort_on_close,
         })
     }
@@ -233,11 +233,11 @@ impl ScenarioFlags {
             pods: self.pods,
             rate_per_pod: self.rate_per_pod,
             rho: self.rho,
-            spike: self.spike.clone(),
-            step: self.step.clone(),
-            timeout: self.timeout.clone(),
+            spike: self.spike,
+            step: self.step,
+            timeout: self.timeout,
             retries: self.retries,
-            backoff: self.backoff.clone(),
+            backoff: self.backoff,
             retry_budget: self.retry_budget,
             gateway: self.gateway.params(),
             abandoned: self.abandoned.map(|a| match a {
@@ -252,9 +252,9 @@ impl ScenarioFlags {
                 TopologyArg::Pooled => Topology::Pooled,
                 TopologyArg::PerPod => Topology::PerPod,
             }),
-            warmup: self.warmup.clone(),
-            horizon: self.horizon.clone(),
-            fluid_dt: self.fluid_dt.clone(),
+            warmup: self.warmup,
+            horizon: self.horizon,
+            fluid_dt: self.fluid_dt,
             hpa: hpa_set.then(|| HpaParams {
                 signal: self.hpa.map(|s| match s {
                     SignalArg::First => HpaSignal::First,
@@ -264,10 +264,10 @@ impl ScenarioFlags {
                 target: self.target,
                 min: self.min,
                 max: self.max,
-                dead_time: self.dead_time.clone(),
-                sync_phase: self.sync_phase.clone(),
-                sync_period: self.sync_period.clone(),
-                metric_window: self.metric_window.clone(),
+                dead_time: self.dead_time,
+                sync_phase: self.sync_phase,
+                sync_period: self.sync_period,
+                metric_window: self.metric_window,
                 ..HpaParams::default()
             }),
             ..Params::default()
@@ -287,10 +287,9 @@ pub fn experiments(args: &PredictArgs) -> anyhow::Result<Vec<Experiment>> {
         None => {
             let mut e = experiment::ad_hoc(overrides)?;
             if args.scenario.horizon.is_none() {
-                let cap =
-                    experiment::duration("command line", "--max-horizon", Some(&args.max_horizon))?;
                 let s = &mut e.cases[0].scenario;
-                if let Some((horizon, note)) = predict::covering_horizon(s, cap) {
+                if let Some((horizon, note)) = predict::covering_horizon(s, args.max_horizon.secs())
+                {
                     eprintln!("falsification: {note}");
                     s.horizon_s = horizon;
                 }

@@ -10,7 +10,7 @@ use crate::embedded::EmbeddedEnvironment;
 use crate::kube::{self, Kube, KubeTarget};
 use crate::process::Binaries;
 use crate::runner::{RunOptions, RunPlan, Session, report, run_all};
-use falsification_model::experiment::{self, Case, Experiment, HpaSignal, Params};
+use falsification_model::experiment::{self, Case, Experiment, HpaSignal, Params, Span};
 
 /// The embedded cluster's default time scale.
 pub const EMBEDDED_TIME_SCALE: f64 = 10.0;
@@ -42,7 +42,7 @@ pub struct KubeArgs {
     /// The HPA controller's sync period (--horizontal-pod-autoscaler-sync-period), where the
     /// cluster does not record it (kind, real clusters; kind's config states it).
     #[arg(long, default_value = "15s", env = "FALSIFICATION_HPA_SYNC")]
-    pub hpa_sync: String,
+    pub hpa_sync: Span,
     /// Loadgen pods (an Indexed Job), each 1/N of the schedule with its own seed.
     #[arg(long, default_value_t = 1, env = "FALSIFICATION_LOADGEN_SHARDS",
           value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -60,17 +60,17 @@ pub struct KubeArgs {
 }
 
 impl KubeArgs {
-    pub fn target(&self) -> anyhow::Result<KubeTarget> {
-        Ok(KubeTarget {
+    pub fn target(&self) -> KubeTarget {
+        KubeTarget {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
             namespace: self.namespace.clone(),
-            hpa_sync_s: experiment::duration("command line", "--hpa-sync", Some(&self.hpa_sync))?,
+            hpa_sync_s: self.hpa_sync.secs(),
             shards: self.loadgen_shards,
             image: self.image.clone(),
             keep: self.keep,
             k8s_dir: self.k8s_dir.clone(),
-        })
+        }
     }
 }
 
@@ -137,16 +137,16 @@ pub struct CommonArgs {
     pub seed: u64,
     /// Accounting horizon after the load event, experiment time (e.g. 500s) [default: the case's].
     #[arg(long, env = "FALSIFICATION_HORIZON")]
-    pub horizon: Option<String>,
+    pub horizon: Option<Span>,
     /// Client timeout per attempt, experiment time (e.g. 5s) [default: the case's].
     #[arg(long, env = "FALSIFICATION_TIMEOUT")]
-    pub timeout: Option<String>,
+    pub timeout: Option<Span>,
     #[command(flatten)]
     pub gateway: crate::cli::GatewayFlags,
     /// Warm-up before the load event, experiment time [default: the case's, at most 60s when
     /// autoscaled: two metric windows].
     #[arg(long, env = "FALSIFICATION_WARMUP")]
-    pub warmup: Option<String>,
+    pub warmup: Option<Span>,
     /// Cases run at once, each with its own pods, meter and loadgen. The light fixed-capacity
     /// cases (F1, F2: 4 pods, hours of experiment time) fit side by side on 2 cores; the
     /// autoscaled ones (F3, F4: up to 50 pods) are best run alone.
@@ -210,8 +210,8 @@ pub struct SuiteArgs {
 impl CommonArgs {
     pub(crate) fn overrides(&self) -> Params {
         Params {
-            horizon: self.horizon.clone(),
-            timeout: self.timeout.clone(),
+            horizon: self.horizon,
+            timeout: self.timeout,
             gateway: self.gateway.params(),
             ..Params::default()
         }
@@ -219,20 +219,16 @@ impl CommonArgs {
 
     /// The options of a run at `time_scale`; `pick_scale` lets each case run at the largest
     /// scale up to it with enough power.
-    pub fn options(&self, time_scale: f64, pick_scale: bool) -> anyhow::Result<RunOptions> {
-        let warmup_s = match &self.warmup {
-            Some(w) => Some(experiment::duration("command line", "--warmup", Some(w))?),
-            None => None,
-        };
-        Ok(RunOptions {
+    pub fn options(&self, time_scale: f64, pick_scale: bool) -> RunOptions {
+        RunOptions {
             time_scale,
             rate_scale: self.rate_scale,
             out: self.out.clone(),
             seed: self.seed,
-            warmup_s,
+            warmup_s: self.warmup.map(Span::secs),
             progress: true,
             pick_scale,
-        })
+        }
     }
 
     /// The embedded cluster and its options: with no scale given, each case at the largest
@@ -242,14 +238,14 @@ impl CommonArgs {
         let opts = self.options(
             self.time_scale.unwrap_or(EMBEDDED_TIME_SCALE),
             self.time_scale.is_none(),
-        )?;
+        );
         Ok((env, opts))
     }
 
     /// The Kubernetes cluster, read and checked against `cases`, and the options of a run on it.
     pub fn kube(&self, cases: &[(Experiment, Case)]) -> anyhow::Result<(Kube, RunOptions)> {
-        let (env, scale) = kube_preflight(self.kube.target()?, self.time_scale)?;
-        let opts = self.options(scale, false)?;
+        let (env, scale) = kube_preflight(self.kube.target(), self.time_scale)?;
+        let opts = self.options(scale, false);
         check_plans(&env, &opts, cases)?;
         Ok((env, opts))
     }
@@ -349,9 +345,9 @@ pub struct ManifestsArgs {
 pub fn manifests(args: &ManifestsArgs) -> anyhow::Result<()> {
     let list = args.select.cases(&Params::default())?;
     let (env, time_scale) = if args.read_cluster {
-        kube_preflight(args.kube.target()?, args.time_scale)?
+        kube_preflight(args.kube.target(), args.time_scale)?
     } else {
-        let target = args.kube.target()?;
+        let target = args.kube.target();
         let facts = kube::offline_facts(&target);
         let scale = args
             .time_scale

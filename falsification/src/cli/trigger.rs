@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 use loadgen::config::RetryOn;
 
-use crate::trigger::{self, PlanInput, RunSettings, Spike, TriggerConfig};
-use falsification_model::experiment;
+use crate::trigger::{self, PlanInput, RunSettings, TriggerConfig};
+use falsification_model::experiment::Spike;
 
 #[derive(Debug, Args)]
 pub struct TriggerArgs {
@@ -35,7 +35,7 @@ pub struct TriggerArgs {
     pub retry_budget: Option<f64>,
     /// Spike MULTIPLExDURATION, e.g. 4x20s [default: to twice the capacity, long enough that
     /// (k rho - 1) Delta = 2 x timeout]. A given spike is checked against the trigger-size law.
-    #[arg(long, value_parser = spike, env = "FALSIFICATION_TRIGGER_SPIKE")]
+    #[arg(long, env = "FALSIFICATION_TRIGGER_SPIKE")]
     pub spike: Option<Spike>,
     /// Base load before the spike [default: 3 x timeout].
     #[arg(long, value_parser = humantime::parse_duration, env = "FALSIFICATION_TRIGGER_BEFORE")]
@@ -79,16 +79,6 @@ pub struct TriggerArgs {
     /// the pods, which a retrying gateway in front of them multiplies.
     #[arg(long, value_delimiter = ',', env = "FALSIFICATION_TRIGGER_PODS")]
     pub pods: Vec<String>,
-}
-
-/// `--spike MULTIPLExDURATION`.
-fn spike(text: &str) -> Result<Spike, String> {
-    let (k, length_s) = experiment::parse_spike("--spike", text)
-        .map_err(|_| "expected MULTIPLExDURATION like 4x20s".to_string())?;
-    Ok(Spike {
-        k,
-        length: Duration::from_secs_f64(length_s),
-    })
 }
 
 impl From<TriggerArgs> for TriggerConfig {
@@ -152,13 +142,8 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.plan.timeout, Duration::from_millis(1500));
-        assert_eq!(
-            c.plan.spike,
-            Some(Spike {
-                k: 4.0,
-                length: Duration::from_secs(20)
-            })
-        );
+        let spike = c.plan.spike.unwrap();
+        assert_eq!((spike.k(), spike.length().secs()), (4.0, 20.0));
         assert_eq!(c.plan.before, Some(Duration::from_secs(3)));
         assert_eq!(c.run.retry_on, [RetryOn::Timeout, RetryOn::Status5xx]);
         assert!(c.confirmed && !c.dry_run);
@@ -173,6 +158,7 @@ mod tests {
             ("--timeout", "10x"),
             ("--max-duration", "soon"),
             ("--spike", "4x"),
+            ("--spike", "4x0s"),
             ("--retry-on", "never"),
         ] {
             let e = parse(&[&format!("{flag}={value}")]).unwrap_err();

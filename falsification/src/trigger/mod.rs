@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::bail;
 use loadgen::config::RetryOn;
 
-pub use plan::{PlanInput, Spike};
+pub use plan::PlanInput;
 pub use run::run;
 
 /// What `falsification trigger` is asked for: the plan's inputs, and whether and how to run it.

@@ -10,15 +10,8 @@ use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, TargetSource
 use serde::Serialize;
 
 use crate::invocation;
-use falsification_model::experiment::{self, Params, Scenario, Topology};
+use falsification_model::experiment::{self, Multiple, Params, Scenario, Span, Spike, Topology};
 use falsification_model::{laws, predict};
-
-/// A spike: `k` times the base rate for `length`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Spike {
-    pub k: f64,
-    pub length: Duration,
-}
 
 /// What the plan is computed from, as given: the load is `rho`, or `rate / capacity`.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,17 +71,19 @@ impl Plan {
 /// so 100/s when only rho is known), spike at t = 0 after the base period.
 fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
     let capacity = p.rate.map_or(100.0, |r| r / p.rho);
+    // Durations to the microsecond, as the loadgen gets them.
+    let span = |s: f64| Span::from(invocation::run_duration(s));
     let e = experiment::ad_hoc(Params {
         pods: Some(1),
         rate_per_pod: Some(capacity),
         rho: Some(p.rho),
-        spike: Some(format!("{}x{}", p.k, invocation::micros(p.spike_s))),
-        timeout: Some(invocation::micros(p.timeout_s)),
+        spike: Some(Spike::new(Multiple::new(p.k)?, span(p.spike_s))?),
+        timeout: Some(span(p.timeout_s)),
         retries: Some(p.retries),
         retry_budget: p.retry_budget,
         retry_budget_min_per_s: p.retry_budget.map(|_| 0.0),
-        warmup: Some(invocation::micros(p.before_s)),
-        horizon: Some(invocation::micros(horizon_s)),
+        warmup: Some(span(p.before_s)),
+        horizon: Some(span(horizon_s)),
         seeds: Some(vec![]),
         ..Params::default()
     })?;
@@ -127,7 +122,7 @@ struct SpikePlan {
 
 /// The spike's `(k, Delta, given)`, and warnings when a given one triggers without margin.
 fn spike(input: Option<Spike>, rho: f64, timeout_s: f64) -> anyhow::Result<SpikePlan> {
-    let Some(Spike { k, length }) = input else {
+    let Some(given) = input else {
         // To twice the capacity: (2 - 1) Delta = 2 tau_out.
         let (k, spike_s) = (2.0 / rho, 2.0 * timeout_s);
         return Ok(SpikePlan {
@@ -138,10 +133,10 @@ fn spike(input: Option<Spike>, rho: f64, timeout_s: f64) -> anyhow::Result<Spike
             warnings: Vec::new(),
         });
     };
+    let (k, spike_s) = (given.k(), given.length().secs());
     if k < 1.0 {
         bail!("spike: multiple {k} must be at least 1");
     }
-    let spike_s = length.as_secs_f64();
     let excess = (k * rho - 1.0) * spike_s;
     let mut warnings = Vec::new();
     if !laws::spike_triggers(k, rho, spike_s, timeout_s) {
@@ -349,10 +344,7 @@ pub(super) mod tests {
     #[test]
     fn budget_lowers_amplification_and_given_spike_is_checked() {
         let given = |k: f64, s: u64| {
-            Some(Spike {
-                k,
-                length: Duration::from_secs(s),
-            })
+            Some(Spike::new(Multiple::new(k).unwrap(), Span::from_secs(s)).unwrap())
         };
         let mut i = input(0.5);
         i.retry_budget = Some(0.2);
