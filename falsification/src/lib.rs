@@ -4,22 +4,24 @@
 //! Layout (ARCHITECTURE.md at the repository root has the rules between the layers):
 //! - [`cli`]: the `falsification` command line, the only module that knows clap; it picks the
 //!   environment a run happens in.
-//! - [`runner`]: `run_all` drives any environment through the seam
-//!   ([`runner::Environment`], [`runner::Cluster`]), one [`runner::RunPlan`] per case; records,
-//!   verdicts, plots.
+//! - `runner`: `run_all` drives any environment through the seam (`runner::Environment`,
+//!   `runner::Cluster`), one `runner::RunPlan` per case; records, verdicts, plots.
 //! - `embedded`: the embedded cluster (`service` processes as pods, the kit's HPA, a real
 //!   HAProxy or nginx for F5).
-//! - [`kube`]: a Kubernetes cluster through its API; the only module that knows kube-rs.
+//! - `kube`: a Kubernetes cluster through its API; the only module that knows kube-rs.
 //! - `trigger`: the destructive trigger test against a staging target.
 //! - leaves: `gateway` (the proxies' configuration and counters, pure), `invocation` (the
-//!   command lines of the kit's binaries), `process` (children, reaping, atomic files).
+//!   command lines of the kit's binaries), `process` (children, reaping, atomic files), `table`
+//!   (CSV by column name).
+//!
+//! Only `cli` is public: the binary and the command-line tests are its users.
 
 pub mod cli;
 mod embedded;
 mod gateway;
 mod invocation;
-pub mod kube;
+mod kube;
 mod process;
-pub mod runner;
+mod runner;
 mod table;
 mod trigger;

@@ -21,7 +21,7 @@ pub mod report;
 pub mod seam;
 pub mod stack;
 
-pub use plan::{RunPlan, resolved, row_step};
+pub use plan::RunPlan;
 pub use seam::{
     Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, PodEventKind,
 };
@@ -397,6 +397,7 @@ async fn drive<C: Cluster>(
 
 #[cfg(test)]
 mod tests {
+    use super::plan::{resolved, row_step};
     use super::*;
     use falsification_model::experiment::load;
 
