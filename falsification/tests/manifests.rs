@@ -8,7 +8,8 @@
 //! ceiling, resolved from a headless Service of the ready pods only.
 //!
 //! Each overlay's test lists every broken rule, one line each naming the overlay, the object and
-//! the field. `broken_overlays_fail` edits rendered YAML to show that each group of rules fails.
+//! the field. The `broken_*_overlay_fails` tests edit rendered YAML to show that each group of rules
+//! fails.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::{APIService, ServiceReference};
 
 /// The external metrics the meter serves. The source of truth is `meter::k8s::METRICS`
 /// (meter/src/k8s.rs); falsification does not depend on the meter crate, so this list is a copy:
@@ -341,10 +342,6 @@ fn check_metric(c: &mut Check, hpa: &str, i: usize, m: &MetricSpec) {
 
 /// The APIService is the meter's, the Services reach the meter's and the pods' ports, and the
 /// Service the meter scrapes lists not-ready pods too.
-#[expect(
-    clippy::too_many_lines,
-    reason = "written before the house lint; to split"
-)]
 fn check_meter(c: &mut Check) {
     let Some(api) = find(&c.o.api_services, API_SERVICE).cloned() else {
         c.fail(format_args!("no APIService {API_SERVICE}"));
@@ -356,21 +353,22 @@ fn check_meter(c: &mut Check) {
     let Some(meter_c) = c.container(&meter, "meter") else {
         return;
     };
-
-    // The aggregator: APIService -> Service port -> the meter's --api-listen.
-    let svc_ref = api.spec.as_ref().and_then(|s| s.service.clone());
-    let (svc_name, svc_ns, svc_port) = match &svc_ref {
-        Some(r) => (
-            r.name.clone().unwrap_or_default(),
-            r.namespace.clone().unwrap_or_default(),
-            r.port.unwrap_or(443),
-        ),
-        None => {
-            c.fail(format_args!("APIService {API_SERVICE}: spec.service unset"));
-            return;
-        }
+    let Some(svc_ref) = api.spec.as_ref().and_then(|s| s.service.clone()) else {
+        c.fail(format_args!("APIService {API_SERVICE}: spec.service unset"));
+        return;
     };
-    let api_listen = flag(&meter_c, "--api-listen");
+    check_aggregator(c, &svc_ref, &meter_c);
+    check_scrape(c, &meter_c);
+}
+
+/// The aggregator: APIService -> Service port -> the meter's --api-listen.
+fn check_aggregator(c: &mut Check, svc_ref: &ServiceReference, meter_c: &Container) {
+    let (svc_name, svc_ns, svc_port) = (
+        svc_ref.name.clone().unwrap_or_default(),
+        svc_ref.namespace.clone().unwrap_or_default(),
+        svc_ref.port.unwrap_or(443),
+    );
+    let api_listen = flag(meter_c, "--api-listen");
     let api_port = match api_listen.as_slice() {
         [addr] => port_of(addr),
         _ => None,
@@ -380,33 +378,37 @@ fn check_meter(c: &mut Check) {
             "Deployment meter: container meter needs one --api-listen=host:port, has {api_listen:?}"
         ));
     }
-    if let Some(s) = c.service(&svc_name) {
-        if namespace(&s) != svc_ns {
-            c.fail(format_args!(
-                "APIService {API_SERVICE}: spec.service.namespace '{svc_ns}', but Service \
-                 {svc_name} is in '{}'",
-                namespace(&s)
-            ));
-        }
-        let sp = s
-            .spec
-            .iter()
-            .flat_map(|s| s.ports.iter().flatten())
-            .find(|p| p.port == svc_port);
-        match sp.map(|sp| target_port(sp, &meter_c)) {
-            None => c.fail(format_args!(
-                "Service {svc_name}: no port {svc_port} (APIService {API_SERVICE} spec.service.port)"
-            )),
-            Some(to) if to != api_port || to.is_none() => c.fail(format_args!(
-                "Service {svc_name}: port {svc_port} targets container port {to:?}, but the \
-                 meter serves the API on --api-listen port {api_port:?}"
-            )),
-            Some(_) => {}
-        }
+    let Some(s) = c.service(&svc_name) else {
+        return;
+    };
+    if namespace(&s) != svc_ns {
+        c.fail(format_args!(
+            "APIService {API_SERVICE}: spec.service.namespace '{svc_ns}', but Service \
+             {svc_name} is in '{}'",
+            namespace(&s)
+        ));
     }
+    let sp = s
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .find(|p| p.port == svc_port);
+    match sp.map(|sp| target_port(sp, meter_c)) {
+        None => c.fail(format_args!(
+            "Service {svc_name}: no port {svc_port} (APIService {API_SERVICE} spec.service.port)"
+        )),
+        Some(to) if to != api_port || to.is_none() => c.fail(format_args!(
+            "Service {svc_name}: port {svc_port} targets container port {to:?}, but the \
+             meter serves the API on --api-listen port {api_port:?}"
+        )),
+        Some(_) => {}
+    }
+}
 
-    // The scrape: the meter's --pods-dns -> headless Service port -> the pods' --listen.
-    let pods_dns = flag(&meter_c, "--pods-dns");
+/// The scrape: the meter's --pods-dns names a headless Service, in its namespace, that lists
+/// not-ready pods too.
+fn check_scrape(c: &mut Check, meter_c: &Container) {
+    let pods_dns = flag(meter_c, "--pods-dns");
     let Some((host, port)) = (match pods_dns.as_slice() {
         [addr] => addr.rsplit_once(':'),
         _ => None,
@@ -436,6 +438,12 @@ fn check_meter(c: &mut Check) {
              not-ready pods)"
         ));
     }
+    check_scrape_port(c, &s, host, port);
+}
+
+/// The scraped Service's port of `--pods-dns={host}:{port}` reaches the pods' --listen.
+fn check_scrape_port(c: &mut Check, s: &Service, host: &str, port: &str) {
+    let scraped = name(s);
     let Some(pods) = c.deployment("service") else {
         return;
     };
@@ -577,10 +585,6 @@ fn service_millis(c: &mut Check, field: &str, q: Option<&str>) -> Option<f64> {
 }
 
 /// The gateway overlay (F5): HAProxy's config and the objects around it.
-#[expect(
-    clippy::too_many_lines,
-    reason = "written before the house lint; to split"
-)]
 fn check_gateway(c: &mut Check) {
     let cfg = find(&c.o.config_maps, "gateway")
         .and_then(|m| m.data.as_ref())
@@ -595,18 +599,42 @@ fn check_gateway(c: &mut Check) {
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
-    let has = |want: &[&str]| lines.iter().any(|l| l.as_slice() == want);
-    let cfg_fail = |c: &mut Check, what: &str| {
-        c.fail(format_args!("ConfigMap gateway: haproxy.cfg {what}"));
-    };
+    check_haproxy_settings(c, &lines);
+    let ready = c.service("service-ready");
+    check_server_slots(c, &lines, ready.as_ref());
+    if !has_line(&lines, &["stats", "uri", "/stats"]) {
+        cfg_fail(
+            c,
+            "has no stats page at /stats (the runner reads /stats;csv)",
+        );
+    }
+    if let Some(ready) = &ready {
+        check_service_ready(c, ready);
+    }
+    check_gateway_service(c);
+    check_gateway_deployment(c);
+    haproxy_accepts(c, &cfg);
+}
 
+/// Whether haproxy.cfg has the line `want` (split on whitespace).
+fn has_line(lines: &[Vec<&str>], want: &[&str]) -> bool {
+    lines.iter().any(|l| l.as_slice() == want)
+}
+
+fn cfg_fail(c: &mut Check, what: &str) {
+    c.fail(format_args!("ConfigMap gateway: haproxy.cfg {what}"));
+}
+
+/// Retries on a response timeout or a failed connection, a server timeout, maxconn under the
+/// open-files limit, and resolvers that read the pod's resolv.conf.
+fn check_haproxy_settings(c: &mut Check, lines: &[Vec<&str>]) {
     if !lines
         .iter()
         .any(|l| matches!(l.as_slice(), ["retries", n] if n.parse::<u32>().is_ok()))
     {
         cfg_fail(c, "sets no 'retries N'");
     }
-    if !has(&["retry-on", "response-timeout", "conn-failure"]) {
+    if !has_line(lines, &["retry-on", "response-timeout", "conn-failure"]) {
         cfg_fail(c, "must retry on response-timeout conn-failure");
     }
     let is_ms = |t: &str| {
@@ -637,20 +665,17 @@ fn check_gateway(c: &mut Check) {
             ),
         );
     }
-    if !has(&["parse-resolv-conf"]) {
+    if !has_line(lines, &["parse-resolv-conf"]) {
         cfg_fail(
             c,
             "resolvers must read the pod's /etc/resolv.conf (parse-resolv-conf)",
         );
     }
+}
 
-    // One server slot per pod the HPA can make, resolved from service-ready's DNS name.
-    let ready = c.service("service-ready");
-    let ns = ready
-        .as_ref()
-        .map(namespace)
-        .unwrap_or_default()
-        .to_string();
+/// One server slot per pod the HPA can make, resolved from service-ready's DNS name.
+fn check_server_slots(c: &mut Check, lines: &[Vec<&str>], ready: Option<&Service>) {
+    let ns = ready.map(namespace).unwrap_or_default().to_string();
     if find(&c.o.namespaces, &ns).is_none() {
         c.fail(format_args!(
             "no Namespace '{ns}' (the namespace of Service service-ready)"
@@ -688,110 +713,110 @@ fn check_gateway(c: &mut Check) {
             ),
         ),
     }
-    if !has(&["stats", "uri", "/stats"]) {
-        cfg_fail(
-            c,
-            "has no stats page at /stats (the runner reads /stats;csv)",
-        );
-    }
+}
 
-    if let Some(ready) = &ready {
-        let spec = ready.spec.clone().unwrap_or_default();
-        if spec.cluster_ip.as_deref() != Some("None") {
-            c.fail("Service service-ready: spec.clusterIP must be None (headless)");
-        }
-        if spec.publish_not_ready_addresses == Some(true) {
-            c.fail("Service service-ready: spec.publishNotReadyAddresses must not be true (only ready pods)");
-        }
-        let pods = c
-            .deployment("service")
-            .and_then(|d| c.container(&d, "service"));
-        let pod_port = pods
-            .as_ref()
-            .and_then(|p| flag(p, "--listen").first().and_then(|a| port_of(a)));
-        let sp = spec.ports.iter().flatten().find(|p| p.port == 8080);
-        match (sp, pods) {
-            (None, _) => {
-                c.fail("Service service-ready: no port 8080 (haproxy.cfg's server-template)")
-            }
-            (Some(sp), Some(p)) if target_port(sp, &p) != pod_port || pod_port.is_none() => {
-                c.fail(format_args!(
-                    "Service service-ready: port 8080 targets {:?}, but the pods listen on \
-                     --listen port {pod_port:?}",
-                    target_port(sp, &p)
-                ))
-            }
-            _ => {}
-        }
+/// Service service-ready is headless, lists only ready pods, and its port 8080 reaches the pods'
+/// --listen.
+fn check_service_ready(c: &mut Check, ready: &Service) {
+    let spec = ready.spec.clone().unwrap_or_default();
+    if spec.cluster_ip.as_deref() != Some("None") {
+        c.fail("Service service-ready: spec.clusterIP must be None (headless)");
     }
-    if let Some(gw) = c.service("gateway") {
-        let ports: Vec<i32> = gw
-            .spec
-            .iter()
-            .flat_map(|s| s.ports.iter().flatten())
-            .map(|p| p.port)
-            .collect();
-        if !ports.contains(&8080) {
-            c.fail("Service gateway: spec.ports needs port 8080 (http)");
-        }
-        if !ports.contains(&8404) {
-            c.fail("Service gateway: spec.ports needs port 8404 (stats)");
-        }
+    if spec.publish_not_ready_addresses == Some(true) {
+        c.fail("Service service-ready: spec.publishNotReadyAddresses must not be true (only ready pods)");
     }
+    let pods = c
+        .deployment("service")
+        .and_then(|d| c.container(&d, "service"));
+    let pod_port = pods
+        .as_ref()
+        .and_then(|p| flag(p, "--listen").first().and_then(|a| port_of(a)));
+    let sp = spec.ports.iter().flatten().find(|p| p.port == 8080);
+    match (sp, pods) {
+        (None, _) => c.fail("Service service-ready: no port 8080 (haproxy.cfg's server-template)"),
+        (Some(sp), Some(p)) if target_port(sp, &p) != pod_port || pod_port.is_none() => {
+            c.fail(format_args!(
+                "Service service-ready: port 8080 targets {:?}, but the pods listen on \
+                 --listen port {pod_port:?}",
+                target_port(sp, &p)
+            ))
+        }
+        _ => {}
+    }
+}
 
-    if let Some(dep) = c.deployment("gateway") {
-        let run = ["/usr/sbin/haproxy", "-db", "-f", "/etc/haproxy/haproxy.cfg"];
-        let pod = dep.spec.as_ref().and_then(|s| s.template.spec.clone());
-        let haproxy = pod.iter().flat_map(|p| &p.containers).find(|x| {
-            x.command
-                .as_deref()
-                .is_some_and(|cmd| cmd.len() >= run.len() && cmd[..run.len()] == run)
+/// Service gateway serves http on 8080 and the stats page on 8404.
+fn check_gateway_service(c: &mut Check) {
+    let Some(gw) = c.service("gateway") else {
+        return;
+    };
+    let ports: Vec<i32> = gw
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .map(|p| p.port)
+        .collect();
+    if !ports.contains(&8080) {
+        c.fail("Service gateway: spec.ports needs port 8080 (http)");
+    }
+    if !ports.contains(&8404) {
+        c.fail("Service gateway: spec.ports needs port 8404 (stats)");
+    }
+}
+
+/// Deployment gateway runs HAProxy from the kit's image on the ConfigMap gateway's config.
+fn check_gateway_deployment(c: &mut Check) {
+    let Some(dep) = c.deployment("gateway") else {
+        return;
+    };
+    let run = ["/usr/sbin/haproxy", "-db", "-f", "/etc/haproxy/haproxy.cfg"];
+    let pod = dep.spec.as_ref().and_then(|s| s.template.spec.clone());
+    let haproxy = pod.iter().flat_map(|p| &p.containers).find(|x| {
+        x.command
+            .as_deref()
+            .is_some_and(|cmd| cmd.len() >= run.len() && cmd[..run.len()] == run)
+    });
+    let Some(h) = haproxy else {
+        c.fail(format_args!(
+            "Deployment gateway: no container's command is {run:?} (run \
+             /usr/sbin/haproxy -db -f /etc/haproxy/haproxy.cfg)"
+        ));
+        return;
+    };
+    if !h
+        .image
+        .as_deref()
+        .is_some_and(|i| i.starts_with("retry-debt-kit:"))
+    {
+        c.fail(format_args!(
+            "Deployment gateway: container {} image {:?} must be the kit's image \
+             (retry-debt-kit:TAG)",
+            h.name, h.image
+        ));
+    }
+    // /etc/haproxy is the ConfigMap gateway.
+    let volume = h
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/etc/haproxy")
+        .and_then(|m| {
+            pod.as_ref()?
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == m.name)
         });
-        match haproxy {
-            None => c.fail(format_args!(
-                "Deployment gateway: no container's command is {run:?} (run \
-                 /usr/sbin/haproxy -db -f /etc/haproxy/haproxy.cfg)"
-            )),
-            Some(h) => {
-                if !h
-                    .image
-                    .as_deref()
-                    .is_some_and(|i| i.starts_with("retry-debt-kit:"))
-                {
-                    c.fail(format_args!(
-                        "Deployment gateway: container {} image {:?} must be the kit's image \
-                         (retry-debt-kit:TAG)",
-                        h.name, h.image
-                    ));
-                }
-                // /etc/haproxy is the ConfigMap gateway.
-                let volume = h
-                    .volume_mounts
-                    .iter()
-                    .flatten()
-                    .find(|m| m.mount_path == "/etc/haproxy")
-                    .and_then(|m| {
-                        pod.as_ref()?
-                            .volumes
-                            .iter()
-                            .flatten()
-                            .find(|v| v.name == m.name)
-                    });
-                let from = volume
-                    .and_then(|v| v.config_map.as_ref())
-                    .map(|m| m.name.as_str());
-                if from != Some("gateway") {
-                    c.fail(format_args!(
-                        "Deployment gateway: container {} must mount ConfigMap gateway at \
-                         /etc/haproxy, mounts {from:?}",
-                        h.name
-                    ));
-                }
-            }
-        }
+    let from = volume
+        .and_then(|v| v.config_map.as_ref())
+        .map(|m| m.name.as_str());
+    if from != Some("gateway") {
+        c.fail(format_args!(
+            "Deployment gateway: container {} must mount ConfigMap gateway at \
+             /etc/haproxy, mounts {from:?}",
+            h.name
+        ));
     }
-
-    haproxy_accepts(c, &cfg);
 }
 
 /// `haproxy -c` on the config, where HAProxy is installed (scripts/test.sh installs it).
@@ -867,107 +892,11 @@ fn millis_reads_cpu_quantities() {
     assert!(millis("-1").is_err());
 }
 
-/// Each edit of a rendered overlay breaks one rule; the checks must name it.
-#[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "written before the house lint; to split"
-)]
-fn broken_overlays_fail() {
-    let cases: [(&str, &str, &str, &str); 14] = [
-        (
-            "first",
-            "  behavior:\n",
-            "  behaviour:\n",
-            "spec.behavior unset",
-        ),
-        (
-            "first",
-            "    scaleDown:\n",
-            "    scaleDowm:\n",
-            "spec.behavior.scaleDown unset",
-        ),
-        (
-            "ingress",
-            "name: ingress_rate",
-            "name: ingress_rates",
-            "'ingress_rates' (External), which the meter does not serve",
-        ),
-        (
-            "first",
-            "v1beta1.external.metrics.k8s.io",
-            "v1beta2.external.metrics.k8s.io",
-            "no APIService",
-        ),
-        (
-            "paired",
-            "publishNotReadyAddresses: true",
-            "publishNotReadyAddresses: false",
-            "meter would miss not-ready pods",
-        ),
-        (
-            "first",
-            "cluster.local:8080",
-            "cluster.local:8081",
-            "Service service-pods: no port 8081",
-        ),
-        (
-            "first",
-            "--api-listen=0.0.0.0:6443",
-            "--api-listen=0.0.0.0:7443",
-            "--api-listen port Some(7443)",
-        ),
-        (
-            "cpu",
-            "averageUtilization: 50",
-            "averageUtilization: 60",
-            "must be one metric, Resource cpu",
-        ),
-        (
-            "cpu",
-            "--cpu-limit=0.02",
-            "--cpu-limit=0.03",
-            "--cpu-limit [\"0.03\"] must be the pods' CPU limit",
-        ),
-        ("cpu", "--work=spin", "--work=sleep", "--work=spin"),
-        (
-            "cpu",
-            "maxReplicas: 50",
-            "maxReplicas: 51",
-            "maxReplicas 51 pods at 20m",
-        ),
-        (
-            "gateway",
-            "server-template pod 1-50",
-            "server-template pod 1-40",
-            "has 40 server slots",
-        ),
-        (
-            "gateway",
-            "maxconn 8000",
-            "maxconn 9000",
-            "must be set and under 9,000",
-        ),
-        (
-            "gateway",
-            "publishNotReadyAddresses: false",
-            "publishNotReadyAddresses: true",
-            "only ready pods",
-        ),
-    ];
-    let haproxy = Command::new("haproxy").arg("-v").output().is_ok();
-    let refused = [(
-        "gateway",
-        "balance roundrobin",
-        "balance nosuchalgorithm",
-        "haproxy -c refuses haproxy.cfg",
-    )];
-    let mut rendered = std::collections::BTreeMap::new();
-    for (overlay, from, to, expect) in cases
-        .into_iter()
-        .chain(refused.into_iter().filter(|_| haproxy))
-    {
-        let yaml = rendered.entry(overlay).or_insert_with(|| render(overlay));
+/// Applies each edit `(from, to, expect)` on its own to `overlay`'s rendered YAML (the first
+/// `from` becomes `to`); the checks must then report a failure naming `expect`.
+fn assert_edits_fail(overlay: &str, edits: &[(&str, &str, &str)]) {
+    let yaml = render(overlay);
+    for (from, to, expect) in edits {
         assert!(
             yaml.contains(from),
             "{overlay}: the rendered YAML has no '{from}' to edit"
@@ -979,4 +908,113 @@ fn broken_overlays_fail() {
             "{overlay} with '{from}' -> '{to}': expected a failure naming '{expect}', got {failures:#?}"
         );
     }
+}
+
+#[test]
+fn broken_first_overlay_fails() {
+    assert_edits_fail(
+        "first",
+        &[
+            ("  behavior:\n", "  behaviour:\n", "spec.behavior unset"),
+            (
+                "    scaleDown:\n",
+                "    scaleDowm:\n",
+                "spec.behavior.scaleDown unset",
+            ),
+            (
+                "v1beta1.external.metrics.k8s.io",
+                "v1beta2.external.metrics.k8s.io",
+                "no APIService",
+            ),
+            (
+                "cluster.local:8080",
+                "cluster.local:8081",
+                "Service service-pods: no port 8081",
+            ),
+            (
+                "--api-listen=0.0.0.0:6443",
+                "--api-listen=0.0.0.0:7443",
+                "--api-listen port Some(7443)",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn broken_ingress_overlay_fails() {
+    assert_edits_fail(
+        "ingress",
+        &[(
+            "name: ingress_rate",
+            "name: ingress_rates",
+            "'ingress_rates' (External), which the meter does not serve",
+        )],
+    );
+}
+
+#[test]
+fn broken_paired_overlay_fails() {
+    assert_edits_fail(
+        "paired",
+        &[(
+            "publishNotReadyAddresses: true",
+            "publishNotReadyAddresses: false",
+            "meter would miss not-ready pods",
+        )],
+    );
+}
+
+#[test]
+fn broken_cpu_overlay_fails() {
+    assert_edits_fail(
+        "cpu",
+        &[
+            (
+                "averageUtilization: 50",
+                "averageUtilization: 60",
+                "must be one metric, Resource cpu",
+            ),
+            (
+                "--cpu-limit=0.02",
+                "--cpu-limit=0.03",
+                "--cpu-limit [\"0.03\"] must be the pods' CPU limit",
+            ),
+            ("--work=spin", "--work=sleep", "--work=spin"),
+            (
+                "maxReplicas: 50",
+                "maxReplicas: 51",
+                "maxReplicas 51 pods at 20m",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn broken_gateway_overlay_fails() {
+    let mut edits = vec![
+        (
+            "server-template pod 1-50",
+            "server-template pod 1-40",
+            "has 40 server slots",
+        ),
+        (
+            "maxconn 8000",
+            "maxconn 9000",
+            "must be set and under 9,000",
+        ),
+        (
+            "publishNotReadyAddresses: false",
+            "publishNotReadyAddresses: true",
+            "only ready pods",
+        ),
+    ];
+    // `haproxy -c` runs where HAProxy is installed.
+    if Command::new("haproxy").arg("-v").output().is_ok() {
+        edits.push((
+            "balance roundrobin",
+            "balance nosuchalgorithm",
+            "haproxy -c refuses haproxy.cfg",
+        ));
+    }
+    assert_edits_fail("gateway", &edits);
 }

@@ -750,13 +750,10 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    #[expect(
-        clippy::too_many_lines,
-        reason = "written before the house lint; to split"
-    )]
-    fn rows_attribute_events_to_their_second_and_totals_add_up() {
-        // Pretend the run began 2.5 s ago: events now land in second 2.
+    /// A recorder whose run began 2.5 s ago (events now land in second 2), with three arrivals:
+    /// one shed, one that succeeds on its retry after a timeout, one that fails to connect and is
+    /// denied its retry by the quota.
+    fn recorded() -> Recorder {
         let rec = Recorder::new(Instant::now() - Duration::from_millis(2500), 1);
         assert!(rec.admit(2));
         assert!(rec.admit(2));
@@ -785,7 +782,25 @@ mod tests {
         );
         rec.request_done(RequestOutcome::Failed);
         rec.retry_denied(Denied::Quota);
+        rec
+    }
 
+    fn summary_of(rec: &Recorder) -> Summary {
+        rec.summary(RunMeta {
+            schedule: "0s:1".into(),
+            arrival_process: crate::schedule::ArrivalKind::Poisson,
+            seed: 1,
+            timeout_seconds: 1.0,
+            retries: 1,
+            retry_on: vec!["timeout".into()],
+            http2: false,
+            open_files_limit: 1024,
+        })
+    }
+
+    #[test]
+    fn rows_attribute_events_to_their_second() {
+        let rec = recorded();
         let csv = rec.csv(true);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 4, "header + seconds 0, 1, 2:\n{csv}");
@@ -803,17 +818,11 @@ mod tests {
             ]
         );
         assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000"));
+    }
 
-        let s = rec.summary(RunMeta {
-            schedule: "0s:1".into(),
-            arrival_process: crate::schedule::ArrivalKind::Poisson,
-            seed: 1,
-            timeout_seconds: 1.0,
-            retries: 1,
-            retry_on: vec!["timeout".into()],
-            http2: false,
-            open_files_limit: 1024,
-        });
+    #[test]
+    fn summary_totals_add_up() {
+        let s = summary_of(&recorded());
         assert_eq!(
             (
                 s.arrivals,
@@ -843,23 +852,38 @@ mod tests {
             assert!(json.get(key).is_some(), "summary.json lacks {key}");
         }
         assert!(json["request_latency_seconds"]["p99_9"].as_f64().unwrap() > 1.0);
+    }
 
-        // The --stdout-rows lines: every second with its Unix time, read back as printed.
+    /// A `--stdout-rows` line, printed and read back (floats to within JSON's decimal round trip).
+    fn printed_and_read(line: StdoutLine) -> StdoutLine {
+        let text = line.json();
+        assert!(!text.contains('\n'), "{text}");
+        serde_json::from_str::<StdoutLine>(&text).unwrap()
+    }
+
+    #[test]
+    fn stdout_rows_give_every_second_its_unix_time_and_read_back() {
+        let rec = recorded();
         let rows = rec.rows_from(1, true);
         assert_eq!(rows.len(), 2, "seconds 1 and 2");
         assert_eq!(rows[1].unix_time - rows[0].unix_time, 1.0);
-        // Read back as printed (floats to within JSON's decimal round trip).
-        let back = |line: StdoutLine| {
-            let text = line.json();
-            assert!(!text.contains('\n'), "{text}");
-            serde_json::from_str::<StdoutLine>(&text).unwrap()
-        };
-        let StdoutLine::Row(r) = back(StdoutLine::Row(rows[1].clone())) else {
+        let StdoutLine::Row(r) = printed_and_read(StdoutLine::Row(rows[1].clone())) else {
             panic!("a row line reads back as a row")
         };
         assert_eq!(r.row, rows[1].row);
         assert!((r.unix_time - rows[1].unix_time).abs() < 1e-6);
-        let StdoutLine::Summary(again) = back(StdoutLine::Summary(Box::new(s.clone()))) else {
+        assert!(
+            StdoutLine::Row(rows[1].clone())
+                .json()
+                .starts_with("{\"row\":{\"unix_time\":")
+        );
+    }
+
+    #[test]
+    fn stdout_summary_reads_back() {
+        let s = summary_of(&recorded());
+        let StdoutLine::Summary(again) = printed_and_read(StdoutLine::Summary(Box::new(s.clone())))
+        else {
             panic!("a summary line reads back as a summary")
         };
         assert_eq!(
@@ -870,11 +894,6 @@ mod tests {
                 again.meta
             ),
             (s.first_attempts, s.attempts, s.failed, s.meta.clone())
-        );
-        assert!(
-            StdoutLine::Row(rows[1].clone())
-                .json()
-                .starts_with("{\"row\":{\"unix_time\":")
         );
     }
 

@@ -22,100 +22,176 @@ use crate::hpa::HpaError;
 use crate::outcome::Record;
 
 /// Runs the fluid model for the scenario and returns its per-second (experiment time) record.
-#[expect(
-    clippy::too_many_lines,
-    reason = "written before the house lint; to split"
-)]
 pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
-    let row_step = 1.0 / s.time_scale;
-    let steps_per_row = (row_step / s.fluid_dt_s).round().max(1.0);
-    let dt = row_step / steps_per_row;
-    let start = -s.warmup_s;
-    let end = s.end();
-    let mut record = Record::span(start, end, row_step);
-    let mut control = match s.autoscaler() {
-        Some(config) => Control::autoscaled(&config, s.pods, start)?,
-        None => Control::fixed(s.pods),
-    };
-
-    // A request's attempts at the pods, the client's and a gateway's alike, as one chain.
-    let retries = s.pod_retries();
-    let r = retries as usize;
-    // rings[n] holds the attempts n + 1 on their way: timed out as attempt n, due `retry_delay(n + 1)` later.
-    let mut rings: Vec<Vec<f64>> = (1..=retries)
-        .map(|n| vec![0.0; (s.retry_delay(n) / dt).round().max(1.0) as usize])
-        .collect();
-    let offsets: Vec<f64> = (0..=retries).map(|n| s.attempt_offset(n)).collect();
-    let mut arrivals = vec![0.0; r + 1];
-
-    let c = s.rate_per_pod;
-    let tau = s.pod_timeout_s();
-    let drop = s.abandoned == Abandoned::Drop;
-    let mut pooled_backlog = 0.0;
-    let mut pods: Vec<Pod> = vec![Pod::default(); s.pods as usize];
-    let mut draining: Vec<f64> = Vec::new();
-    let mut totals = Totals::default();
-    let mut events = Vec::new();
-
-    let steps = ((end - start) / dt).round() as u64;
+    let mut fluid = Fluid::new(s, topology)?;
+    let steps = ((fluid.end - fluid.start) / fluid.dt).round() as u64;
     for i in 0..steps {
-        let t = start + i as f64 * dt;
-        if control.next_event() <= t {
-            control.advance(t, totals, &mut events);
-            for e in events.drain(..) {
-                match e {
-                    PodEvent::Ready => pods.push(Pod::default()),
-                    PodEvent::Removed => {
-                        if let Some(b) = pods.pop().map(|p| p.backlog).filter(|b| *b > 0.0) {
-                            draining.push(b);
-                        }
+        fluid.step(i);
+    }
+    Ok(fluid.record)
+}
+
+/// The state of one fluid run, advanced a step of `dt` at a time.
+struct Fluid<'s> {
+    s: &'s Scenario,
+    topology: Topology,
+    dt: f64,
+    start: f64,
+    end: f64,
+    record: Record,
+    control: Control,
+    /// A request's attempts at the pods, the client's and a gateway's alike, as one chain.
+    retries: u32,
+    /// rings[n] holds the attempts n + 1 on their way: timed out as attempt n, due
+    /// `retry_delay(n + 1)` later.
+    rings: Vec<Vec<f64>>,
+    offsets: Vec<f64>,
+    /// This step's arrivals of each attempt.
+    arrivals: Vec<f64>,
+    /// Service rate of one pod.
+    c: f64,
+    tau: f64,
+    drop: bool,
+    pooled_backlog: f64,
+    pods: Vec<Pod>,
+    draining: Vec<f64>,
+    totals: Totals,
+    events: Vec<PodEvent>,
+}
+
+impl<'s> Fluid<'s> {
+    fn new(s: &'s Scenario, topology: Topology) -> Result<Self, HpaError> {
+        let row_step = 1.0 / s.time_scale;
+        let steps_per_row = (row_step / s.fluid_dt_s).round().max(1.0);
+        let dt = row_step / steps_per_row;
+        let start = -s.warmup_s;
+        let end = s.end();
+        let record = Record::span(start, end, row_step);
+        let control = match s.autoscaler() {
+            Some(config) => Control::autoscaled(&config, s.pods, start)?,
+            None => Control::fixed(s.pods),
+        };
+        let retries = s.pod_retries();
+        let rings = (1..=retries)
+            .map(|n| vec![0.0; (s.retry_delay(n) / dt).round().max(1.0) as usize])
+            .collect();
+        let offsets = (0..=retries).map(|n| s.attempt_offset(n)).collect();
+        Ok(Self {
+            s,
+            topology,
+            dt,
+            start,
+            end,
+            record,
+            control,
+            retries,
+            rings,
+            offsets,
+            arrivals: vec![0.0; retries as usize + 1],
+            c: s.rate_per_pod,
+            tau: s.pod_timeout_s(),
+            drop: s.abandoned == Abandoned::Drop,
+            pooled_backlog: 0.0,
+            pods: vec![Pod::default(); s.pods as usize],
+            draining: Vec::new(),
+            totals: Totals::default(),
+            events: Vec::new(),
+        })
+    }
+
+    /// Advances step `i`: pod events, arrivals, timeouts, service, and the row of its time.
+    fn step(&mut self, i: u64) {
+        let t = self.start + i as f64 * self.dt;
+        self.apply_pod_events(t);
+        let ready = self.control.ready();
+        let demand = self.s.demand(t);
+        let slot = i as usize;
+        self.arrive(slot, demand);
+        self.apply_budget(t, demand);
+        let total: f64 = self.arrivals.iter().sum();
+        let (failing, max_wait) = self.failing(ready, total);
+        let timed_out = self.time_out(t, slot, failing);
+        self.serve(ready, total, failing);
+        self.totals.first += self.arrivals[0];
+        self.totals.all += total;
+
+        let row = self.record.row_mut(t);
+        row.first_attempts += self.arrivals[0];
+        row.attempts += total;
+        row.timed_out += timed_out;
+        row.max_wait_s = row.max_wait_s.max(max_wait);
+        row.pods_ready = ready;
+        row.pods_desired = self.control.desired();
+    }
+
+    /// Lets the control act at `t`: a new ready pod starts empty; a removed pod (the newest)
+    /// finishes its backlog for nobody.
+    fn apply_pod_events(&mut self, t: f64) {
+        if self.control.next_event() > t {
+            return;
+        }
+        self.control.advance(t, self.totals, &mut self.events);
+        for e in self.events.drain(..) {
+            match e {
+                PodEvent::Ready => self.pods.push(Pod::default()),
+                PodEvent::Removed => {
+                    if let Some(b) = self.pods.pop().map(|p| p.backlog).filter(|b| *b > 0.0) {
+                        self.draining.push(b);
                     }
                 }
             }
         }
-        let ready = control.ready();
-        let demand = s.demand(t);
-        let slot = i as usize;
-        arrivals[0] = demand * dt;
-        for (n, ring) in rings.iter().enumerate() {
-            arrivals[n + 1] = ring[slot % ring.len()];
+    }
+
+    /// This step's first attempts, and the retries due from the rings.
+    fn arrive(&mut self, slot: usize, demand: f64) {
+        self.arrivals[0] = demand * self.dt;
+        for (n, ring) in self.rings.iter().enumerate() {
+            self.arrivals[n + 1] = ring[slot % ring.len()];
         }
-        // A budget refuses the client's retries beyond its cap: those requests fail with the attempts
-        // they made. A gateway's tries are not the client's to refuse.
-        if let Some(b) = s.retry_budget {
-            let budgeted = || {
-                (1..=retries)
-                    .filter(|n| s.is_client_retry(*n))
-                    .map(|n| n as usize)
-            };
-            let want: f64 = budgeted().map(|n| arrivals[n]).sum();
-            let cap = (b.ratio * demand + b.min_per_s) * dt;
-            if want > cap {
-                let keep = cap / want;
-                for n in budgeted() {
-                    record.row_mut(t - offsets[n]).lost += arrivals[n] * (1.0 - keep);
-                    arrivals[n] *= keep;
-                }
+    }
+
+    /// A budget refuses the client's retries beyond its cap: those requests fail with the attempts
+    /// they made. A gateway's tries are not the client's to refuse.
+    fn apply_budget(&mut self, t: f64, demand: f64) {
+        let Some(b) = self.s.retry_budget else {
+            return;
+        };
+        let (s, retries) = (self.s, self.retries);
+        let budgeted = || {
+            (1..=retries)
+                .filter(|n| s.is_client_retry(*n))
+                .map(|n| n as usize)
+        };
+        let want: f64 = budgeted().map(|n| self.arrivals[n]).sum();
+        let cap = (b.ratio * demand + b.min_per_s) * self.dt;
+        if want > cap {
+            let keep = cap / want;
+            for n in budgeted() {
+                self.record.row_mut(t - self.offsets[n]).lost += self.arrivals[n] * (1.0 - keep);
+                self.arrivals[n] *= keep;
             }
         }
-        let total: f64 = arrivals.iter().sum();
+    }
 
-        // Fraction of arrivals that time out, and the largest wait an arrival faces.
-        let (failing, max_wait) = match topology {
+    /// Fraction of arrivals that time out, and the largest wait an arrival faces.
+    fn failing(&mut self, ready: u32, total: f64) -> (f64, f64) {
+        let (c, tau) = (self.c, self.tau);
+        match self.topology {
             Topology::Pooled => {
                 let cap = f64::from(ready) * c;
                 let wait = if cap > 0.0 {
-                    pooled_backlog / cap
+                    self.pooled_backlog / cap
                 } else {
                     f64::INFINITY
                 };
                 (if wait >= tau { 1.0 } else { 0.0 }, wait)
             }
-            Topology::PerPod if pods.is_empty() => (1.0, f64::INFINITY),
+            Topology::PerPod if self.pods.is_empty() => (1.0, f64::INFINITY),
             Topology::PerPod => {
-                route(&mut pods, total);
+                route(&mut self.pods, total);
                 let (mut failing, mut longest) = (0.0, 0.0f64);
-                for p in &pods {
+                for p in &self.pods {
                     longest = longest.max(p.backlog);
                     if p.backlog / c >= tau {
                         failing += p.share;
@@ -124,57 +200,56 @@ pub fn simulate(s: &Scenario, topology: Topology) -> Result<Record, HpaError> {
                 let fraction = if total > 0.0 { failing / total } else { 0.0 };
                 (fraction, longest / c)
             }
-        };
+        }
+    }
 
+    /// Sends the timed-out share of each attempt to its retry's ring, or, for the last attempt,
+    /// records its request lost. Returns the amount timed out.
+    fn time_out(&mut self, t: f64, slot: usize, failing: f64) -> f64 {
+        let r = self.retries as usize;
         let mut timed_out = 0.0;
         for n in 0..=r {
-            let out = arrivals[n] * failing;
+            let out = self.arrivals[n] * failing;
             timed_out += out;
             if n < r {
-                let ring = &mut rings[n];
+                let ring = &mut self.rings[n];
                 let len = ring.len();
                 ring[slot % len] = out;
             } else {
-                record.row_mut(t - offsets[n]).lost += out;
+                self.record.row_mut(t - self.offsets[n]).lost += out;
             }
         }
+        timed_out
+    }
 
-        match topology {
+    /// Queues this step's arrivals (abandoned work too, unless servers drop it) and serves a step.
+    fn serve(&mut self, ready: u32, total: f64, failing: f64) {
+        let (c, tau, dt, drop) = (self.c, self.tau, self.dt, self.drop);
+        match self.topology {
             Topology::Pooled => {
                 let queued = if drop { total * (1.0 - failing) } else { total };
                 let cap = f64::from(ready) * c;
-                let served = (pooled_backlog + queued).min(cap * dt);
-                pooled_backlog = (pooled_backlog + queued - cap * dt).max(0.0);
-                totals.busy_s += served / c;
+                let served = (self.pooled_backlog + queued).min(cap * dt);
+                self.pooled_backlog = (self.pooled_backlog + queued - cap * dt).max(0.0);
+                self.totals.busy_s += served / c;
             }
             Topology::PerPod => {
-                for p in &mut pods {
+                for p in &mut self.pods {
                     let waited = p.backlog / c < tau;
                     if waited || !drop {
                         p.enqueue(p.share, waited);
                     }
                     let before = p.backlog;
                     p.serve(c * dt);
-                    totals.busy_s += (before - p.backlog) / c;
+                    self.totals.busy_s += (before - p.backlog) / c;
                 }
-                for b in &mut draining {
+                for b in &mut self.draining {
                     *b -= c * dt;
                 }
-                draining.retain(|b| *b > 0.0);
+                self.draining.retain(|b| *b > 0.0);
             }
         }
-        totals.first += arrivals[0];
-        totals.all += total;
-
-        let row = record.row_mut(t);
-        row.first_attempts += arrivals[0];
-        row.attempts += total;
-        row.timed_out += timed_out;
-        row.max_wait_s = row.max_wait_s.max(max_wait);
-        row.pods_ready = ready;
-        row.pods_desired = control.desired();
     }
-    Ok(record)
 }
 
 /// One ready pod of the per-pod fluid.
