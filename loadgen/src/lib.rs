@@ -139,18 +139,9 @@ impl Ctx {
     }
 }
 
-/// Runs the load until the schedule or `--duration` ends or `shutdown` resolves, drains,
-/// writes `--out` files, and returns the summary.
-#[expect(
-    clippy::too_many_lines,
-    reason = "written before the house lint; to split"
-)]
-pub async fn run(
-    config: Config,
-    shutdown: impl Future<Output = ()>,
-) -> Result<Summary, LoadgenError> {
-    let plan = config.plan()?;
-    // Idle connections beyond those in flight: the --connections opened first.
+/// Raises the open-files limit for the attempts in flight and the `--connections` opened first;
+/// the limit it got (0 when it cannot be read), with a warning when it is short.
+fn open_files_limit(config: &Config) -> u64 {
     let wanted_files = config
         .max_in_flight
         .saturating_add(u64::from(config.connections))
@@ -170,8 +161,12 @@ pub async fn run(
             config.max_in_flight
         );
     }
+    open_files_limit
+}
 
-    let targets = Arc::new(match &config.targets_file {
+/// The targets at the start: the `--targets-file`'s, else the `--target` URLs.
+fn initial_targets(config: &Config) -> Result<Targets, LoadgenError> {
+    Ok(match &config.targets_file {
         Some(path) => {
             Targets::new(targets::read_targets_file(path).map_err(LoadgenError::Targets)?)
         }
@@ -183,7 +178,57 @@ pub async fn run(
                 .collect::<Result<_, _>>()
                 .map_err(LoadgenError::Targets)?,
         ),
-    });
+    })
+}
+
+/// Waits until `--start-at` (Unix seconds), the shards' common start; true when `shutdown`
+/// came first. A start already past is warned about and taken at once.
+async fn wait_for_start_at(at: f64, shutdown: impl Future<Output = ()>) -> bool {
+    let late = unix_now() - at;
+    if late > 0.0 {
+        tracing::warn!("--start-at {at}: {late:.3} s past already; starting now");
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs_f64(-late)) => false,
+        _ = shutdown => true,
+    }
+}
+
+impl Ctx {
+    /// The run's shared state, its clock starting at `start`.
+    fn new(plan: Plan, config: &Config, start: Instant) -> Ctx {
+        let has_policy = plan.policy.backoff.is_some()
+            || plan.policy.budget.is_some()
+            || plan.policy.quota.is_some();
+        Ctx {
+            recorder: Recorder::new(start, config.retries),
+            policy: has_policy.then(|| {
+                Mutex::new((
+                    plan.policy.clone(),
+                    SmallRng::seed_from_u64(plan.seed ^ 0x9e37_79b9),
+                ))
+            }),
+            plan,
+            retries: config.retries,
+            timeout: config.timeout,
+            stopping: AtomicBool::new(false),
+            id_prefix: rand::random(),
+            next_id: AtomicU64::new(0),
+            printed: config.stdout_rows.then(|| AtomicUsize::new(0)),
+        }
+    }
+}
+
+/// Runs the load until the schedule or `--duration` ends or `shutdown` resolves, drains,
+/// writes `--out` files, and returns the summary.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Summary, LoadgenError> {
+    let plan = config.plan()?;
+    let open_files_limit = open_files_limit(&config);
+    let targets = Arc::new(initial_targets(&config)?);
     if let Some(dir) = &config.out {
         std::fs::create_dir_all(dir).map_err(|source| LoadgenError::Output {
             path: dir.clone(),
@@ -223,41 +268,15 @@ pub async fn run(
         shards.tell(Phase::Drain);
     }
 
-    if !signalled && let Some(at) = config.start_at {
-        let late = unix_now() - at;
-        if late > 0.0 {
-            tracing::warn!("--start-at {at}: {late:.3} s past already; starting now");
-        } else {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs_f64(-late)) => {}
-                _ = shutdown.as_mut() => signalled = true,
-            }
-            if signalled {
-                shards.tell(Phase::Drain);
-            }
-        }
+    if !signalled
+        && let Some(at) = config.start_at
+        && wait_for_start_at(at, shutdown.as_mut()).await
+    {
+        signalled = true;
+        shards.tell(Phase::Drain);
     }
 
-    let has_policy = plan.policy.backoff.is_some()
-        || plan.policy.budget.is_some()
-        || plan.policy.quota.is_some();
-    let start = Instant::now();
-    let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(start, config.retries),
-        policy: has_policy.then(|| {
-            Mutex::new((
-                plan.policy.clone(),
-                SmallRng::seed_from_u64(plan.seed ^ 0x9e37_79b9),
-            ))
-        }),
-        plan,
-        retries: config.retries,
-        timeout: config.timeout,
-        stopping: AtomicBool::new(false),
-        id_prefix: rand::random(),
-        next_id: AtomicU64::new(0),
-        printed: config.stdout_rows.then(|| AtomicUsize::new(0)),
-    });
+    let ctx = Arc::new(Ctx::new(plan, &config, Instant::now()));
 
     let mut background = JoinSet::new();
     if let Some(listener) = metrics_listener {

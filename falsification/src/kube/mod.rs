@@ -295,8 +295,48 @@ pub struct KubeCluster {
     last_counts: (u32, u32, u32, Vec<String>),
     /// The gateway's counters at the last row that read them (cumulative).
     last_gateway: Option<GatewayCounters>,
-    created: Vec<String>,
+    created: Vec<Created>,
     applied: bool,
+}
+
+/// A cluster-scoped object a run created (it was absent), and so deletes at the end.
+#[derive(Debug, Clone, PartialEq)]
+enum Created {
+    ApiService(String),
+    ClusterRole(String),
+    ClusterRoleBinding(String),
+}
+
+impl Created {
+    async fn delete(&self, client: &Client) -> ::kube::Result<()> {
+        let params = DeleteParams::default();
+        match self {
+            Created::ApiService(name) => Api::<APIService>::all(client.clone())
+                .delete(name, &params)
+                .await
+                .map(|_| ()),
+            Created::ClusterRole(name) => Api::<ClusterRole>::all(client.clone())
+                .delete(name, &params)
+                .await
+                .map(|_| ()),
+            Created::ClusterRoleBinding(name) => Api::<ClusterRoleBinding>::all(client.clone())
+                .delete(name, &params)
+                .await
+                .map(|_| ()),
+        }
+    }
+}
+
+/// `Kind/name`, as the record and the messages name it.
+impl std::fmt::Display for Created {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, name) = match self {
+            Created::ApiService(n) => ("APIService", n),
+            Created::ClusterRole(n) => ("ClusterRole", n),
+            Created::ClusterRoleBinding(n) => ("ClusterRoleBinding", n),
+        };
+        write!(f, "{kind}/{name}")
+    }
 }
 
 fn unix_now() -> f64 {
@@ -400,9 +440,9 @@ impl KubeCluster {
         apply(Api::all(self.client.clone()), obj).await
     }
 
-    /// Applies a cluster-scoped object only when absent (then it is ours to delete), leaving
-    /// one that exists as it is.
-    async fn ensure<K>(&mut self, obj: &K) -> anyhow::Result<()>
+    /// Applies a cluster-scoped object only when absent (then it is ours to delete, as
+    /// `created` names it), leaving one that exists as it is.
+    async fn ensure<K>(&mut self, obj: &K, created: fn(String) -> Created) -> anyhow::Result<()>
     where
         K: Object,
     {
@@ -413,7 +453,7 @@ impl KubeCluster {
             .is_none()
         {
             self.apply_cluster(obj).await?;
-            self.created.push(format!("{}/{name}", K::kind(&())));
+            self.created.push(created(name));
         }
         Ok(())
     }
@@ -485,14 +525,14 @@ impl KubeCluster {
         if let Some(a) = &m.autoscaling {
             if api_owner.flatten().is_none() {
                 let name = a.api_service.metadata.name.clone().unwrap_or_default();
-                self.created.push(format!("APIService/{name}"));
+                self.created.push(Created::ApiService(name));
             }
             self.apply_cluster(&a.api_service).await?;
-            self.ensure::<ClusterRole>(&a.cluster_role).await?;
-            self.ensure::<ClusterRoleBinding>(&a.binding).await?;
+            self.ensure(&a.cluster_role, Created::ClusterRole).await?;
+            self.ensure(&a.binding, Created::ClusterRoleBinding).await?;
             self.apply_ns(&a.hpa).await?;
         }
-        self.record.created_cluster_scoped = self.created.clone();
+        self.record.created_cluster_scoped = self.created.iter().map(ToString::to_string).collect();
         self.write_record()
     }
 
@@ -909,33 +949,18 @@ impl Cluster for KubeCluster {
             return Ok(());
         }
         let ns = self.ns().to_string();
+        let created: Vec<String> = self.created.iter().map(ToString::to_string).collect();
         if self.target.keep {
             self.record.cleanup = Some(format!(
-                "kept (--keep): namespace {ns} and {:?}; delete with `kubectl delete namespace {ns}`",
-                self.created
+                "kept (--keep): namespace {ns} and {created:?}; delete with `kubectl delete namespace {ns}`"
             ));
             return self.write_record();
         }
         self.stop_loadgen().await;
         let namespaces = Api::<Namespace>::all(self.client.clone());
         let _ = namespaces.delete(&ns, &DeleteParams::foreground()).await;
-        for what in self.created.clone() {
-            let (kind, name) = what.split_once('/').unwrap_or_default();
-            let result = match kind {
-                "APIService" => Api::<APIService>::all(self.client.clone())
-                    .delete(name, &DeleteParams::default())
-                    .await
-                    .map(|_| ()),
-                "ClusterRole" => Api::<ClusterRole>::all(self.client.clone())
-                    .delete(name, &DeleteParams::default())
-                    .await
-                    .map(|_| ()),
-                _ => Api::<ClusterRoleBinding>::all(self.client.clone())
-                    .delete(name, &DeleteParams::default())
-                    .await
-                    .map(|_| ()),
-            };
-            if let Err(e) = result {
+        for what in &self.created {
+            if let Err(e) = what.delete(&self.client).await {
                 eprintln!("falsification: deleting {what}: {e}");
             }
         }
@@ -951,10 +976,7 @@ impl Cluster for KubeCluster {
             tokio::time::sleep(Duration::from_secs(1)).await;
         };
         self.record.cleanup = Some(if gone {
-            format!(
-                "namespace {ns} and {:?} deleted; checked gone",
-                self.created
-            )
+            format!("namespace {ns} and {created:?} deleted; checked gone")
         } else {
             format!("namespace {ns} still terminating after 180 s (kubectl get namespace {ns})")
         });
