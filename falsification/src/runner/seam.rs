@@ -79,9 +79,8 @@ pub struct Description {
     pub versions: std::collections::BTreeMap<String, String>,
 }
 
-/// The one interface the runner drives, whatever runs the case: the embedded cluster
-/// ([`embedded`]) or a Kubernetes cluster through its API ([`crate::kube`]). The runner, the
-/// record, the verdicts and the plots are the same code for both.
+/// The one interface the runner drives, whatever runs the case (an [`Environment`] makes it):
+/// the runner, the record, the verdicts and the plots are the same code for every cluster.
 #[allow(async_fn_in_trait)]
 pub trait Cluster {
     fn describe(&self) -> Description;
