@@ -591,4 +591,73 @@ fn f5_a_retrying_gateway_multiplies_the_clients_amplification() {
     assert!(index.contains("## Retry stacks") && index.contains("| F5 a9-rho-15 | 9.00 |"));
     let report = std::fs::read_to_string(session.join("F5-a9-rho-15").join("report.md")).unwrap();
     assert!(report.contains("## Retry stack") && report.contains("Gateway: haproxy"));
+    // `check` on the files the run kept (HAProxy's configuration, the loadgen's flags) predicts
+    // the A measured at the pods.
+    let predicted = check_amplification(&case("a9-rho-15"));
+    assert!(
+        (f("pods") / predicted - 1.0).abs() <= 0.05,
+        "check said A = {predicted}, the pods measured {stack}"
+    );
+    assert_eq!(predicted, 9.0);
+
+    // The client leaves during the gateway's second try and HAProxy stops when it does: the
+    // product of the retry counts (9) is not reached; `check` gives 3 x 2 = 6, F5 measured 5.9.
+    let (_out, session) = run_released(&[
+        "run",
+        "F5",
+        "--case",
+        "a9-rho-15",
+        "--timeout",
+        "5s",
+        "--gateway-abort-on-close",
+        "true",
+        "--horizon",
+        "900s",
+        "--time-scale",
+        "20",
+    ]);
+    let case = session.join("F5-a9-rho-15");
+    let stack = read_json(&case.join("summary.json"))["stack"].clone();
+    let predicted = check_amplification(&case);
+    assert_eq!(predicted, 6.0);
+    let pods = stack["pods"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        (pods / predicted - 1.0).abs() <= 0.05,
+        "check said A = {predicted}, the pods measured {stack}"
+    );
+}
+
+/// The timeout class's A that `falsification check` computes from a run's kept configuration:
+/// the gateway's file and the loadgen's flags as the stack file's client.
+fn check_amplification(case: &Path) -> f64 {
+    let config = case.join("config");
+    let args = std::fs::read_to_string(config.join("loadgen.args")).unwrap();
+    let quoted: Vec<String> = args.lines().map(|a| format!("{a:?}")).collect();
+    let stack = config.join("stack.toml");
+    std::fs::write(
+        &stack,
+        format!(
+            "[[client]]\nname = \"loadgen\"\nlibrary = \"kit-loadgen\"\nargs = [{}]\n",
+            quoted.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .arg("check")
+        .arg(config.join("haproxy.cfg"))
+        .arg("--stack")
+        .arg(&stack)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    // No autoscaler and no utilization given: a second state exists above 1/A (exit 1).
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["classes"][0]["class"], "timeout");
+    report["classes"][0]["a"].as_f64().unwrap()
 }

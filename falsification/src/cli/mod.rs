@@ -1,5 +1,6 @@
 //! The `falsification` command line. `main.rs` parses [`Cli`] and calls [`run`].
 
+mod check;
 mod cluster;
 mod compare;
 mod run;
@@ -50,6 +51,11 @@ pub enum Command {
     /// Plan (and with --yes run) a trigger test against a staging target: spike it past its client
     /// timeout, return to base load, measure recovery and amplification.
     Trigger(trigger::TriggerArgs),
+    /// Read retry, proxy and autoscaler configuration (Kubernetes YAML, HAProxy, nginx, Envoy,
+    /// and a stack file for the clients), compute the amplification A per failure class and
+    /// 1/A, and say whether the service has a second state. Exit 0: none; 1: one exists; 2:
+    /// an input error.
+    Check(check::CheckArgs),
     /// The one-machine cluster's controller-manager and metrics-server flags at a time scale
     /// (for scripts/local-cluster-up.sh).
     #[command(hide = true)]
@@ -309,8 +315,15 @@ pub fn experiments(args: &PredictArgs) -> anyhow::Result<Vec<Experiment>> {
     Ok(list)
 }
 
-/// Runs a parsed command line, writing to stdout.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a parsed command line, writing to stdout; the exit code when it did not fail.
+pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    if let Command::Check(args) = &cli.command {
+        return check::check(args);
+    }
+    run_command(cli).map(|()| std::process::ExitCode::SUCCESS)
+}
+
+fn run_command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Predict(args) => {
             if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
@@ -333,5 +346,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(args) => compare::compare(&args),
         Command::Trigger(args) => trigger::trigger(args),
         Command::LocalClusterFlags(args) => cluster::local_cluster_flags(&args),
+        Command::Check(_) => unreachable!("check is run above, for its exit code"),
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::Args;
 use loadgen::config::RetryOn;
 
-use crate::trigger::{self, PlanInput, RunSettings, TriggerConfig};
+use crate::check::{self, CheckInput};
+use crate::trigger::{self, PlanInput, RunSettings, StackAmplification, TriggerConfig};
 use falsification_model::experiment::Spike;
 
 #[derive(Debug, Args)]
@@ -79,6 +80,42 @@ pub struct TriggerArgs {
     /// the pods, which a retrying gateway in front of them multiplies.
     #[arg(long, value_delimiter = ',', env = "FALSIFICATION_TRIGGER_PODS")]
     pub pods: Vec<String>,
+    /// The stack file of `falsification check` (the clients, outermost first): the plan then uses
+    /// the A that `check` computes for timeouts from it and the `--config` files.
+    #[arg(long, value_name = "STACK.toml", env = "FALSIFICATION_TRIGGER_STACK")]
+    pub stack: Option<PathBuf>,
+    /// A configuration file of the stack (Kubernetes YAML, HAProxy, nginx, Envoy), as `check`
+    /// reads it; repeat for several.
+    #[arg(
+        long = "config",
+        value_name = "FILE",
+        env = "FALSIFICATION_TRIGGER_CONFIG",
+        value_delimiter = ','
+    )]
+    pub configs: Vec<PathBuf>,
+}
+
+impl TriggerArgs {
+    /// The timeout class's A that `check` computes from the stack's files, when given.
+    fn stack_amplification(&self) -> anyhow::Result<Option<StackAmplification>> {
+        if self.stack.is_none() && self.configs.is_empty() {
+            return Ok(None);
+        }
+        let input = CheckInput {
+            files: self.configs.clone(),
+            stack: self.stack.clone(),
+            ..CheckInput::default()
+        };
+        let report = check::check(&input).map_err(|e| anyhow::anyhow!("--stack/--config: {e}"))?;
+        Ok(Some(StackAmplification {
+            a: report.timeout().a,
+            files: report
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect(),
+        }))
+    }
 }
 
 impl From<TriggerArgs> for TriggerConfig {
@@ -95,6 +132,7 @@ impl From<TriggerArgs> for TriggerConfig {
                 spike: a.spike,
                 before: a.before,
                 observe: a.observe,
+                stack: None,
             },
             dry_run: a.dry_run,
             confirmed: a.yes,
@@ -112,7 +150,10 @@ impl From<TriggerArgs> for TriggerConfig {
 
 /// `falsification trigger`.
 pub fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
-    trigger::run(&args.into())
+    let stack = args.stack_amplification()?;
+    let mut config = TriggerConfig::from(args);
+    config.plan.stack = stack;
+    trigger::run(&config)
 }
 
 #[cfg(test)]

@@ -103,6 +103,15 @@ impl GatewayProcess {
         }
     }
 
+    /// The configuration file the proxy runs with (nginx's upstream list changes on a reload;
+    /// its retry settings do not).
+    pub fn config_file(&self) -> PathBuf {
+        self.dir.join(match self.kind {
+            GatewayKind::Haproxy => "haproxy.cfg",
+            GatewayKind::Nginx => "nginx.conf",
+        })
+    }
+
     /// Where the clients send their requests.
     pub fn url(&self) -> String {
         format!("http://{}/work", self.listen)

@@ -187,8 +187,14 @@ impl Embedded {
             out: Some(self.dir.join("loadgen")),
             ..invocation::loadgen(&self.rs, self.seed, targets)?
         };
+        let args = loadgen.args();
+        // The record keeps what the clients ran with, one flag a line (`check` reads it).
+        process::write_atomically(
+            &self.dir.join("config").join("loadgen.args"),
+            &(args.join("\n") + "\n"),
+        )?;
         let mut cmd = Command::new(&self.bins.loadgen);
-        cmd.args(loadgen.args());
+        cmd.args(args);
         Ok(cmd)
     }
 }
@@ -266,6 +272,8 @@ impl Cluster for Embedded {
             "meter",
         )
         .await?;
+        std::fs::create_dir_all(self.dir.join("config"))
+            .with_context(|| format!("creating {}", self.dir.join("config").display()))?;
         if let Some(g) = &self.rs.gateway {
             // One slot per pod the case can have.
             let slots = self
@@ -277,6 +285,11 @@ impl Cluster for Embedded {
                 GatewayProcess::start(g, slots, self.routing.path(), &logs.join("gateway.log"))
                     .await?;
             gw.follow(&self.pods.ready_addrs()).await?;
+            let config = gw.config_file();
+            if let Some(name) = config.file_name() {
+                std::fs::copy(&config, self.dir.join("config").join(name))
+                    .with_context(|| format!("keeping {} in the record", config.display()))?;
+            }
             self.gateway = Some(gw);
         }
         let cmd = self.loadgen_command()?;

@@ -27,6 +27,17 @@ pub struct PlanInput {
     pub spike: Option<Spike>,
     pub before: Option<Duration>,
     pub observe: Option<Duration>,
+    /// The timeout class's `A` that `falsification check` computed from the stack's files; the
+    /// client's retries alone give it otherwise.
+    pub stack: Option<StackAmplification>,
+}
+
+/// `A` from the stack's files, with what it was read from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackAmplification {
+    pub a: f64,
+    /// The files, as given.
+    pub files: Vec<String>,
 }
 
 /// The trigger test's plan and prediction.
@@ -38,6 +49,11 @@ pub struct Plan {
     pub retries: u32,
     pub retry_budget: Option<f64>,
     pub amplification: f64,
+    /// Where `amplification` comes from: the stack's files (`check`), or the client alone; the
+    /// amplification at the service is unknown past the client unless one of them says.
+    pub stack: Option<StackAmplification>,
+    /// The client's own `R + 1` (or `1 + budget`).
+    pub client_amplification: f64,
     /// `1/A`: the trap threshold on rho.
     pub threshold: f64,
     pub a_rho: f64,
@@ -67,10 +83,25 @@ impl Plan {
     }
 }
 
+/// The retries and budget the fluid model runs: the client's own, or for a stack's whole `A` one
+/// layer of `A - 1` retries (its failed state sends `A` attempts per request). A stack's `A` that
+/// is not whole comes from a budget or from tries cut short, whose dynamics one client layer does
+/// not reproduce (a budget refuses a spike's retries once the spike has ended): `None`, and the
+/// plan gives the closed form only.
+fn fluid_retries(p: &Plan) -> Option<(u32, Option<f64>)> {
+    match &p.stack {
+        None => Some((p.retries, p.retry_budget)),
+        Some(s) if (s.a - s.a.round()).abs() < 1e-9 => Some((s.a.round() as u32 - 1, None)),
+        Some(_) => None,
+    }
+}
+
 /// The fluid scenario of a plan: one pool of capacity `rate/rho` (the fluid is rate-invariant,
 /// so 100/s when only rho is known), spike at t = 0 after the base period.
 fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
     let capacity = p.rate.map_or(100.0, |r| r / p.rho);
+    // The schedule does not depend on the retries; only the fluid run does.
+    let (retries, retry_budget) = fluid_retries(p).unwrap_or((p.retries, p.retry_budget));
     // Durations to the microsecond, as the loadgen gets them.
     let span = |s: f64| Span::from(invocation::run_duration(s));
     let e = experiment::ad_hoc(Params {
@@ -79,9 +110,9 @@ fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
         rho: Some(p.rho),
         spike: Some(Spike::new(Multiple::new(p.k)?, span(p.spike_s))?),
         timeout: Some(span(p.timeout_s)),
-        retries: Some(p.retries),
-        retry_budget: p.retry_budget,
-        retry_budget_min_per_s: p.retry_budget.map(|_| 0.0),
+        retries: Some(retries),
+        retry_budget,
+        retry_budget_min_per_s: retry_budget.map(|_| 0.0),
         warmup: Some(span(p.before_s)),
         horizon: Some(span(horizon_s)),
         seeds: Some(vec![]),
@@ -175,7 +206,13 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     {
         bail!("retry-budget: {b} must be at least 0");
     }
-    let a = laws::layer_amplification(input.retries, input.retry_budget);
+    let client_amplification = laws::layer_amplification(input.retries, input.retry_budget);
+    if let Some(s) = &input.stack
+        && !(s.a >= 1.0 && s.a.is_finite())
+    {
+        bail!("stack: A = {} must be at least 1", s.a);
+    }
+    let a = input.stack.as_ref().map_or(client_amplification, |s| s.a);
     let SpikePlan {
         k,
         spike_s,
@@ -192,6 +229,8 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         retries: input.retries,
         retry_budget: input.retry_budget,
         amplification: a,
+        stack: input.stack.clone(),
+        client_amplification,
         threshold: 1.0 / a,
         a_rho: a * rho,
         k,
@@ -209,8 +248,17 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     };
     // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
     let fluid_horizon = spike_s + 2.0 * recovery_closed_s.unwrap_or(0.0) + 10.0 * timeout_s;
-    p.recovery_fluid_s =
-        predict::fluid_outcome(&scenario(&p, fluid_horizon)?, Topology::Pooled)?.recovery_s; // from the spike's end, the scenario's reference
+    p.recovery_fluid_s = if fluid_retries(&p).is_some() {
+        // From the spike's end, the scenario's reference.
+        predict::fluid_outcome(&scenario(&p, fluid_horizon)?, Topology::Pooled)?.recovery_s
+    } else {
+        p.warnings.push(format!(
+            "the fluid model is not run: the stack's A = {a:.3} is not a whole number of tries \
+             (a budget or tries cut short), which one client layer does not reproduce; the \
+             closed form stands alone"
+        ));
+        None
+    };
     p.observe_s = input.observe.map_or_else(
         || {
             if trapped {
@@ -311,6 +359,7 @@ pub(super) mod tests {
             spike: None,
             before: None,
             observe: None,
+            stack: None,
         }
     }
 
@@ -363,6 +412,37 @@ pub(super) mod tests {
         i.spike = given(0.5, 3);
         let e = plan(&i).unwrap_err().to_string();
         assert!(e.starts_with("spike:"), "{e}");
+    }
+
+    #[test]
+    fn a_stack_amplification_replaces_the_clients_and_drives_the_fluid_model() {
+        // The client alone says A = 3 (A rho = 0.6, recovers); the stack's files say 9: trapped.
+        let mut i = input(0.2);
+        i.stack = Some(StackAmplification {
+            a: 9.0,
+            files: vec!["haproxy.cfg".into()],
+        });
+        let p = plan(&i).unwrap();
+        assert_eq!((p.amplification, p.client_amplification), (9.0, 3.0));
+        assert!(p.trapped && p.recovery_fluid_s.is_none());
+        assert_eq!(fluid_retries(&p), Some((8, None)));
+        // A = 3.6 (a 20% budget behind a gateway's 3 tries): the closed form only.
+        i.stack = Some(StackAmplification {
+            a: 3.6,
+            files: Vec::new(),
+        });
+        let p = plan(&i).unwrap();
+        assert!(p.recovery_closed_s.is_some() && p.recovery_fluid_s.is_none());
+        assert!(
+            p.warnings.iter().any(|w| w.contains("not a whole number")),
+            "{:?}",
+            p.warnings
+        );
+        i.stack = Some(StackAmplification {
+            a: 0.5,
+            files: Vec::new(),
+        });
+        assert!(plan(&i).unwrap_err().to_string().starts_with("stack:"));
     }
 
     #[test]

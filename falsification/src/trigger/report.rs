@@ -34,6 +34,21 @@ pub fn plan_text(p: &Plan, target: Option<&str>) -> String {
     );
     let _ = writeln!(
         t,
+        "  A from:           {}",
+        match &p.stack {
+            Some(s) => format!(
+                "the stack's files ({}), computed by `falsification check`; the client alone: {:.3}",
+                s.files.join(", "),
+                p.client_amplification
+            ),
+            None => "the client's retries alone: past the client the amplification at the service \
+                     is unknown unless measured (--pods) or computed from the stack's files \
+                     (--stack, --config)"
+                .into(),
+        }
+    );
+    let _ = writeln!(
+        t,
         "  spike:            {:.3}x for {:.3} s{} ((k rho - 1) Delta = {:.3} s, timeout {} s)",
         p.k,
         p.spike_s,
@@ -73,6 +88,40 @@ pub fn plan_text(p: &Plan, target: Option<&str>) -> String {
         let _ = writeln!(t, "  WARNING: {w}");
     }
     t
+}
+
+/// The measured amplification beside the configured one: at the client, and at the pods when
+/// `--pods` read them, against the stack's `A` when `check` computed it.
+fn amplification_rows(t: &mut String, p: &Plan, m: &Measured) {
+    let _ = writeln!(
+        *t,
+        "| amplification in the failed phase, at the client | {} | {:.3} (the client's retries) |",
+        m.amplification.map_or(
+            "n/a (no failed phase after the spike's retries)".into(),
+            |a| { format!("{a:.3}") }
+        ),
+        p.client_amplification
+    );
+    if let Some(a) = m.pod_amplification {
+        let _ = writeln!(
+            *t,
+            "| arrivals at the pods per first attempt, same phase (`--pods`) | {a:.3} | {} |",
+            match &p.stack {
+                Some(s) => format!("{:.3} (the stack's files, `check`)", s.a),
+                None => format!(
+                    "{:.3}, or that times a gateway's tries in front of the pods",
+                    p.client_amplification
+                ),
+            }
+        );
+    } else if let Some(s) = &p.stack {
+        let _ = writeln!(
+            *t,
+            "| amplification at the service | not measured (give --pods) | {:.3} (the stack's \
+             files, `check`) |",
+            s.a
+        );
+    }
 }
 
 /// `report.md`: the plan, the target's health before and after, measured against predicted.
@@ -135,23 +184,7 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
         "| goodput recovery (99% of requests succeed again) | {} | |",
         f(m.outcome.goodput_recovery_s),
     );
-    let _ = writeln!(
-        t,
-        "| amplification in the failed phase | {} | {:.3} (configured) |",
-        m.amplification.map_or(
-            "n/a (no failed phase after the spike's retries)".into(),
-            |a| { format!("{a:.3}") }
-        ),
-        p.amplification
-    );
-    if let Some(a) = m.pod_amplification {
-        let _ = writeln!(
-            t,
-            "| arrivals at the pods per first attempt, same phase (`--pods`) | {a:.3} | \
-             {:.3}, or that times a gateway's tries in front of the pods |",
-            p.amplification
-        );
-    }
+    amplification_rows(&mut t, p, m);
     let _ = writeln!(
         t,
         "| lost fraction | {} | |",

@@ -1,0 +1,368 @@
+//! `falsification check`: reads a team's retry, proxy and autoscaler configuration, computes the
+//! amplification `A` per failure class and `1/A`, and says whether the service has a second state,
+//! before anyone runs a destructive test.
+//!
+//! Layout: `layer` is the plain data every reader produces; the readers are `haproxy`, `nginx`,
+//! `envoy` (proxy files), `kube` (Kubernetes YAML: HPA, Istio, Gateway API, ingress-nginx,
+//! Linkerd) and `clients` (the stack file: clients, which live in code, with built-in library
+//! defaults). `detect` finds a file's kind from its content. `amplify` is the pure core (A per
+//! class with time caps and budgets, the verdict, the fixes); `output` writes text, JSON and
+//! SARIF. Only this file reads files.
+
+pub mod amplify;
+pub mod clients;
+pub mod detect;
+pub mod envoy;
+pub mod haproxy;
+pub mod kube;
+pub mod layer;
+pub mod nginx;
+pub mod output;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use amplify::{ClassFigure, Fix, HpaFigure, SignalSees, Stack};
+use detect::FileKind;
+use falsification_model::experiment::Spike;
+use falsification_model::laws;
+use layer::{Abandoned, Autoscaler, FailureClass, InputError, Layer, Parsed, Sees, Skipped};
+
+/// What `check` is asked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CheckInput {
+    pub files: Vec<PathBuf>,
+    pub stack: Option<PathBuf>,
+    /// Today's utilization (first-attempt demand over capacity).
+    pub rho: Option<f64>,
+    /// The service's capacity, requests/s (all pods).
+    pub capacity: Option<f64>,
+    /// Requests/s one pod serves: makes a per-pod first-attempt target a utilization.
+    pub pod_capacity: Option<f64>,
+    /// Which HorizontalPodAutoscaler fronts this path, when the files hold several.
+    pub hpa: Option<String>,
+    /// A spike whose recovery to predict (Proposition 7).
+    pub spike: Option<Spike>,
+    /// Also run the pooled fluid model for the spike.
+    pub predict: bool,
+}
+
+/// What the service does with abandoned work, and whether the user said so.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServiceFigure {
+    pub abandoned: Abandoned,
+    /// True when nobody said: the publication's assumption (the service finishes it).
+    pub assumed: bool,
+}
+
+/// The trigger that would put the service in its second state, and a spike's recovery.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TriggerFigure {
+    pub rho: f64,
+    /// The wait that fails an attempt at the service (`tau_out`).
+    pub tau_out_s: f64,
+    pub a_rho: f64,
+    /// Proposition 8: the excess work that pushes the wait past `tau_out`, in seconds of the
+    /// service's capacity (`(k rho - 1) Delta > tau_out`), and in requests when the capacity is
+    /// known.
+    pub smallest_trigger_s: f64,
+    pub smallest_trigger_requests: Option<f64>,
+    /// The shortest spike of each multiple that triggers (`k`, seconds); none below `1/rho`.
+    pub shortest_spikes: Vec<(f64, f64)>,
+    pub spike: Option<SpikeFigure>,
+}
+
+/// Proposition 7 for a given spike.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpikeFigure {
+    pub k: f64,
+    pub length_s: f64,
+    pub triggers: bool,
+    pub trapped: bool,
+    /// From the spike's end; `None` when it does not trigger or the service is trapped.
+    pub recovery_closed_s: Option<f64>,
+    /// The pooled fluid model (with `--predict`).
+    pub recovery_fluid_s: Option<f64>,
+    /// What the prediction warns of (a spike without margin, a fluid model not run).
+    pub notes: Vec<String>,
+}
+
+/// The answer, as the JSON contract documents it (README, "Does my service have a second
+/// state?").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub layers: Vec<Layer>,
+    pub classes: Vec<ClassFigure>,
+    pub hpa: Option<HpaFigure>,
+    pub service: ServiceFigure,
+    pub tau_out_s: Option<f64>,
+    pub second_state: bool,
+    pub reasons: Vec<String>,
+    pub fixes: Vec<Fix>,
+    pub trigger: Option<TriggerFigure>,
+    pub skipped: Vec<Skipped>,
+    pub files: Vec<PathBuf>,
+}
+
+impl Report {
+    /// The timeout class: the one retry debt lives in.
+    pub fn timeout(&self) -> &ClassFigure {
+        &self.classes[0]
+    }
+
+    /// 0: no second state; 1: a second state exists (input errors are 2, before a report).
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.second_state)
+    }
+}
+
+/// Reads a file of at most [`layer::MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> Result<String, InputError> {
+    let unreadable = |why: String| InputError::Unreadable {
+        file: path.to_path_buf(),
+        why,
+    };
+    let file = std::fs::File::open(path).map_err(|e| unreadable(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(layer::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| unreadable(e.to_string()))?;
+    if bytes.len() as u64 > layer::MAX_FILE_BYTES {
+        return Err(unreadable(format!(
+            "larger than {} MiB: not a configuration file",
+            layer::MAX_FILE_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|_| unreadable("not UTF-8 text".into()))
+}
+
+/// Everything the files say, merged: clients first, then the other layers by tier (a stable sort
+/// keeps the command line's order within a tier).
+#[derive(Debug, Default)]
+struct Inputs {
+    clients: Vec<Layer>,
+    parsed: Parsed,
+    abandoned: Option<Abandoned>,
+    pod_capacity: Option<f64>,
+    answers: Vec<(String, Sees)>,
+}
+
+fn read_stack(path: &Path, text: &str, into: &mut Inputs) -> Result<(), InputError> {
+    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let read = move |p: &Path| read_bounded(&dir.join(p));
+    let s = clients::parse_stack(path, text, &read)?;
+    into.clients.extend(s.clients);
+    into.abandoned = s.abandoned.or(into.abandoned);
+    into.pod_capacity = s.pod_capacity.or(into.pod_capacity);
+    into.answers.extend(s.metrics);
+    Ok(())
+}
+
+fn read_all(input: &CheckInput) -> Result<Inputs, InputError> {
+    let mut r = Inputs::default();
+    if let Some(stack) = &input.stack {
+        read_stack(stack, &read_bounded(stack)?, &mut r)?;
+    }
+    for file in &input.files {
+        let text = read_bounded(file)?;
+        let kind = detect::detect(&text).map_err(|why| InputError::UnknownKind {
+            file: file.clone(),
+            why,
+        })?;
+        let parsed = match kind {
+            FileKind::Stack => {
+                read_stack(file, &text, &mut r)?;
+                continue;
+            }
+            FileKind::Kubernetes => kube::parse(file, &text)?,
+            FileKind::Envoy => envoy::parse(file, &text)?,
+            FileKind::Nginx => nginx::parse(file, &text)?,
+            FileKind::Haproxy => haproxy::parse(file, &text)?,
+        };
+        r.parsed.layers.extend(parsed.layers);
+        r.parsed.autoscalers.extend(parsed.autoscalers);
+        r.parsed.skipped.extend(parsed.skipped);
+    }
+    r.parsed.layers.sort_by_key(|l| l.tier);
+    Ok(r)
+}
+
+/// The autoscaler in front of this path: the only one, or the one `--hpa` names.
+fn pick_hpa(all: Vec<Autoscaler>, name: Option<&str>) -> Result<Option<Autoscaler>, InputError> {
+    let names = || {
+        all.iter()
+            .map(|h| h.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match name {
+        Some(n) => match all.iter().position(|h| h.name == n) {
+            Some(i) => Ok(Some(all[i].clone())),
+            None => Err(InputError::Question {
+                question: format!(
+                    "--hpa {n}: no HorizontalPodAutoscaler of that name in the files (they hold: {})",
+                    if all.is_empty() {
+                        "none".into()
+                    } else {
+                        names()
+                    }
+                ),
+            }),
+        },
+        None if all.len() > 1 => Err(InputError::Question {
+            question: format!(
+                "the files hold several HorizontalPodAutoscalers ({}): name the one that scales \
+                 this service with --hpa",
+                names()
+            ),
+        }),
+        None => Ok(all.into_iter().next()),
+    }
+}
+
+/// Applies the stack file's answers about metric names `kube` could not classify.
+fn answer(mut hpa: Autoscaler, answers: &[(String, Sees)]) -> Autoscaler {
+    for m in &mut hpa.metrics {
+        if let Sees::Unknown(name) = &m.sees
+            && let Some((_, sees)) = answers.iter().find(|(n, _)| n == name)
+        {
+            m.sees = sees.clone();
+        }
+    }
+    hpa
+}
+
+/// Checks the numbers given on the command line.
+fn check_input(input: &CheckInput) -> Result<(), InputError> {
+    let bad = |field: &str, value: f64, why: &str| InputError::Field {
+        file: PathBuf::from("(command line)"),
+        field: field.into(),
+        value: value.to_string(),
+        why: why.into(),
+    };
+    if let Some(r) = input.rho
+        && !(r > 0.0 && r.is_finite())
+    {
+        return Err(bad("--rho", r, "must be a positive utilization, like 0.3"));
+    }
+    for (field, v) in [
+        ("--capacity", input.capacity),
+        ("--pod-capacity", input.pod_capacity),
+    ] {
+        if let Some(c) = v
+            && !(c > 0.0 && c.is_finite())
+        {
+            return Err(bad(field, c, "must be a positive rate, requests/s"));
+        }
+    }
+    if input.files.is_empty() && input.stack.is_none() {
+        return Err(InputError::Question {
+            question: "nothing to check: give configuration files and/or --stack STACK.toml".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Reads the files and computes the report.
+pub fn check(input: &CheckInput) -> Result<Report, InputError> {
+    check_input(input)?;
+    let read = read_all(input)?;
+    let pod_capacity = input.pod_capacity.or(read.pod_capacity);
+    let hpa = pick_hpa(read.parsed.autoscalers, input.hpa.as_deref())?
+        .map(|h| answer(h, &read.answers))
+        .map(|h| amplify::hpa_figure(&h, pod_capacity))
+        .transpose()?;
+    let mut layers = read.clients;
+    layers.extend(read.parsed.layers);
+    let classes: Vec<ClassFigure> = FailureClass::ALL
+        .into_iter()
+        .map(|c| amplify::class_figure(&layers, c))
+        .collect();
+    let stack = Stack {
+        layers,
+        hpa,
+        abandoned: read.abandoned.unwrap_or(Abandoned::Served),
+        rho: input.rho,
+    };
+    let verdict = amplify::verdict(&stack, &classes[0]);
+    let fixes = amplify::fixes(&stack, &classes[0]);
+    let tau_out_s = amplify::service_timeout_s(&stack.layers);
+    let trigger = trigger_figure(input, &stack, &classes[0], tau_out_s)?;
+    Ok(Report {
+        classes,
+        hpa: stack.hpa,
+        service: ServiceFigure {
+            abandoned: stack.abandoned,
+            assumed: read.abandoned.is_none(),
+        },
+        tau_out_s,
+        second_state: verdict.second_state,
+        reasons: verdict.reasons,
+        fixes,
+        trigger,
+        skipped: read.parsed.skipped,
+        layers: stack.layers,
+        files: input.stack.iter().chain(&input.files).cloned().collect(),
+    })
+}
+
+/// Propositions 7 and 8 at today's utilization (`--rho`, or the first-attempt target an HPA
+/// holds), when the chain has a timeout and the service has debt.
+fn trigger_figure(
+    input: &CheckInput,
+    stack: &Stack,
+    timeout: &ClassFigure,
+    tau_out_s: Option<f64>,
+) -> Result<Option<TriggerFigure>, InputError> {
+    let held = stack
+        .hpa
+        .as_ref()
+        .filter(|h| h.signal_sees == SignalSees::FirstAttempts)
+        .and_then(|h| h.target);
+    let (Some(rho), Some(tau)) = (input.rho.or(held), tau_out_s) else {
+        return Ok(None);
+    };
+    if stack.abandoned == Abandoned::Dropped || rho >= 1.0 {
+        return Ok(None);
+    }
+    let a = timeout.a;
+    let shortest_spikes = [1.5, 2.0, 3.0, 5.0, 10.0]
+        .into_iter()
+        .filter_map(|k| laws::time_to_trigger(k, rho, tau).map(|t| (k, t)))
+        .collect();
+    let spike = match input.spike {
+        None => None,
+        Some(s) => {
+            let (k, length_s) = (s.k(), s.length().secs());
+            let (recovery_fluid_s, notes) = if input.predict {
+                crate::trigger::predict_recovery(a, rho, tau, s).map_err(|e| {
+                    InputError::Question {
+                        question: format!("--predict: the fluid model failed: {e:#}"),
+                    }
+                })?
+            } else {
+                (None, Vec::new())
+            };
+            Some(SpikeFigure {
+                k,
+                length_s,
+                triggers: laws::spike_triggers(k, rho, length_s, tau),
+                trapped: laws::trapped(a, rho),
+                recovery_closed_s: laws::recovery_time(a, k, rho, length_s, tau),
+                recovery_fluid_s,
+                notes,
+            })
+        }
+    };
+    Ok(Some(TriggerFigure {
+        rho,
+        tau_out_s: tau,
+        a_rho: a * rho,
+        smallest_trigger_s: tau,
+        smallest_trigger_requests: input.capacity.map(|c| tau * c),
+        shortest_spikes,
+        spike,
+    }))
+}

@@ -1,0 +1,350 @@
+//! `check`'s report as text (for people), JSON (the documented contract) and SARIF 2.1.0 (for
+//! code review tools: one result per layer, one for the verdict, one per skipped block).
+
+use std::fmt::Write;
+
+use serde_json::{Value, json};
+
+use super::Report;
+use super::amplify::SignalSees;
+use super::layer::{Abandoned, Budget, Layer, Source, Tries};
+
+fn secs(s: Option<f64>) -> String {
+    s.map_or("none".into(), |s| {
+        if s < 1.0 {
+            format!("{:.0} ms", s * 1000.0)
+        } else {
+            format!("{s} s")
+        }
+    })
+}
+
+fn place(s: &Source) -> String {
+    match s.line {
+        Some(l) => format!("{}:{l}", s.file.display()),
+        None => s.file.display().to_string(),
+    }
+}
+
+fn layer_line(i: usize, l: &Layer, tries: Option<f64>) -> String {
+    let on: Vec<&str> = l.retry_on.classes().iter().map(|c| c.name()).collect();
+    let limit = match l.tries {
+        Tries::AtMost(n) => format!("up to {n} tries"),
+        Tries::OnePerServer { servers } => format!("one try per server ({servers})"),
+        Tries::Unlimited => "tries with no count limit".into(),
+    };
+    let mut line = format!(
+        "  {}. {} ({}): {limit} on {}; per try {}, overall {}",
+        i + 1,
+        l.name(),
+        place(&l.source),
+        if on.is_empty() {
+            "nothing".into()
+        } else {
+            on.join(", ")
+        },
+        secs(l.per_try_timeout_s),
+        secs(l.overall_timeout_s),
+    );
+    match l.budget {
+        Some(Budget::Ratio { ratio }) => {
+            let _ = write!(line, "; budget {:.0}% of requests", ratio * 100.0);
+        }
+        Some(Budget::Quota { retries_paid }) => {
+            let _ = write!(
+                line,
+                "; a quota that pays {retries_paid:.0} retries, then none while every attempt fails"
+            );
+        }
+        None => {}
+    }
+    if l.aborts_on_close {
+        line.push_str("; stops when its caller leaves");
+    }
+    if let Some(t) = tries {
+        let _ = write!(
+            line,
+            "\n     timeouts: {t:.2} tries per request from its caller"
+        );
+    }
+    for n in &l.notes {
+        let _ = write!(line, "\n     note: {n}");
+    }
+    line
+}
+
+fn classes_text(out: &mut String, r: &Report) {
+    let _ = writeln!(
+        out,
+        "\nAmplification per failure class (attempts at the service per request):"
+    );
+    for c in &r.classes {
+        let _ = if c.a.is_finite() {
+            writeln!(
+                out,
+                "  {:<16} A = {:>6.2}   1/A = {:.3}",
+                c.class.name(),
+                c.a,
+                c.threshold
+            )
+        } else {
+            writeln!(
+                out,
+                "  {:<16} A unbounded (a layer retries with no count, time or budget limit)",
+                c.class.name()
+            )
+        };
+    }
+    if let Some(t) = r.tau_out_s {
+        let _ = writeln!(
+            out,
+            "  an attempt fails at the service after {}",
+            secs(Some(t))
+        );
+    }
+}
+
+fn system_text(out: &mut String, r: &Report) {
+    if let Some(h) = &r.hpa {
+        let sees = match h.signal_sees {
+            SignalSees::FirstAttempts => "first attempts (excludes retries and debt)",
+            SignalSees::Retries => "a signal that sees retries",
+            SignalSees::Debt => "busy time (CPU: sees the debt)",
+        };
+        let target = h
+            .target
+            .map_or(String::new(), |u| format!(", target u* = {u:.2}"));
+        let _ = writeln!(
+            out,
+            "\nAutoscaler: {} scales on {sees}{target}, at most {} pods",
+            h.name, h.max_replicas
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nService: {}",
+        match (r.service.abandoned, r.service.assumed) {
+            (Abandoned::Served, true) =>
+                "finishes abandoned work (assumed, as the publication does; say [service] \
+                 abandoned = \"dropped\" in the stack file if it drops it)",
+            (Abandoned::Served, false) => "finishes abandoned work",
+            (Abandoned::Dropped, _) => "drops abandoned work",
+        }
+    );
+}
+
+fn fixes_text(out: &mut String, r: &Report) {
+    if r.fixes.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nWhat to change, ranked:");
+    for (i, f) in r.fixes.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {}. {}{}: A = {:.2}, {}",
+            i + 1,
+            f.change,
+            f.layer
+                .as_ref()
+                .map_or(String::new(), |l| format!(" ({l})")),
+            f.a,
+            if f.removes_second_state {
+                "removes the second state"
+            } else {
+                "the second state remains"
+            }
+        );
+    }
+}
+
+fn provenance_text(out: &mut String, r: &Report) {
+    let defaults: Vec<String> = r
+        .layers
+        .iter()
+        .flat_map(|l| {
+            l.defaults.iter().map(move |d| {
+                format!(
+                    "  {}: {} = {} ({}; {})",
+                    l.name(),
+                    d.setting,
+                    d.value,
+                    d.version,
+                    d.reference
+                )
+            })
+        })
+        .collect();
+    if !defaults.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nDefaults used (not in the files):\n{}",
+            defaults.join("\n")
+        );
+    }
+    if !r.skipped.is_empty() {
+        let _ = writeln!(out, "\nSkipped:");
+        for s in &r.skipped {
+            let _ = writeln!(out, "  {}: {}: {}", s.file.display(), s.what, s.why);
+        }
+    }
+}
+
+/// The report for people.
+pub fn text(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Layers, outermost first:");
+    if r.layers.is_empty() {
+        let _ = writeln!(out, "  (none retries: A = 1)");
+    }
+    for (i, l) in r.layers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{}",
+            layer_line(i, l, r.timeout().tries.get(i).copied())
+        );
+    }
+    classes_text(&mut out, r);
+    system_text(&mut out, r);
+    let _ = writeln!(out, "\nVerdict:");
+    for reason in &r.reasons {
+        let _ = writeln!(out, "  {reason}");
+    }
+    if let Some(t) = &r.trigger {
+        trigger_text(&mut out, t);
+    }
+    fixes_text(&mut out, r);
+    provenance_text(&mut out, r);
+    out
+}
+
+fn trigger_text(out: &mut String, t: &super::TriggerFigure) {
+    let _ = writeln!(
+        out,
+        "\nAt utilization {:.2} (A rho = {:.2}): the smallest trigger is {} of excess work{}",
+        t.rho,
+        t.a_rho,
+        secs(Some(t.smallest_trigger_s)),
+        t.smallest_trigger_requests
+            .map_or(String::new(), |n| format!(
+                ", {n:.0} requests beyond what the service serves"
+            )),
+    );
+    if !t.shortest_spikes.is_empty() {
+        let spikes: Vec<String> = t
+            .shortest_spikes
+            .iter()
+            .map(|(k, s)| format!("{k}x for {s:.1} s"))
+            .collect();
+        let _ = writeln!(out, "  shortest spikes that trigger: {}", spikes.join(", "));
+    }
+    if let Some(s) = &t.spike {
+        let outcome = match (s.triggers, s.trapped, s.recovery_closed_s) {
+            (false, _, _) => "does not trigger".to_string(),
+            (true, true, _) => "triggers, and the service never recovers (A rho >= 1)".to_string(),
+            (true, false, Some(r)) => {
+                format!("triggers; recovers {r:.0} s after it ends (closed form)")
+            }
+            (true, false, None) => "triggers".to_string(),
+        };
+        let fluid = s
+            .recovery_fluid_s
+            .map_or(String::new(), |r| format!("; pooled fluid model: {r:.0} s"));
+        let _ = writeln!(
+            out,
+            "  a {}x spike for {} s {outcome}{fluid}",
+            s.k, s.length_s
+        );
+    }
+}
+
+/// The JSON contract.
+pub fn json(r: &Report) -> Value {
+    json!({
+        "layers": r.layers,
+        "classes": r.classes,
+        "hpa": r.hpa,
+        "service": r.service,
+        "tau_out_s": r.tau_out_s,
+        "second_state": r.second_state,
+        "reasons": r.reasons,
+        "fixes": r.fixes,
+        "trigger": r.trigger,
+        "skipped": r.skipped,
+    })
+}
+
+fn location(s: &Source) -> Value {
+    let mut physical = json!({ "artifactLocation": { "uri": s.file.display().to_string() } });
+    if let Some(line) = s.line {
+        physical["region"] = json!({ "startLine": line });
+    }
+    json!({
+        "physicalLocation": physical,
+        "logicalLocations": [{ "name": s.locator }],
+    })
+}
+
+/// SARIF 2.1.0: the verdict at the layer that multiplies most (an error when a second state
+/// exists), a note per layer, a warning per skipped block.
+pub fn sarif(r: &Report) -> Value {
+    let most = r
+        .timeout()
+        .tries
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i);
+    let verdict_locations: Vec<Value> = match (most, &r.hpa) {
+        (Some(i), _) if !r.layers.is_empty() => vec![location(&r.layers[i].source)],
+        _ => Vec::new(),
+    };
+    let mut results = vec![json!({
+        "ruleId": "retry-debt/second-state",
+        "level": if r.second_state { "error" } else { "note" },
+        "message": { "text": format!(
+            "{} (A = {:.2} for timeouts, 1/A = {:.3}){}",
+            r.reasons.join("; "),
+            r.timeout().a,
+            r.timeout().threshold,
+            r.fixes.first().map_or(String::new(), |f| format!(". First fix: {}", f.change)),
+        ) },
+        "locations": verdict_locations,
+    })];
+    for (i, l) in r.layers.iter().enumerate() {
+        results.push(json!({
+            "ruleId": "retry-debt/layer",
+            "level": "note",
+            "message": { "text": format!(
+                "{} multiplies timeouts by {:.2} ({})",
+                l.name(),
+                r.timeout().tries.get(i).copied().unwrap_or(1.0),
+                l.tries.limit().map_or("no count limit".into(), |n| format!("{n} tries at most"))
+            ) },
+            "locations": [location(&l.source)],
+        }));
+    }
+    for s in &r.skipped {
+        results.push(json!({
+            "ruleId": "retry-debt/skipped",
+            "level": "warning",
+            "message": { "text": format!("{}: {}", s.what, s.why) },
+            "locations": [{ "physicalLocation": { "artifactLocation": { "uri": s.file.display().to_string() } } }],
+        }));
+    }
+    json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": { "driver": {
+                "name": "falsification check",
+                "version": env!("CARGO_PKG_VERSION"),
+                "rules": [
+                    { "id": "retry-debt/second-state", "shortDescription": { "text": "The service has a second (failed) state a trigger can put it in" } },
+                    { "id": "retry-debt/layer", "shortDescription": { "text": "A layer that retries, and its factor on timeouts" } },
+                    { "id": "retry-debt/skipped", "shortDescription": { "text": "A block check did not read" } },
+                ],
+            } },
+            "results": results,
+        }],
+    })
+}

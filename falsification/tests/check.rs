@@ -1,0 +1,274 @@
+//! `falsification check` as a user runs it: the kit's own F5 configuration, exit codes, the JSON
+//! contract, SARIF, and input errors that name the file and the field.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn check(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .arg("check")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {} stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The stack file of the kit's own loadgen as F5 runs it: 3 tries of 10 s, on timeouts and 5xx.
+const KIT_CLIENT: &str = "[[client]]\nname = \"loadgen\"\nlibrary = \"kit-loadgen\"\n\
+                          args = [\"--rate=40\", \"--timeout=10s\", \"--retries=2\", \
+                          \"--retry-on=timeout,5xx\"]\n";
+
+/// The kit's gateway overlay rendered as `kubectl kustomize` writes it (HAProxy's ConfigMap
+/// holds its file; the HPA scales on first attempts at 50/s per pod).
+fn rendered_gateway_overlay(dir: &Path) -> PathBuf {
+    let out = Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(repo().join("k8s/overlays/gateway"))
+        .output()
+        .expect("kubectl is on PATH (scripts/test.sh checks it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = dir.join("gateway-overlay.yaml");
+    std::fs::write(&path, &out.stdout).unwrap();
+    path
+}
+
+#[test]
+fn the_kits_f5_stack_has_a_second_state_under_its_first_attempt_hpa() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stack.toml"), KIT_CLIENT).unwrap();
+    let overlay = rendered_gateway_overlay(dir.path());
+    let haproxy = repo().join("k8s/overlays/gateway/haproxy.cfg");
+    let out = check(
+        &[
+            haproxy.to_str().unwrap(),
+            overlay.to_str().unwrap(),
+            "--stack",
+            "stack.toml",
+            "--pod-capacity",
+            "100",
+            "--format",
+            "json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&out);
+    let timeout = &r["classes"][0];
+    assert_eq!(timeout["class"], "timeout");
+    // 3 client tries x 3 HAProxy tries (its 504 at 9 s comes before the client's 10 s).
+    assert_eq!(timeout["a"].as_f64(), Some(9.0));
+    assert_eq!(r["hpa"]["signal_sees"], "first-attempts");
+    assert_eq!(r["hpa"]["target"].as_f64(), Some(0.5));
+    assert_eq!(r["second_state"], true);
+    let reason = r["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.contains("the target u* = 0.50 is at or above 1/A = 0.11 for timeouts"),
+        "{reason}"
+    );
+    // The contract's keys, and fixes that say the A they give.
+    for key in [
+        "layers",
+        "classes",
+        "hpa",
+        "second_state",
+        "reasons",
+        "fixes",
+    ] {
+        assert!(r.get(key).is_some(), "{key} missing");
+    }
+    let classes: Vec<&str> = r["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["class"].as_str().unwrap())
+        .collect();
+    assert_eq!(classes, ["timeout", "connect-failure", "5xx"]);
+    let fixes = r["fixes"].as_array().unwrap();
+    assert!(
+        fixes[0]["change"]
+            .as_str()
+            .unwrap()
+            .starts_with("drop abandoned work")
+    );
+    assert!(fixes.iter().all(|f| f["a"].as_f64().is_some()));
+    assert_eq!(r["layers"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_client_that_ignores_the_gateways_504_gets_a_lower_a_and_exit_codes_follow_rho() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("stack.toml"),
+        "[[client]]\nname = \"web\"\nattempts = 3\ntimeout = \"10s\"\nretry_on = [\"timeout\"]\n",
+    )
+    .unwrap();
+    let haproxy = repo().join("k8s/overlays/gateway/haproxy.cfg");
+    let run = |rho: &str| {
+        check(
+            &[
+                haproxy.to_str().unwrap(),
+                "--stack",
+                "stack.toml",
+                "--rho",
+                rho,
+                "--format",
+                "json",
+            ],
+            dir.path(),
+        )
+    };
+    // HAProxy answers 504 at 9 s; the client retries only its own timeouts: A = 3.
+    let low = run("0.2");
+    assert_eq!(
+        low.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&low.stderr)
+    );
+    assert_eq!(json(&low)["classes"][0]["a"].as_f64(), Some(3.0));
+    let high = run("0.4");
+    assert_eq!(high.status.code(), Some(1));
+    assert_eq!(json(&high)["second_state"], true);
+}
+
+#[test]
+fn text_and_sarif_name_the_verdict_and_the_layers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stack.toml"), KIT_CLIENT).unwrap();
+    let haproxy = repo().join("k8s/overlays/gateway/haproxy.cfg");
+    let base = [
+        haproxy.to_str().unwrap(),
+        "--stack",
+        "stack.toml",
+        "--rho",
+        "0.3",
+    ];
+    let text = check(
+        &[&base[..], &["--spike", "5x60s", "--predict"]].concat(),
+        dir.path(),
+    );
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        t.contains("Layers, outermost first:") && t.contains("second state exists"),
+        "{t}"
+    );
+    assert!(
+        t.contains("a 5x spike for 60 s triggers, and the service never recovers"),
+        "{t}"
+    );
+    let sarif = check(&[&base[..], &["--format", "sarif"]].concat(), dir.path());
+    let s = json(&sarif);
+    assert_eq!(s["version"], "2.1.0");
+    let results = s["runs"][0]["results"].as_array().unwrap();
+    assert_eq!(results[0]["ruleId"], "retry-debt/second-state");
+    assert_eq!(results[0]["level"], "error");
+    let located = results
+        .iter()
+        .filter(|r| r["ruleId"] == "retry-debt/layer")
+        .filter_map(|r| r["locations"][0]["physicalLocation"]["region"]["startLine"].as_u64())
+        .count();
+    assert!(located >= 1, "{s}");
+}
+
+#[test]
+fn a_recovering_spike_is_predicted_by_the_closed_form_and_the_fluid_model() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("stack.toml"),
+        "[[client]]\nname = \"web\"\nattempts = 3\ntimeout = \"10s\"\n",
+    )
+    .unwrap();
+    // F2's 30% case: A rho = 0.9 < 1, no second state at this utilization (exit 0); published
+    // recovery about 9,756 s after a 5x300s spike.
+    let out = check(
+        &[
+            "--stack",
+            "stack.toml",
+            "--rho",
+            "0.3",
+            "--spike",
+            "5x300s",
+            "--predict",
+            "--format",
+            "json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let spike = &json(&out)["trigger"]["spike"];
+    let closed = spike["recovery_closed_s"].as_f64().unwrap();
+    let fluid = spike["recovery_fluid_s"].as_f64().unwrap();
+    assert!((closed / 9_756.0 - 1.0).abs() < 0.02, "{spike}");
+    assert!((fluid / closed - 1.0).abs() < 0.1, "{spike}");
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_file_and_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.path().join(name), text).unwrap();
+        name.to_string()
+    };
+    let cases = [
+        (write("notes.txt", "hello\n"), "notes.txt"),
+        (
+            write(
+                "bad.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: [unclosed\n",
+            ),
+            "bad.yaml",
+        ),
+        (
+            write("bad.cfg", "defaults\n    timeout server 3x\n"),
+            "timeout",
+        ),
+    ];
+    for (file, named) in &cases {
+        let out = check(&[file], dir.path());
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(named) && err.lines().count() == 1,
+            "{file}: {err}"
+        );
+    }
+    let missing = check(&["absent.yaml"], dir.path());
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("absent.yaml"));
+    let huge = dir.path().join("huge.cfg");
+    std::fs::write(&huge, "#".repeat(5 << 20)).unwrap();
+    let out = check(&["huge.cfg"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than"));
+    let rho = check(&["--stack", "x.toml", "--rho", "-1"], dir.path());
+    assert_eq!(rho.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&rho.stderr).contains("--rho"));
+}
