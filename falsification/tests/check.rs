@@ -59,11 +59,10 @@ fn rendered_gateway_overlay(dir: &Path) -> PathBuf {
 fn the_kits_f5_stack_has_a_second_state_under_its_first_attempt_hpa() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("stack.toml"), KIT_CLIENT).unwrap();
+    // The overlay alone: HAProxy's file is read from the ConfigMap that holds it.
     let overlay = rendered_gateway_overlay(dir.path());
-    let haproxy = repo().join("k8s/overlays/gateway/haproxy.cfg");
     let out = check(
         &[
-            haproxy.to_str().unwrap(),
             overlay.to_str().unwrap(),
             "--stack",
             "stack.toml",
@@ -119,7 +118,16 @@ fn the_kits_f5_stack_has_a_second_state_under_its_first_attempt_hpa() {
             .starts_with("drop abandoned work")
     );
     assert!(fixes.iter().all(|f| f["a"].as_f64().is_some()));
-    assert_eq!(r["layers"].as_array().unwrap().len(), 2);
+    let layers = r["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 2);
+    assert!(
+        layers[1]["source"]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("gateway-overlay.yaml#ConfigMap/gateway/haproxy.cfg"),
+        "{}",
+        layers[1]
+    );
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! keeps trying, nginx stops). So a layer's tries that cannot fit inside the caller's timeout do
 //! not count when the layer aborts, and a budget caps the layer's factor at `1 + budget`.
 
-use super::layer::{Abandoned, Autoscaler, Budget, FailureClass, InputError, Layer, Sees, Target};
+use super::layer::{
+    Abandoned, Autoscaler, Budget, FailureClass, InputError, Layer, Sees, Target, Tier, Tries,
+};
 
 /// What an inner chain does with one try of its caller.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,11 +87,13 @@ fn chain(layers: &[Layer], class: FailureClass, leave_s: f64, tries: &mut Vec<f6
         } else {
             stop_s
         };
+        // (0 x an unbounded inner chain is no attempt, not NaN.)
+        let whole = |n: f64| if n > 0.0 { n * full.attempts } else { 0.0 };
         let sent = if last_left_s < try_s {
-            (made - 1.0) * full.attempts
+            whole(made - 1.0)
                 + chain(inner, class, per_try.min(last_left_s), &mut Vec::new()).attempts
         } else {
-            made * full.attempts
+            whole(made)
         };
         sent * effective / made
     } else {
@@ -140,6 +144,53 @@ pub fn class_figure(layers: &[Layer], class: FailureClass) -> ClassFigure {
     }
 }
 
+/// Most request paths `paths` builds before it asks for `--route`.
+pub const MAX_PATHS: usize = 10_000;
+
+/// The request paths the layers make: the clients chained in order (outermost first), then one
+/// layer of each other tier that has any: the routes of one tier are alternatives, not a chain.
+/// `None` when there are more than [`MAX_PATHS`].
+pub fn paths(layers: &[Layer]) -> Option<Vec<Vec<Layer>>> {
+    let clients: Vec<Layer> = layers
+        .iter()
+        .filter(|l| l.tier == Tier::Client)
+        .cloned()
+        .collect();
+    let mut out = vec![clients];
+    for tier in [Tier::Edge, Tier::Mesh] {
+        let routes: Vec<&Layer> = layers.iter().filter(|l| l.tier == tier).collect();
+        if routes.is_empty() {
+            continue;
+        }
+        if out.len() * routes.len() > MAX_PATHS {
+            return None;
+        }
+        out = out
+            .iter()
+            .flat_map(|path| {
+                routes.iter().map(move |r| {
+                    let mut p = path.clone();
+                    p.push((*r).clone());
+                    p
+                })
+            })
+            .collect();
+    }
+    Some(out)
+}
+
+/// The path with the largest timeout-class `A` (the first of equals).
+pub fn worst_path(paths: Vec<Vec<Layer>>) -> Vec<Layer> {
+    let mut best: Option<(f64, Vec<Layer>)> = None;
+    for p in paths {
+        let a = class_figure(&p, FailureClass::Timeout).a;
+        if best.as_ref().is_none_or(|(b, _)| a > *b) {
+            best = Some((a, p));
+        }
+    }
+    best.map(|(_, p)| p).unwrap_or_default()
+}
+
 /// The wait that fails an attempt at the service: the shortest timeout of the chain (`tau_out`
 /// in the laws); `None` when no layer has one.
 pub fn service_timeout_s(layers: &[Layer]) -> Option<f64> {
@@ -167,10 +218,13 @@ pub enum SignalSees {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HpaFigure {
     pub name: String,
+    pub source: super::layer::Source,
     pub signal_sees: SignalSees,
     /// The first-attempt target as a utilization `u*`, when the signal is first attempts.
     pub target: Option<f64>,
+    pub min_replicas: u32,
     pub max_replicas: u32,
+    pub scale_down_stabilization_s: Option<f64>,
 }
 
 /// Classifies an autoscaler; a metric it cannot classify, or a first-attempt target it cannot
@@ -228,6 +282,9 @@ pub fn hpa_figure(hpa: &Autoscaler, pod_capacity: Option<f64>) -> Result<HpaFigu
     }
     Ok(HpaFigure {
         name: hpa.name.clone(),
+        source: hpa.source.clone(),
+        min_replicas: hpa.min_replicas,
+        scale_down_stabilization_s: hpa.scale_down_stabilization_s,
         signal_sees: sees,
         target: target.filter(|_| sees == SignalSees::FirstAttempts),
         max_replicas: hpa.max_replicas,
@@ -389,7 +446,7 @@ pub struct Fix {
 pub const PROPOSED_BUDGET: f64 = 0.2;
 
 /// The layer whose tries multiply most (the first of equals, outermost first).
-fn most_multiplying(timeout: &ClassFigure) -> Option<usize> {
+pub fn most_multiplying(timeout: &ClassFigure) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
     for (i, t) in timeout.tries.iter().enumerate() {
         if *t > 1.0 && best.is_none_or(|(_, b)| *t > b) {
@@ -400,33 +457,90 @@ fn most_multiplying(timeout: &ClassFigure) -> Option<usize> {
 }
 
 fn layer_name(l: &Layer) -> String {
-    format!(
-        "{} {} ({})",
-        l.software,
-        l.source.locator,
-        l.source.file.display()
-    )
+    format!("{} ({})", l.name(), l.source.file.display())
 }
 
-/// Ranked: the changes that remove the second state first, in the publication's order (drop
-/// abandoned work, a budget where A multiplies most, a signal that sees retries, a lower target,
-/// fewer retries at one layer), then those that only lower `A`.
+/// `stack` with different layers: the timeout class's `A`, and whether a second state remains.
+fn after(stack: &Stack, layers: Vec<Layer>) -> (f64, bool) {
+    let figure = class_figure(&layers, FailureClass::Timeout);
+    let removes = !verdict(
+        &Stack {
+            layers,
+            ..stack.clone()
+        },
+        &figure,
+    )
+    .second_state;
+    (figure.a, removes)
+}
+
+/// A budget of [`PROPOSED_BUDGET`] (or the layer's own, when tighter) at the layers `at`.
+fn budgeted(layers: &[Layer], at: impl Fn(usize) -> bool) -> Vec<Layer> {
+    let mut out = layers.to_vec();
+    for (_, l) in out.iter_mut().enumerate().filter(|(i, _)| at(*i)) {
+        let ratio = match l.budget {
+            Some(Budget::Ratio { ratio }) => ratio.min(PROPOSED_BUDGET),
+            Some(Budget::Quota { .. }) => continue,
+            None => PROPOSED_BUDGET,
+        };
+        l.budget = Some(Budget::Ratio { ratio });
+    }
+    out
+}
+
+/// The changes to the layers: a budget where `A` multiplies most, at every layer that retries,
+/// and no retries where it multiplies most; each only when it lowers `A`.
+fn layer_fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
+    let mut out = Vec::new();
+    let mut push = |change: String, layer: Option<String>, layers: Vec<Layer>| {
+        let (a, removes) = after(stack, layers);
+        if a < timeout.a - 1e-9 {
+            out.push(Fix {
+                change,
+                layer,
+                a,
+                removes_second_state: removes,
+            });
+        }
+    };
+    let budget = format!("a retry budget of {:.0}%", PROPOSED_BUDGET * 100.0);
+    if let Some(i) = most_multiplying(timeout) {
+        push(
+            format!("{budget} at the layer that multiplies most"),
+            Some(layer_name(&stack.layers[i])),
+            budgeted(&stack.layers, |j| j == i),
+        );
+    }
+    let retrying = timeout.tries.iter().filter(|t| **t > 1.0).count();
+    if retrying > 1 {
+        push(
+            format!("{budget} at each of the {retrying} layers that retry timeouts"),
+            None,
+            budgeted(&stack.layers, |j| {
+                timeout.tries.get(j).is_some_and(|t| *t > 1.0)
+            }),
+        );
+    }
+    if let Some(i) = most_multiplying(timeout) {
+        let mut fewer = stack.layers.clone();
+        fewer[i].tries = Tries::AtMost(1);
+        push(
+            "no retries at the layer that multiplies most".into(),
+            Some(layer_name(&stack.layers[i])),
+            fewer,
+        );
+    }
+    out
+}
+
+/// What would remove a second state (none when there is none), ranked: the changes that remove
+/// it first, in the publication's order (drop abandoned work, a budget where A multiplies most,
+/// a signal that sees retries, a lower target, fewer retries at one layer), then those that only
+/// lower `A`.
 pub fn fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
-    if stack.abandoned == Abandoned::Dropped || timeout.a <= 1.0 + 1e-9 {
+    if !verdict(stack, timeout).second_state {
         return Vec::new();
     }
-    let again = |layers: Vec<Layer>| {
-        let figure = class_figure(&layers, FailureClass::Timeout);
-        let removes = !verdict(
-            &Stack {
-                layers,
-                ..stack.clone()
-            },
-            &figure,
-        )
-        .second_state;
-        (figure.a, removes)
-    };
     let mut out = vec![Fix {
         change: "drop abandoned work at the service (cancel on client disconnect, or propagate \
                  deadlines): no debt"
@@ -435,22 +549,9 @@ pub fn fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
         a: timeout.a,
         removes_second_state: true,
     }];
-    if let Some(i) = most_multiplying(timeout) {
-        let mut budgeted = stack.layers.clone();
-        budgeted[i].budget = Some(Budget::Ratio {
-            ratio: PROPOSED_BUDGET,
-        });
-        let (a, removes) = again(budgeted);
-        out.push(Fix {
-            change: format!(
-                "a retry budget of {:.0}% at the layer that multiplies most",
-                PROPOSED_BUDGET * 100.0
-            ),
-            layer: Some(layer_name(&stack.layers[i])),
-            a,
-            removes_second_state: removes,
-        });
-    }
+    let mut layers = layer_fixes(stack, timeout);
+    let fewer = layers.pop_if(|f| f.change.starts_with("no retries"));
+    out.append(&mut layers);
     if let Some(h) = &stack.hpa
         && let (SignalSees::FirstAttempts, Some(u)) = (h.signal_sees, h.target)
     {
@@ -464,28 +565,21 @@ pub fn fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
             a: timeout.a,
             removes_second_state: true,
         });
-        out.push(Fix {
-            change: format!(
-                "lower the target u* from {} to below 1/A = {}",
-                fmt_fraction(u),
-                fmt_fraction(timeout.threshold)
-            ),
-            layer: None,
-            a: timeout.a,
-            removes_second_state: u >= timeout.threshold,
-        });
+        // No target is below 1/A when A is unbounded.
+        if timeout.a.is_finite() {
+            out.push(Fix {
+                change: format!(
+                    "lower the target u* from {} to below 1/A = {}",
+                    fmt_fraction(u),
+                    fmt_fraction(timeout.threshold)
+                ),
+                layer: None,
+                a: timeout.a,
+                removes_second_state: true,
+            });
+        }
     }
-    if let Some(i) = most_multiplying(timeout) {
-        let mut fewer = stack.layers.clone();
-        fewer[i].tries = super::layer::Tries::AtMost(1);
-        let (a, removes) = again(fewer);
-        out.push(Fix {
-            change: "no retries at the layer that multiplies most".into(),
-            layer: Some(layer_name(&stack.layers[i])),
-            a,
-            removes_second_state: removes,
-        });
-    }
+    out.extend(fewer);
     // Stable: the publication's order among those that remove it, then by the A left.
     out.sort_by(|x, y| {
         y.removes_second_state
@@ -506,7 +600,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::check::layer::{RetryOn, Source, Tier, Tries};
+    use crate::check::layer::{RetryOn, Source};
 
     fn layer(tries: u32, per_try_s: Option<f64>, retry_on: RetryOn, aborts: bool) -> Layer {
         Layer {
@@ -629,9 +723,69 @@ mod tests {
         assert!((a(&[unlimited], FailureClass::Timeout) - 1.2).abs() < 1e-12);
     }
 
+    #[test]
+    fn routes_of_one_tier_are_alternatives_and_the_worst_path_is_judged() {
+        let client = Layer {
+            tier: Tier::Client,
+            ..layer(3, Some(10.0), TIMEOUT_5XX, false)
+        };
+        // Two routes of one proxy: /api (3 tries of 3 s) and /static (no retries).
+        let api = layer(3, Some(3.0), TIMEOUT_CONNECT, false);
+        let mut static_files = layer(1, Some(1.0), TIMEOUT_CONNECT, false);
+        static_files.source.locator = "static".into();
+        let all = paths(&[client, static_files, api]).unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all.iter().all(|p| p.len() == 2));
+        let worst = worst_path(all);
+        assert_eq!(class_figure(&worst, FailureClass::Timeout).a, 9.0);
+        let many: Vec<Layer> = (0..200)
+            .map(|_| layer(2, None, TIMEOUT_5XX, true))
+            .collect();
+        let mesh: Vec<Layer> = (0..200)
+            .map(|_| Layer {
+                tier: Tier::Mesh,
+                ..layer(2, None, TIMEOUT_5XX, true)
+            })
+            .collect();
+        assert!(paths(&[many, mesh].concat()).is_none());
+    }
+
+    #[test]
+    fn a_caller_that_leaves_before_an_unbounded_inner_layer_gets_one_attempt_not_nan() {
+        // gRPC with a 5 s deadline and no per-try timeout over ingress-nginx with tries 0.
+        let mut grpc = layer(5, None, TIMEOUT_5XX, false);
+        grpc.overall_timeout_s = Some(5.0);
+        let mut ingress = layer(1, Some(60.0), TIMEOUT_CONNECT, true);
+        ingress.tries = Tries::Unlimited;
+        assert_eq!(a(&[grpc, ingress], FailureClass::Timeout), 1.0);
+    }
+
+    #[test]
+    fn a_proposed_budget_never_loosens_a_tighter_one() {
+        let mut layers = f5(10.0, false);
+        layers[0].budget = Some(Budget::Ratio { ratio: 0.1 });
+        let figure = class_figure(&layers, FailureClass::Timeout);
+        let stack = Stack {
+            layers,
+            hpa: Some(hpa(0.5)),
+            abandoned: Abandoned::Served,
+            rho: None,
+        };
+        for f in fixes(&stack, &figure) {
+            assert!(f.a <= figure.a + 1e-9, "{f:?} raises A from {}", figure.a);
+        }
+    }
+
     fn hpa(target: f64) -> HpaFigure {
         HpaFigure {
             name: "web".into(),
+            source: Source {
+                file: PathBuf::from("hpa.yaml"),
+                line: Some(1),
+                locator: "web".into(),
+            },
+            min_replicas: 4,
+            scale_down_stabilization_s: None,
             signal_sees: SignalSees::FirstAttempts,
             target: Some(target),
             max_replicas: 50,
@@ -678,9 +832,18 @@ mod tests {
         };
         let f = fixes(&stack, &figure);
         assert!(f[0].change.starts_with("drop abandoned work"));
-        let budget = f.iter().find(|x| x.change.contains("budget")).unwrap();
+        let budget = f
+            .iter()
+            .find(|x| x.change.contains("budget of 20% at the layer"))
+            .unwrap();
         // The client multiplies by 3 as much as the gateway: the first of equals is budgeted.
         assert!((budget.a - 3.6).abs() < 1e-9 && !budget.removes_second_state);
+        // A budget at both layers: 1.2 x 1.2 = 1.44, 1/A = 0.69 above the 0.5 target.
+        let both = f
+            .iter()
+            .find(|x| x.change.contains("each of the 2 layers"))
+            .unwrap();
+        assert!((both.a - 1.44).abs() < 1e-9 && both.removes_second_state);
         let none = f
             .iter()
             .find(|x| x.change.starts_with("no retries"))

@@ -127,7 +127,7 @@ pub fn parse_stack(
         Some("served") => Some(Abandoned::Served),
         Some("dropped") => Some(Abandoned::Dropped),
         Some(other) => {
-            return Err(field(
+            return Err(InputError::field(
                 file,
                 "service.abandoned",
                 other,
@@ -138,7 +138,7 @@ pub fn parse_stack(
     if let Some(c) = service.pod_capacity
         && !(c.is_finite() && c > 0.0)
     {
-        return Err(field(
+        return Err(InputError::field(
             file,
             "service.pod_capacity",
             &c.to_string(),
@@ -154,7 +154,7 @@ pub fn parse_stack(
                 "every-attempt" => Sees::EveryAttempt,
                 "busy-time" => Sees::BusyTime,
                 _ => {
-                    return Err(field(
+                    return Err(InputError::field(
                         file,
                         &format!("metrics.{name:?}"),
                         &sees,
@@ -171,15 +171,6 @@ pub fn parse_stack(
         pod_capacity: service.pod_capacity,
         metrics,
     })
-}
-
-fn field(file: &Path, field: &str, value: &str, why: &str) -> InputError {
-    InputError::Field {
-        file: file.to_path_buf(),
-        field: field.to_string(),
-        value: value.to_string(),
-        why: why.to_string(),
-    }
 }
 
 /// toml's errors carry a byte span; the report wants a line. The message alone names an unknown
@@ -289,7 +280,7 @@ fn client_layer(
     let library = raw.library.as_deref();
     if raw.args.is_some() && library != Some("kit-loadgen") {
         let value = raw.args.as_ref().map(|a| a.join(" ")).unwrap_or_default();
-        return Err(field(
+        return Err(InputError::field(
             file,
             &format!("{at}.args"),
             &value,
@@ -299,7 +290,7 @@ fn client_layer(
     if let Some(path) = &raw.service_config
         && library != Some("grpc")
     {
-        return Err(field(
+        return Err(InputError::field(
             file,
             &format!("{at}.service_config"),
             path,
@@ -321,7 +312,7 @@ fn client_layer(
             }
         },
         Some(name) => library_settings(name).ok_or_else(|| {
-            field(
+            InputError::field(
                 file,
                 &format!("{at}.library"),
                 name,
@@ -342,7 +333,7 @@ fn apply_fields(
 ) -> Result<(), InputError> {
     let tries = match (raw.attempts, raw.retries) {
         (Some(_), Some(r)) => {
-            return Err(field(
+            return Err(InputError::field(
                 file,
                 &format!("{at}.retries"),
                 &r.to_string(),
@@ -350,7 +341,7 @@ fn apply_fields(
             ));
         }
         (Some(0), None) => {
-            return Err(field(
+            return Err(InputError::field(
                 file,
                 &format!("{at}.attempts"),
                 "0",
@@ -358,10 +349,9 @@ fn apply_fields(
             ));
         }
         (Some(a), None) => Some(a),
-        (None, Some(r)) => Some(
-            r.checked_add(1)
-                .ok_or_else(|| field(file, &format!("{at}.retries"), &r.to_string(), "too many"))?,
-        ),
+        (None, Some(r)) => Some(r.checked_add(1).ok_or_else(|| {
+            InputError::field(file, &format!("{at}.retries"), &r.to_string(), "too many")
+        })?),
         (None, None) => None,
     };
     if let Some(t) = tries {
@@ -378,7 +368,7 @@ fn apply_fields(
     }
     if let Some(ratio) = raw.budget {
         if !(ratio.is_finite() && (0.0..=1000.0).contains(&ratio)) {
-            return Err(field(
+            return Err(InputError::field(
                 file,
                 &format!("{at}.budget"),
                 &ratio.to_string(),
@@ -403,7 +393,7 @@ fn retry_on(file: &Path, at: &str, classes: &[String]) -> Result<RetryOn, InputE
             "connect-failure" => on.connect_failure = true,
             "5xx" => on.status_5xx = true,
             _ => {
-                return Err(field(
+                return Err(InputError::field(
                     file,
                     &format!("{at}.retry_on[{i}]"),
                     class,
@@ -418,8 +408,8 @@ fn retry_on(file: &Path, at: &str, classes: &[String]) -> Result<RetryOn, InputE
 fn duration(file: &Path, path: &str, text: &str) -> Result<f64, InputError> {
     match humantime::parse_duration(text) {
         Ok(d) if !d.is_zero() => Ok(d.as_secs_f64()),
-        Ok(_) => Err(field(file, path, text, "must be more than 0")),
-        Err(e) => Err(field(
+        Ok(_) => Err(InputError::field(file, path, text, "must be more than 0")),
+        Err(e) => Err(InputError::field(
             file,
             path,
             text,
@@ -441,7 +431,7 @@ fn finish(
             Some(lib) => format!("library {lib} has no attempt count of its own: give attempts"),
             None => format!("give library (one of {}) or attempts", LIBRARIES.join(", ")),
         };
-        return Err(field(file, &format!("{at}.attempts"), "", &why));
+        return Err(InputError::field(file, &format!("{at}.attempts"), "", &why));
     };
     let retry_on = match s.retry_on {
         Some(on) => on,
@@ -966,12 +956,12 @@ fn loadgen_settings(file: &Path, at: &str, args: &[String]) -> Result<Settings, 
             .next()
             .unwrap_or("")
             .trim_start_matches("error: ");
-        field(file, &format!("{at}.args"), &args.join(" "), first)
+        InputError::field(file, &format!("{at}.args"), &args.join(" "), first)
     })?;
     if let Some(r) = config.retry_budget
         && !(r.is_finite() && (0.0..=1000.0).contains(&r))
     {
-        return Err(field(
+        return Err(InputError::field(
             file,
             &format!("{at}.args"),
             &format!("--retry-budget {r}"),
@@ -1226,7 +1216,7 @@ struct Json<'a> {
 
 impl Json<'_> {
     fn bad(&self, path: &str, value: &Value, why: &str) -> InputError {
-        field(self.file, path, &value.to_string(), why)
+        InputError::field(self.file, path, &value.to_string(), why)
     }
 
     fn object<'v>(&self, v: &'v Value, path: &str) -> Result<&'v Map<String, Value>, InputError> {

@@ -101,6 +101,22 @@ pub fn detect(text: &str) -> Result<FileKind, String> {
         }
     }
     let first_word = |l: &str| l.split_whitespace().next().unwrap_or("").to_string();
+    // HAProxy sections start at the line's start and open no block (its ACLs may hold `{ }` and
+    // its headers `;`, which would otherwise pass for nginx).
+    let haproxy_section = |l: &str| {
+        matches!(
+            first_word(l).as_str(),
+            "global" | "defaults" | "frontend" | "backend" | "listen" | "resolvers" | "peers"
+        ) && !l.trim_end().ends_with('{')
+    };
+    if text
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .any(haproxy_section)
+    {
+        return Ok(FileKind::Haproxy);
+    }
     if text.contains('{')
         && text.contains(';')
         && lines(text).any(|l| {
@@ -161,6 +177,11 @@ mod tests {
             Ok(FileKind::Stack)
         );
         assert!(detect("hello world\n").is_err());
+        // An ACL's braces and a header's semicolon do not make HAProxy nginx.
+        let haproxy = "frontend web\n    bind :80\n    http-request deny if { path_beg /admin }\n    \
+                       http-response set-header Strict-Transport-Security \"max-age=1; includeSubDomains\"\n    \
+                       default_backend app\nbackend app\n    server a 10.0.0.1:80\n";
+        assert_eq!(detect(haproxy), Ok(FileKind::Haproxy));
     }
 
     /// Every real upstream example of the readers' test data is found by its content.

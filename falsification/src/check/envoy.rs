@@ -29,7 +29,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Parsed, InputError> {
     let root = load(file, text)?;
     if let Some(v1) = root.get("cluster_manager") {
         let why = "the v1 API (removed in Envoy 1.10): check reads v3".to_string();
-        return Err(field(file, "cluster_manager", &v1.summary(), why));
+        return Err(InputError::field(
+            file,
+            "cluster_manager",
+            &v1.summary(),
+            why,
+        ));
     }
     let mut found = Found::default();
     found.walk(file, &root, None);
@@ -151,7 +156,9 @@ fn load(file: &Path, text: &str) -> Result<Node, InputError> {
     if json {
         serde_json::from_str::<Spanned<Val>>(text)
             .map(Node::from)
-            .map_err(|e| syntax(file, u32::try_from(e.line()).unwrap_or(0), e.to_string()))
+            .map_err(|e| {
+                InputError::syntax(file, u32::try_from(e.line()).unwrap_or(0), e.to_string())
+            })
     } else {
         let options = serde_saphyr::options! {
             budget: serde_saphyr::budget! { max_depth: MAX_DEPTH },
@@ -164,25 +171,8 @@ fn load(file: &Path, text: &str) -> Result<Node, InputError> {
                 if why.contains("Depth") {
                     why = format!("nested deeper than {MAX_DEPTH} levels: {why}");
                 }
-                syntax(file, u32::try_from(line).unwrap_or(0), why)
+                InputError::syntax(file, u32::try_from(line).unwrap_or(0), why)
             })
-    }
-}
-
-fn syntax(file: &Path, line: u32, why: String) -> InputError {
-    InputError::Syntax {
-        file: file.to_path_buf(),
-        line,
-        why,
-    }
-}
-
-fn field(file: &Path, field: &str, value: &str, why: String) -> InputError {
-    InputError::Field {
-        file: file.to_path_buf(),
-        field: field.to_string(),
-        value: value.to_string(),
-        why,
     }
 }
 
@@ -246,7 +236,7 @@ fn list<'a>(file: &Path, node: &'a Node, key: &str) -> Result<&'a [Node], InputE
         Some(Val::Seq(items)) => Ok(items),
         Some(_) => {
             let v = node.get(key).map(Node::summary).unwrap_or_default();
-            Err(field(
+            Err(InputError::field(
                 file,
                 key,
                 &v,
@@ -521,7 +511,7 @@ impl Cx<'_> {
         };
         let tries = retries.checked_add(1).ok_or_else(|| {
             let why = "more retries than check counts".to_string();
-            field(self.file, "num_retries", &retries.to_string(), why)
+            InputError::field(self.file, "num_retries", &retries.to_string(), why)
         })?;
         let mut per_try_s = match p.get("per_try_timeout") {
             Some(t) => Some(duration(self.file, "per_try_timeout", t)?).filter(|s| *s > 0.0),
@@ -663,7 +653,7 @@ fn status_codes(file: &Path, p: &Node) -> Result<Vec<u32>, InputError> {
 
 /// A uint32 (protobuf JSON takes a number or a string of digits).
 fn whole(file: &Path, name: &str, n: &Node) -> Result<u32, InputError> {
-    let bad = |why: &str| field(file, name, &n.summary(), format!("{}{why}", n.at()));
+    let bad = |why: &str| InputError::field(file, name, &n.summary(), format!("{}{why}", n.at()));
     match &n.val {
         Val::Num(x) if x.fract() == 0.0 && *x >= 0.0 && *x <= f64::from(u32::MAX) => Ok(*x as u32),
         Val::Num(_) => Err(bad("not a whole number from 0 to 4294967295")),
@@ -681,7 +671,7 @@ fn duration(file: &Path, name: &str, n: &Node) -> Result<f64, InputError> {
             "{}not a duration like \"0.25s\" (seconds, with an s)",
             n.at()
         );
-        field(file, name, &n.summary(), why)
+        InputError::field(file, name, &n.summary(), why)
     };
     let s = n.str().ok_or_else(bad)?;
     let number = s.strip_suffix('s').ok_or_else(bad)?;
@@ -772,7 +762,7 @@ fn retry_budget(
     let percent = match rb.get("budget_percent") {
         Some(p) => {
             let v = p.get("value").ok_or_else(|| {
-                field(
+                InputError::field(
                     file,
                     "budget_percent",
                     &p.summary(),
@@ -783,7 +773,7 @@ fn retry_budget(
                 Val::Num(x) if (0.0..=100.0).contains(&x) => x,
                 _ => {
                     let why = format!("{}a percentage from 0 to 100", v.at());
-                    return Err(field(file, "budget_percent", &v.summary(), why));
+                    return Err(InputError::field(file, "budget_percent", &v.summary(), why));
                 }
             }
         }

@@ -98,23 +98,6 @@ fn skip(file: &Path, s: &Section, why: &str) -> Skipped {
     }
 }
 
-fn syntax(file: &Path, line: u32, why: impl Into<String>) -> InputError {
-    InputError::Syntax {
-        file: file.to_path_buf(),
-        line,
-        why: why.into(),
-    }
-}
-
-fn field(file: &Path, field: &str, value: &str, why: String) -> InputError {
-    InputError::Field {
-        file: file.to_path_buf(),
-        field: field.to_string(),
-        value: value.to_string(),
-        why,
-    }
-}
-
 /// Cuts the file into sections; refuses what HAProxy would refuse before any section starts.
 fn split(file: &Path, text: &str) -> Result<Vec<Section>, InputError> {
     let mut sections: Vec<Section> = Vec::new();
@@ -126,7 +109,7 @@ fn split(file: &Path, text: &str) -> Result<Vec<Section>, InputError> {
             if matches!(directive, "if" | "elif" | "else" | "endif") {
                 let why =
                     format!("conditional block `{first}`: check does not evaluate conditions");
-                return Err(syntax(file, n, why));
+                return Err(InputError::syntax(file, n, why));
             }
             // `.notice`, `.warning`, `.diag`, `.alert` only print a message.
             continue;
@@ -136,7 +119,11 @@ fn split(file: &Path, text: &str) -> Result<Vec<Section>, InputError> {
         } else if let Some(s) = sections.last_mut() {
             s.body.push((n, w));
         } else {
-            return Err(syntax(file, n, format!("`{first}` outside any section")));
+            return Err(InputError::syntax(
+                file,
+                n,
+                format!("`{first}` outside any section"),
+            ));
         }
     }
     Ok(sections)
@@ -151,7 +138,7 @@ fn header(file: &Path, n: u32, w: Vec<String>) -> Result<Section, InputError> {
         Some("from") => match rest.next() {
             Some(d) => Some(d),
             None => {
-                return Err(syntax(
+                return Err(InputError::syntax(
                     file,
                     n,
                     "`from` needs the name of a defaults section",
@@ -162,7 +149,11 @@ fn header(file: &Path, n: u32, w: Vec<String>) -> Result<Section, InputError> {
     };
     let named = matches!(keyword.as_str(), "frontend" | "backend" | "listen");
     if named && name.is_none() {
-        return Err(syntax(file, n, format!("`{keyword}` needs a name")));
+        return Err(InputError::syntax(
+            file,
+            n,
+            format!("`{keyword}` needs a name"),
+        ));
     }
     Ok(Section {
         keyword,
@@ -208,7 +199,7 @@ fn words(file: &Path, n: u32, line: &str) -> Result<Vec<String>, InputError> {
         }
     }
     if let Some(q) = quote {
-        return Err(syntax(file, n, format!("unmatched quote {q}")));
+        return Err(InputError::syntax(file, n, format!("unmatched quote {q}")));
     }
     if in_word {
         out.push(word);
@@ -269,13 +260,13 @@ fn named<'a>(
     let mut found = defaults.iter().filter(|(n, _)| n.as_deref() == Some(name));
     match (found.next(), found.next()) {
         (Some((_, settings)), None) => Ok(settings),
-        (Some(_), Some(_)) => Err(field(
+        (Some(_), Some(_)) => Err(InputError::field(
             file,
             "from",
             name,
             format!("line {}: two defaults sections have that name", s.line),
         )),
-        (None, _) => Err(field(
+        (None, _) => Err(InputError::field(
             file,
             "from",
             name,
@@ -313,7 +304,14 @@ fn read_body(
                 settings.http = Some(match m {
                     "http" => true,
                     "tcp" => false,
-                    _ => return Err(field(file, "mode", m, at("HAProxy 2.6 knows tcp and http"))),
+                    _ => {
+                        return Err(InputError::field(
+                            file,
+                            "mode",
+                            m,
+                            at("HAProxy 2.6 knows tcp and http"),
+                        ));
+                    }
                 })
             }
             ("retries", r) => settings.retries = Some(retries(file, r, &at)?),
@@ -323,7 +321,7 @@ fn read_body(
             }
             ("srvtimeout" | "contimeout" | "clitimeout", _) => {
                 let why = at("removed in HAProxy 2.1; write `timeout server` and the like");
-                return Err(field(file, arg(0), arg(1), why));
+                return Err(InputError::field(file, arg(0), arg(1), why));
             }
             ("option" | "no" | "default", _) => option(&mut settings, w),
             ("server" | "dispatch", _) => proxy.servers += 1,
@@ -361,14 +359,14 @@ fn retries(file: &Path, value: &str, at: &dyn Fn(&str) -> String) -> Result<u32,
         } else {
             "not a whole number"
         };
-        return Err(field(file, "retries", value, at(why)));
+        return Err(InputError::field(file, "retries", value, at(why)));
     }
     value
         .parse::<i32>()
         .ok()
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| {
-            field(
+            InputError::field(
                 file,
                 "retries",
                 value,
@@ -405,7 +403,7 @@ fn retry_on(
 ) -> Result<Vec<String>, InputError> {
     let all = words.join(" ");
     if words.is_empty() {
-        return Err(field(
+        return Err(InputError::field(
             file,
             "retry-on",
             "",
@@ -414,7 +412,7 @@ fn retry_on(
     }
     for w in words {
         if !RETRY_ON.contains(&w.as_str()) {
-            return Err(field(
+            return Err(InputError::field(
                 file,
                 "retry-on",
                 w,
@@ -423,7 +421,12 @@ fn retry_on(
         }
     }
     if words.iter().any(|w| w == "none") && words.len() > 1 {
-        return Err(field(file, "retry-on", &all, at("`none` must stand alone")));
+        return Err(InputError::field(
+            file,
+            "retry-on",
+            &all,
+            at("`none` must stand alone"),
+        ));
     }
     // `all-retryable-errors` as `proxy_parse_retry_on` expands it.
     let mut out = Vec::new();
@@ -457,7 +460,7 @@ fn template_count(
     at: &dyn Fn(&str) -> String,
 ) -> Result<u64, InputError> {
     let bad = || {
-        field(
+        InputError::field(
             file,
             "server-template",
             range,
@@ -487,7 +490,7 @@ fn duration_ms(
 ) -> Result<u64, InputError> {
     let digits = value.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = value.split_at(digits);
-    let bad = |why: &str| field(file, name, value, at(why));
+    let bad = |why: &str| InputError::field(file, name, value, at(why));
     if number.is_empty() {
         let why = if value.contains('$') {
             "an environment variable, which check does not expand"

@@ -3,7 +3,7 @@
 //! parser (`haproxy`, `nginx`, `envoy`, `kube`, `clients`) produces these; `amplify` computes on
 //! them. Nothing here does I/O.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -271,6 +271,25 @@ pub enum InputError {
     /// no capacity to make it a utilization).
     #[error("{question}")]
     Question { question: String },
+}
+
+impl InputError {
+    pub fn syntax(file: &Path, line: u32, why: impl Into<String>) -> InputError {
+        InputError::Syntax {
+            file: file.to_path_buf(),
+            line,
+            why: why.into(),
+        }
+    }
+
+    pub fn field(file: &Path, field: &str, value: &str, why: impl Into<String>) -> InputError {
+        InputError::Field {
+            file: file.to_path_buf(),
+            field: field.to_string(),
+            value: value.to_string(),
+            why: why.into(),
+        }
+    }
 }
 
 /// Input files larger than this are refused (a configuration is kilobytes; a hostile file is not).

@@ -43,6 +43,8 @@ pub struct CheckInput {
     pub pod_capacity: Option<f64>,
     /// Which HorizontalPodAutoscaler fronts this path, when the files hold several.
     pub hpa: Option<String>,
+    /// Keep only the proxy and mesh layers (routes) whose name contains one of these.
+    pub routes: Vec<String>,
     /// A spike whose recovery to predict (Proposition 7).
     pub spike: Option<Spike>,
     /// Also run the pooled fluid model for the spike.
@@ -102,6 +104,9 @@ pub struct Report {
     pub reasons: Vec<String>,
     pub fixes: Vec<Fix>,
     pub trigger: Option<TriggerFigure>,
+    /// Routes read but not on the judged path (the path with the largest `A` for timeouts is
+    /// judged; `--route` picks one).
+    pub other_routes: Vec<String>,
     pub skipped: Vec<Skipped>,
     pub files: Vec<PathBuf>,
 }
@@ -176,7 +181,11 @@ fn read_all(input: &CheckInput) -> Result<Inputs, InputError> {
                 read_stack(file, &text, &mut r)?;
                 continue;
             }
-            FileKind::Kubernetes => kube::parse(file, &text)?,
+            FileKind::Kubernetes => {
+                let mut parsed = kube::parse(file, &text)?;
+                read_config_maps(file, &text, &mut parsed);
+                parsed
+            }
             FileKind::Envoy => envoy::parse(file, &text)?,
             FileKind::Nginx => nginx::parse(file, &text)?,
             FileKind::Haproxy => haproxy::parse(file, &text)?,
@@ -187,6 +196,64 @@ fn read_all(input: &CheckInput) -> Result<Inputs, InputError> {
     }
     r.parsed.layers.sort_by_key(|l| l.tier);
     Ok(r)
+}
+
+/// A proxy's file kept in a ConfigMap (the kit's own HAProxy is): `(name, key, text)`.
+fn config_map_files(text: &str) -> Vec<(String, String, String)> {
+    let Ok(docs) = serde_saphyr::from_multiple::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let objects = docs.iter().flat_map(|d| match d["items"].as_array() {
+        Some(items) if d["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
+            items.iter().collect()
+        }
+        _ => vec![d],
+    });
+    let mut out = Vec::new();
+    for o in objects.filter(|o| o["kind"] == "ConfigMap") {
+        let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let Some(data) = o["data"].as_object() else {
+            continue;
+        };
+        for (key, value) in data {
+            if let Some(v) = value.as_str() {
+                out.push((name.clone(), key.clone(), v.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Reads the HAProxy, nginx and Envoy files that ConfigMaps of `file` hold, as files named
+/// `FILE#ConfigMap/NAME/KEY`, in place of the ConfigMap's line in `skipped`.
+fn read_config_maps(file: &Path, text: &str, into: &mut Parsed) {
+    for (name, key, body) in config_map_files(text) {
+        let inner = PathBuf::from(format!("{}#ConfigMap/{name}/{key}", file.display()));
+        let parsed = match detect::detect(&body) {
+            Ok(FileKind::Haproxy) => haproxy::parse(&inner, &body),
+            Ok(FileKind::Nginx) => nginx::parse(&inner, &body),
+            Ok(FileKind::Envoy) => envoy::parse(&inner, &body),
+            _ => continue,
+        };
+        // A ConfigMap key that only looks like a proxy's file is some other file: listed, not
+        // fatal (the ConfigMap's own line in `skipped` stays).
+        let parsed = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                into.skipped.push(Skipped {
+                    file: inner,
+                    what: format!("ConfigMap {name} key {key}"),
+                    why: format!("not read as a proxy's file: {e}"),
+                });
+                continue;
+            }
+        };
+        let prefix = format!("ConfigMap {name} ");
+        into.skipped
+            .retain(|s| !(s.file == file && s.what.starts_with(&prefix)));
+        into.layers.extend(parsed.layers);
+        into.skipped.extend(parsed.skipped);
+    }
 }
 
 /// The autoscaler in front of this path: the only one, or the one `--hpa` names.
@@ -234,6 +301,51 @@ fn answer(mut hpa: Autoscaler, answers: &[(String, Sees)]) -> Autoscaler {
     hpa
 }
 
+/// The path judged: the clients and, of each tier's routes (those `--route` names, or all), the
+/// ones that give the largest `A` for timeouts; and the names of the routes left off it.
+fn judged_path(
+    all: Vec<Layer>,
+    routes: &[String],
+) -> Result<(Vec<Layer>, Vec<String>), InputError> {
+    let named = |l: &Layer| {
+        l.tier == layer::Tier::Client
+            || routes.is_empty()
+            || routes.iter().any(|r| l.name().contains(r))
+    };
+    let kept: Vec<Layer> = all.iter().filter(|l| named(l)).cloned().collect();
+    let route_names = || {
+        all.iter()
+            .filter(|l| l.tier != layer::Tier::Client)
+            .map(Layer::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !routes.is_empty() && kept.iter().all(|l| l.tier == layer::Tier::Client) {
+        return Err(InputError::Question {
+            question: format!(
+                "--route {}: no route of that name (the files hold: {})",
+                routes.join(", "),
+                route_names()
+            ),
+        });
+    }
+    let paths = amplify::paths(&kept).ok_or_else(|| InputError::Question {
+        question: format!(
+            "the files hold more than {} request paths: name the routes of this service with \
+             --route (they hold: {})",
+            amplify::MAX_PATHS,
+            route_names()
+        ),
+    })?;
+    let path = amplify::worst_path(paths);
+    let others = all
+        .iter()
+        .filter(|l| l.tier != layer::Tier::Client && !path.contains(l))
+        .map(Layer::name)
+        .collect();
+    Ok((path, others))
+}
+
 /// Checks the numbers given on the command line.
 fn check_input(input: &CheckInput) -> Result<(), InputError> {
     let bad = |field: &str, value: f64, why: &str| InputError::Field {
@@ -274,8 +386,9 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
         .map(|h| answer(h, &read.answers))
         .map(|h| amplify::hpa_figure(&h, pod_capacity))
         .transpose()?;
-    let mut layers = read.clients;
-    layers.extend(read.parsed.layers);
+    let mut all = read.clients;
+    all.extend(read.parsed.layers);
+    let (layers, other_routes) = judged_path(all, &input.routes)?;
     let classes: Vec<ClassFigure> = FailureClass::ALL
         .into_iter()
         .map(|c| amplify::class_figure(&layers, c))
@@ -302,6 +415,7 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
         reasons: verdict.reasons,
         fixes,
         trigger,
+        other_routes,
         skipped: read.parsed.skipped,
         layers: stack.layers,
         files: input.stack.iter().chain(&input.files).cloned().collect(),
@@ -336,7 +450,12 @@ fn trigger_figure(
         None => None,
         Some(s) => {
             let (k, length_s) = (s.k(), s.length().secs());
-            let (recovery_fluid_s, notes) = if input.predict {
+            let (recovery_fluid_s, notes) = if input.predict && !a.is_finite() {
+                (
+                    None,
+                    vec!["the fluid model is not run: A is unbounded".to_string()],
+                )
+            } else if input.predict {
                 crate::trigger::predict_recovery(a, rho, tau, s).map_err(|e| {
                     InputError::Question {
                         question: format!("--predict: the fluid model failed: {e:#}"),

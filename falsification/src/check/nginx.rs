@@ -31,7 +31,11 @@ pub fn parse(file: &Path, text: &str) -> Result<Parsed, InputError> {
         match d.name.as_str() {
             "http" => {
                 if http_seen {
-                    return Err(syntax(file, d.line, "\"http\" directive is duplicate"));
+                    return Err(InputError::syntax(
+                        file,
+                        d.line,
+                        "\"http\" directive is duplicate",
+                    ));
                 }
                 http_seen = true;
                 cx.http(d.children())?;
@@ -72,23 +76,6 @@ enum Tok {
     Close,
 }
 
-fn syntax(file: &Path, line: u32, why: impl Into<String>) -> InputError {
-    InputError::Syntax {
-        file: file.to_path_buf(),
-        line,
-        why: why.into(),
-    }
-}
-
-fn field(file: &Path, field: &str, value: &str, why: String) -> InputError {
-    InputError::Field {
-        file: file.to_path_buf(),
-        field: field.to_string(),
-        value: value.to_string(),
-        why,
-    }
-}
-
 /// The file's tokens with their lines, as nginx's `ngx_conf_read_token` cuts them: `#` starts a
 /// comment at the start of a word, quotes and backslashes protect, `${name}` stays in its word.
 fn tokens(file: &Path, text: &str) -> Result<Vec<(Tok, u32)>, InputError> {
@@ -109,7 +96,11 @@ fn tokens(file: &Path, text: &str) -> Result<Vec<(Tok, u32)>, InputError> {
                 if let Some(&next) = chars.peek()
                     && !(next.is_whitespace() || matches!(next, ';' | '{' | ')'))
                 {
-                    return Err(syntax(file, line, format!("unexpected \"{next}\"")));
+                    return Err(InputError::syntax(
+                        file,
+                        line,
+                        format!("unexpected \"{next}\""),
+                    ));
                 }
                 out.push((Tok::Word(word), start));
             }
@@ -131,7 +122,7 @@ fn quoted(
         match chars.next() {
             None => {
                 let why = "unexpected end of file, expecting terminating quote";
-                return Err(syntax(file, start, why));
+                return Err(InputError::syntax(file, start, why));
             }
             Some(c) if c == quote => return Ok(word),
             Some('\\') => {
@@ -205,7 +196,11 @@ fn tree(file: &Path, toks: &[(Tok, u32)]) -> Result<Vec<Directive>, InputError> 
             }
             Tok::Semi | Tok::Open if words.is_empty() => {
                 let c = if *tok == Tok::Semi { ";" } else { "{" };
-                return Err(syntax(file, *line, format!("unexpected \"{c}\"")));
+                return Err(InputError::syntax(
+                    file,
+                    *line,
+                    format!("unexpected \"{c}\""),
+                ));
             }
             Tok::Semi => {
                 let d = head(&mut words, first_line);
@@ -215,7 +210,7 @@ fn tree(file: &Path, toks: &[(Tok, u32)]) -> Result<Vec<Directive>, InputError> 
             }
             Tok::Open => {
                 if stack.len() > MAX_DEPTH {
-                    return Err(syntax(
+                    return Err(InputError::syntax(
                         file,
                         *line,
                         format!("blocks nested deeper than {MAX_DEPTH}"),
@@ -225,7 +220,7 @@ fn tree(file: &Path, toks: &[(Tok, u32)]) -> Result<Vec<Directive>, InputError> 
             }
             Tok::Close => {
                 if !words.is_empty() || stack.len() == 1 {
-                    return Err(syntax(file, *line, "unexpected \"}\""));
+                    return Err(InputError::syntax(file, *line, "unexpected \"}\""));
                 }
                 if let Some((Some(mut d), children)) = stack.pop() {
                     d.block = Some(children);
@@ -238,7 +233,7 @@ fn tree(file: &Path, toks: &[(Tok, u32)]) -> Result<Vec<Directive>, InputError> 
     }
     if !words.is_empty() {
         let why = "unexpected end of file, expecting \";\" or \"}\"";
-        return Err(syntax(file, first_line, why));
+        return Err(InputError::syntax(file, first_line, why));
     }
     match stack.pop() {
         Some((None, top)) => Ok(top),
@@ -247,7 +242,7 @@ fn tree(file: &Path, toks: &[(Tok, u32)]) -> Result<Vec<Directive>, InputError> 
                 "unexpected end of file, expecting \"}}\" to close \"{}\"",
                 open.name
             );
-            Err(syntax(file, open.line, why))
+            Err(InputError::syntax(file, open.line, why))
         }
         None => Ok(Vec::new()),
     }
@@ -273,7 +268,7 @@ impl Proxy {
         for d in block {
             let dup = |set: bool| -> Result<(), InputError> {
                 if set {
-                    Err(syntax(
+                    Err(InputError::syntax(
                         file,
                         d.line,
                         format!("\"{}\" directive is duplicate", d.name),
@@ -334,7 +329,7 @@ impl Proxy {
 fn one_arg<'a>(file: &Path, d: &'a Directive) -> Result<&'a str, InputError> {
     match d.args.as_slice() {
         [a] => Ok(a),
-        _ => Err(field(
+        _ => Err(InputError::field(
             file,
             &d.name,
             &d.args.join(" "),
@@ -363,7 +358,7 @@ const NEXT_UPSTREAM: [&str; 13] = [
 fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> {
     if d.args.is_empty() {
         let why = format!("line {}: needs at least one value", d.line);
-        return Err(field(file, &d.name, "", why));
+        return Err(InputError::field(file, &d.name, "", why));
     }
     d.args
         .iter()
@@ -373,7 +368,7 @@ fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> 
                 Ok(lower)
             } else {
                 let why = format!("line {}: not a value nginx 1.22 takes here", d.line);
-                Err(field(file, &d.name, a, why))
+                Err(InputError::field(file, &d.name, a, why))
             }
         })
         .collect()
@@ -383,7 +378,7 @@ fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> 
 fn count(file: &Path, d: &Directive) -> Result<u32, InputError> {
     let a = one_arg(file, d)?;
     if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(field(
+        return Err(InputError::field(
             file,
             &d.name,
             a,
@@ -392,7 +387,7 @@ fn count(file: &Path, d: &Directive) -> Result<u32, InputError> {
     }
     a.parse().map_err(|_| {
         let why = format!("line {}: more tries than check counts (2^32 - 1)", d.line);
-        field(file, &d.name, a, why)
+        InputError::field(file, &d.name, a, why)
     })
 }
 
@@ -401,7 +396,7 @@ fn flag(file: &Path, d: &Directive) -> Result<bool, InputError> {
     match a.to_ascii_lowercase().as_str() {
         "on" => Ok(true),
         "off" => Ok(false),
-        _ => Err(field(
+        _ => Err(InputError::field(
             file,
             &d.name,
             a,
@@ -417,7 +412,7 @@ fn seconds(file: &Path, d: &Directive) -> Result<f64, InputError> {
             "line {}: not an nginx time (a number with ms, s, m, h, d, w, M, y, largest first)",
             d.line
         );
-        field(file, &d.name, a, why)
+        InputError::field(file, &d.name, a, why)
     })?;
     Ok(ms as f64 / 1000.0)
 }
@@ -527,14 +522,18 @@ impl Cx<'_> {
 
     fn upstream(&mut self, d: &Directive) -> Result<(), InputError> {
         let Some(name) = d.args.first() else {
-            return Err(syntax(self.file, d.line, "\"upstream\" needs a name"));
+            return Err(InputError::syntax(
+                self.file,
+                d.line,
+                "\"upstream\" needs a name",
+            ));
         };
         if self
             .upstreams
             .iter()
             .any(|u| u.name.eq_ignore_ascii_case(name))
         {
-            return Err(syntax(
+            return Err(InputError::syntax(
                 self.file,
                 d.line,
                 format!("duplicate upstream \"{name}\""),
@@ -650,7 +649,7 @@ impl Cx<'_> {
                 "line {}: invalid URL prefix (http:// or https://)",
                 pass.line
             );
-            return Err(field(self.file, "proxy_pass", url, why));
+            return Err(InputError::field(self.file, "proxy_pass", url, why));
         };
         if rest.starts_with("unix:") {
             return Ok(Target {
@@ -685,7 +684,7 @@ impl Cx<'_> {
                 "line {}: upstream \"{}\" may not have a port",
                 pass.line, group.name
             );
-            return Err(field(self.file, "proxy_pass", url, why));
+            return Err(InputError::field(self.file, "proxy_pass", url, why));
         }
         Ok(group_target(group))
     }

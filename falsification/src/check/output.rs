@@ -114,10 +114,13 @@ fn system_text(out: &mut String, r: &Report) {
         let target = h
             .target
             .map_or(String::new(), |u| format!(", target u* = {u:.2}"));
+        let window = h
+            .scale_down_stabilization_s
+            .map_or(String::new(), |w| format!(", scale-down window {w} s"));
         let _ = writeln!(
             out,
-            "\nAutoscaler: {} scales on {sees}{target}, at most {} pods",
-            h.name, h.max_replicas
+            "\nAutoscaler: {} scales on {sees}{target}, {} to {} pods{window}",
+            h.name, h.min_replicas, h.max_replicas
         );
     }
     let _ = writeln!(
@@ -203,6 +206,14 @@ pub fn text(r: &Report) -> String {
             layer_line(i, l, r.timeout().tries.get(i).copied())
         );
     }
+    if !r.other_routes.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (the path with the largest A for timeouts; also read, each checked on its own \
+             path: {}; --route picks one)",
+            r.other_routes.join(", ")
+        );
+    }
     classes_text(&mut out, r);
     system_text(&mut out, r);
     let _ = writeln!(out, "\nVerdict:");
@@ -269,6 +280,7 @@ pub fn json(r: &Report) -> Value {
         "reasons": r.reasons,
         "fixes": r.fixes,
         "trigger": r.trigger,
+        "other_routes": r.other_routes,
         "skipped": r.skipped,
     })
 }
@@ -287,16 +299,14 @@ fn location(s: &Source) -> Value {
 /// SARIF 2.1.0: the verdict at the layer that multiplies most (an error when a second state
 /// exists), a note per layer, a warning per skipped block.
 pub fn sarif(r: &Report) -> Value {
-    let most = r
-        .timeout()
-        .tries
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i);
-    let verdict_locations: Vec<Value> = match (most, &r.hpa) {
-        (Some(i), _) if !r.layers.is_empty() => vec![location(&r.layers[i].source)],
-        _ => Vec::new(),
+    // Where the fixes point: the layer that multiplies most, else the autoscaler.
+    let verdict_locations: Vec<Value> = match super::amplify::most_multiplying(r.timeout()) {
+        Some(i) => vec![location(&r.layers[i].source)],
+        None => r
+            .hpa
+            .as_ref()
+            .map(|h| vec![location(&h.source)])
+            .unwrap_or_default(),
     };
     let mut results = vec![json!({
         "ruleId": "retry-debt/second-state",

@@ -57,6 +57,15 @@ pub struct CheckArgs {
     /// The HorizontalPodAutoscaler that scales this service, when the files hold several.
     #[arg(long, value_name = "NAME", env = "FALSIFICATION_CHECK_HPA")]
     pub hpa: Option<String>,
+    /// Judge only the proxy and mesh routes whose name contains TEXT (repeat for several); by
+    /// default every path is computed and the one with the largest A is judged.
+    #[arg(
+        long = "route",
+        value_name = "TEXT",
+        env = "FALSIFICATION_CHECK_ROUTE",
+        value_delimiter = ','
+    )]
+    pub routes: Vec<String>,
     /// A spike whose recovery to predict (Proposition 7), `KxDURATION` like `5x300s`.
     #[arg(long, value_name = "KxDURATION", env = "FALSIFICATION_CHECK_SPIKE")]
     pub spike: Option<Spike>,
@@ -76,6 +85,7 @@ impl CheckArgs {
             capacity: self.capacity,
             pod_capacity: self.pod_capacity,
             hpa: self.hpa.clone(),
+            routes: self.routes.clone(),
             spike: self.spike,
             predict: self.predict,
         }
@@ -94,10 +104,19 @@ pub fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let out = match args.format {
-        CheckFormat::Text => output::text(&report),
-        CheckFormat::Json => serde_json::to_string_pretty(&output::json(&report))? + "\n",
-        CheckFormat::Sarif => serde_json::to_string_pretty(&output::sarif(&report))? + "\n",
+        CheckFormat::Text => Ok(output::text(&report)),
+        CheckFormat::Json => serde_json::to_string_pretty(&output::json(&report)).map(|j| j + "\n"),
+        CheckFormat::Sarif => {
+            serde_json::to_string_pretty(&output::sarif(&report)).map(|j| j + "\n")
+        }
     };
-    std::io::stdout().lock().write_all(out.as_bytes())?;
+    // An answer that cannot be written is no answer: not 1, which says "a second state".
+    let written = out
+        .map_err(std::io::Error::other)
+        .and_then(|o| std::io::stdout().lock().write_all(o.as_bytes()));
+    if let Err(e) = written {
+        eprintln!("falsification check: writing the report: {e}");
+        return Ok(ExitCode::from(INPUT_ERROR));
+    }
     Ok(ExitCode::from(report.exit_code()))
 }

@@ -191,6 +191,10 @@ fn spike(input: Option<Spike>, rho: f64, timeout_s: f64) -> anyhow::Result<Spike
     })
 }
 
+/// The longest fluid run a plan makes, in timeouts (its step is 1/200 of a timeout): longer
+/// spikes are predicted by the closed form alone, in bounded time and memory.
+const MAX_FLUID_HORIZON_TIMEOUTS: f64 = 20_000.0;
+
 /// The plan: pure but for the fluid model's computation.
 pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     let (rho, rate) = load(input)?;
@@ -248,7 +252,14 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     };
     // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
     let fluid_horizon = spike_s + 2.0 * recovery_closed_s.unwrap_or(0.0) + 10.0 * timeout_s;
-    p.recovery_fluid_s = if fluid_retries(&p).is_some() {
+    p.recovery_fluid_s = if fluid_horizon > MAX_FLUID_HORIZON_TIMEOUTS * timeout_s {
+        p.warnings.push(format!(
+            "the fluid model is not run: {fluid_horizon:.0} s to simulate is more than {} \
+             timeouts; the closed form stands alone",
+            MAX_FLUID_HORIZON_TIMEOUTS
+        ));
+        None
+    } else if fluid_retries(&p).is_some() {
         // From the spike's end, the scenario's reference.
         predict::fluid_outcome(&scenario(&p, fluid_horizon)?, Topology::Pooled)?.recovery_s
     } else {
@@ -443,6 +454,20 @@ pub(super) mod tests {
             files: Vec::new(),
         });
         assert!(plan(&i).unwrap_err().to_string().starts_with("stack:"));
+    }
+
+    #[test]
+    fn a_spike_too_long_to_simulate_is_predicted_by_the_closed_form_alone() {
+        let mut i = input(0.2);
+        i.spike =
+            Some(Spike::new(Multiple::new(10.0).unwrap(), Span::from_secs(10_000_000)).unwrap());
+        let p = plan(&i).unwrap();
+        assert!(p.recovery_closed_s.is_some() && p.recovery_fluid_s.is_none());
+        assert!(
+            p.warnings.iter().any(|w| w.contains("not run")),
+            "{:?}",
+            p.warnings
+        );
     }
 
     #[test]
