@@ -17,8 +17,8 @@
 //!
 //! Only `cli` is public: the binary and the command-line tests are its users.
 
-pub mod cli;
 mod check;
+pub mod cli;
 mod embedded;
 mod gateway;
 mod invocation;

@@ -280,3 +280,83 @@ fn bad_input_exits_2_naming_the_file_and_the_field() {
     assert_eq!(rho.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&rho.stderr).contains("--rho"));
 }
+
+#[test]
+fn routes_of_one_proxy_are_alternatives_and_route_picks_one() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("stack.toml"),
+        "[[client]]\nname = \"web\"\nattempts = 3\ntimeout = \"10s\"\nretry_on = [\"timeout\", \"5xx\"]\n",
+    )
+    .unwrap();
+    // Two backends: `api` retries twice on a 3 s timeout, `static` never.
+    std::fs::write(
+        dir.path().join("haproxy.cfg"),
+        "defaults\n    mode http\n    timeout server 3s\n    retries 2\n    \
+         retry-on response-timeout conn-failure\nbackend api\n    server a 10.0.0.1:80\n\
+         backend static\n    retries 0\n    server s 10.0.0.2:80\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["haproxy.cfg", "--stack", "stack.toml", "--format", "json"];
+        args.extend_from_slice(extra);
+        json(&check(&args, dir.path()))
+    };
+    let worst = run(&[]);
+    assert_eq!(worst["classes"][0]["a"].as_f64(), Some(9.0), "{worst}");
+    assert_eq!(worst["layers"].as_array().unwrap().len(), 2);
+    assert_eq!(worst["other_routes"][0], "haproxy backend static");
+    let picked = run(&["--route", "static"]);
+    assert_eq!(picked["classes"][0]["a"].as_f64(), Some(3.0), "{picked}");
+    let none = check(&["haproxy.cfg", "--route", "nope"], dir.path());
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("backend api"));
+}
+
+#[test]
+fn the_trigger_plan_uses_the_stacks_a_and_says_where_it_comes_from() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stack.toml"), KIT_CLIENT).unwrap();
+    let haproxy = repo().join("k8s/overlays/gateway/haproxy.cfg");
+    let plan = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_falsification"))
+            .args([
+                "trigger",
+                "--rho",
+                "0.2",
+                "--timeout",
+                "10s",
+                "--retries",
+                "2",
+                "--dry-run",
+            ])
+            .args(extra)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let alone = plan(&[]);
+    assert!(
+        alone.contains("amplification A:  3.000") && alone.contains("unknown unless measured"),
+        "{alone}"
+    );
+    let stacked = plan(&[
+        "--stack",
+        "stack.toml",
+        "--config",
+        haproxy.to_str().unwrap(),
+    ]);
+    assert!(stacked.contains("amplification A:  9.000"), "{stacked}");
+    assert!(
+        stacked.contains("computed by `falsification check`; the client alone: 3.000"),
+        "{stacked}"
+    );
+    // A = 9 at rho 0.2: trapped, where the client alone predicts a recovery.
+    assert!(stacked.contains("A rho = 1.800"), "{stacked}");
+}

@@ -41,6 +41,7 @@ use serde_json::{Map, Value};
 
 use super::layer::{
     Abandoned, Budget, DefaultUsed, InputError, Layer, RetryOn, Sees, Source, Tier, Tries,
+    protobuf_duration_s,
 };
 
 /// What a stack file says.
@@ -316,7 +317,7 @@ fn client_layer(
                 file,
                 &format!("{at}.library"),
                 name,
-                &format!("not a built-in library; known: {}", LIBRARIES.join(", ")),
+                format!("not a built-in library; known: {}", LIBRARIES.join(", ")),
             )
         })?,
     };
@@ -413,7 +414,7 @@ fn duration(file: &Path, path: &str, text: &str) -> Result<f64, InputError> {
             file,
             path,
             text,
-            &format!("a duration such as \"10s\" or \"250ms\" ({e})"),
+            format!("a duration such as \"10s\" or \"250ms\" ({e})"),
         )),
     }
 }
@@ -1386,17 +1387,29 @@ impl Json<'_> {
         })
     }
 
-    /// A protobuf JSON Duration: decimal seconds with `s` appended (`"0.5s"`, `".01s"`).
-    fn duration(&self, path: &str, v: &Value) -> Result<f64, InputError> {
-        let why = "a protobuf JSON duration: seconds with \"s\" appended, as \"0.5s\"";
+    /// A protobuf JSON Duration, `"0.5s"` ([`protobuf_duration_s`], as grpc-java and protobuf
+    /// read it). grpc-go also takes one with no whole seconds or no decimals after the point
+    /// (`".01s"`, `"1.s"`: internal/serviceconfig `Duration.UnmarshalJSON`, "both are optional
+    /// but one is required"), and its own retry example writes `".01s"`: read as grpc-go reads
+    /// it, and noted.
+    fn duration(&mut self, path: &str, v: &Value) -> Result<f64, InputError> {
         let Value::String(s) = v else {
+            let why =
+                "a protobuf JSON duration: a string of seconds with \"s\" appended, as \"0.5s\"";
             return Err(self.bad(path, v, why));
         };
-        let number = s
-            .strip_suffix('s')
-            .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.'));
-        match number.and_then(|n| n.parse::<f64>().ok()) {
-            Some(secs) if secs.is_finite() => Ok(secs),
+        let why = match protobuf_duration_s(s) {
+            Ok(secs) => return Ok(secs),
+            Err(why) => why,
+        };
+        match grpc_go_only(s).map(|written| protobuf_duration_s(&written)) {
+            Some(Ok(secs)) => {
+                self.notes.push(format!(
+                    "{path} {s} is read as {secs}s by grpc-go only (grpc-java and protobuf's JSON \
+                     parser need whole seconds and decimals after a point, as \"0.01s\")"
+                ));
+                Ok(secs)
+            }
             _ => Err(self.bad(path, v, why)),
         }
     }
@@ -1432,6 +1445,16 @@ impl Json<'_> {
                 .ok_or_else(|| self.bad(&path, v, "a number")),
             None => Err(self.bad(&path, &Value::Null, "required")),
         }
+    }
+}
+
+/// A duration grpc-go takes and protobuf does not (`".01s"`, `"1.s"`), in protobuf's form.
+fn grpc_go_only(text: &str) -> Option<String> {
+    let (whole, fraction) = text.strip_suffix('s')?.split_once('.')?;
+    match (whole.is_empty(), fraction.is_empty()) {
+        (true, false) => Some(format!("0.{fraction}s")),
+        (false, true) => Some(format!("{whole}s")),
+        _ => None,
     }
 }
 
@@ -1844,6 +1867,48 @@ mod tests {
             config.notes
         );
         assert!(config.notes.iter().any(|n| n.contains("waitForReady")));
+        assert!(
+            config
+                .notes
+                .iter()
+                .any(|n| n.contains("initialBackoff .01s is read as 0.01s by grpc-go only")),
+            "{:?}",
+            config.notes
+        );
+    }
+
+    /// Durations are protobuf's (the parser Envoy's reader uses too); grpc-go's extra forms are
+    /// read with a note, anything else is refused.
+    #[test]
+    fn grpc_durations_are_protobuf_durations() {
+        let timeout = |t: &str| {
+            let text = format!(r#"{{"methodConfig": [{{"name": [{{}}], "timeout": "{t}"}}]}}"#);
+            parse_grpc_service_config(Path::new("sc.json"), &text)
+        };
+        let exact = timeout("1.5s").unwrap();
+        assert_eq!(exact.methods[0].timeout_s, Some(1.5));
+        assert!(exact.notes.is_empty(), "{:?}", exact.notes);
+        for (go, secs) in [(".5s", 0.5), ("2.s", 2.0)] {
+            let config = timeout(go).unwrap();
+            assert_eq!(config.methods[0].timeout_s, Some(secs), "{go}");
+            assert!(
+                config.notes.iter().any(|n| n.contains("by grpc-go only")),
+                "{go}: {:?}",
+                config.notes
+            );
+        }
+        for bad in [
+            "0.0000000001s",
+            "1e3s",
+            "-1s",
+            ".s",
+            "1.2.3s",
+            "1 s",
+            "315576000001s",
+        ] {
+            let e = timeout(bad).unwrap_err();
+            assert_eq!(field_of(e).0, "methodConfig[0].timeout", "{bad}");
+        }
     }
 
     #[test]

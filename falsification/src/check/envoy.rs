@@ -13,6 +13,7 @@ use serde_saphyr::Spanned;
 
 use super::layer::{
     Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries,
+    envoy_retry_on, protobuf_duration_s,
 };
 
 const VERSION: &str = "Envoy v3 API (data-plane-api 84e84367, January 2026)";
@@ -496,7 +497,7 @@ impl Cx<'_> {
         }
         let codes = status_codes(self.file, p)?;
         let written = p.get("retry_on").and_then(Node::str).unwrap_or("");
-        let (mut on, known, class_notes) = classes(written, &codes);
+        let (mut on, known, class_notes) = envoy_retry_on(written, &codes);
         notes.extend(class_notes);
         if !known {
             notes.push("retry_policy without a retry_on condition Envoy knows: no retries".into());
@@ -551,99 +552,6 @@ impl Cx<'_> {
     }
 }
 
-/// The three classes from a `retry_on` list (router.cc `onPerTryTimeout` retries a timed-out try
-/// as a reset; retry_state_impl.cc `wouldRetryFromReset`: `reset`, `5xx` and `gateway-error`
-/// retry any reset, `connect-failure` and `reset-before-request` a failed connection). Also
-/// whether any condition Envoy knows is in it.
-fn classes(retry_on: &str, codes: &[u32]) -> (RetryOn, bool, Vec<String>) {
-    let mut on = RetryOn::NOTHING;
-    let mut known = false;
-    let mut notes = Vec::new();
-    for cond in retry_on.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-        known |= KNOWN.contains(&cond);
-        match cond {
-            "5xx" | "gateway-error" => {
-                on = RetryOn {
-                    timeout: true,
-                    connect_failure: true,
-                    status_5xx: true,
-                };
-            }
-            "reset" => {
-                on.timeout = true;
-                on.connect_failure = true;
-            }
-            "connect-failure" | "reset-before-request" => on.connect_failure = true,
-            "retriable-status-codes" => {
-                let gateway: Vec<String> = codes
-                    .iter()
-                    .filter(|c| matches!(c, 502..=504))
-                    .map(u32::to_string)
-                    .collect();
-                on.status_5xx |= !gateway.is_empty();
-                if !gateway.is_empty() && gateway.len() < 3 {
-                    notes.push(format!(
-                        "of the gateway errors, only {} is retried",
-                        gateway.join(" and ")
-                    ));
-                }
-                let others: Vec<String> = codes
-                    .iter()
-                    .filter(|c| !matches!(c, 502..=504))
-                    .map(u32::to_string)
-                    .collect();
-                if !others.is_empty() {
-                    notes.push(format!(
-                        "retriable_status_codes {}: outside the three failure classes",
-                        others.join(", ")
-                    ));
-                }
-            }
-            "refused-stream"
-            | "retriable-4xx"
-            | "envoy-ratelimited"
-            | "retriable-headers"
-            | "http3-post-connect-failure" => {
-                notes.push(format!(
-                    "retry_on {cond}: outside the three failure classes"
-                ));
-            }
-            "cancelled" | "deadline-exceeded" | "internal" | "resource-exhausted"
-            | "unavailable" => {
-                notes.push(format!(
-                    "retry_on {cond}: a gRPC status in response headers, not modelled"
-                ));
-            }
-            _ => {
-                notes.push(format!(
-                    "retry_on {cond}: not a condition Envoy knows; it ignores it"
-                ));
-            }
-        }
-    }
-    (on, known, notes)
-}
-
-/// The conditions Envoy parses (`parseRetryOn`, `parseRetryGrpcOn`); it ignores any other.
-const KNOWN: [&str; 16] = [
-    "5xx",
-    "gateway-error",
-    "reset",
-    "reset-before-request",
-    "connect-failure",
-    "envoy-ratelimited",
-    "retriable-4xx",
-    "refused-stream",
-    "retriable-status-codes",
-    "retriable-headers",
-    "http3-post-connect-failure",
-    "cancelled",
-    "deadline-exceeded",
-    "internal",
-    "resource-exhausted",
-    "unavailable",
-];
-
 fn status_codes(file: &Path, p: &Node) -> Result<Vec<u32>, InputError> {
     list(file, p, "retriable_status_codes")?
         .iter()
@@ -664,27 +572,13 @@ fn whole(file: &Path, name: &str, n: &Node) -> Result<u32, InputError> {
     }
 }
 
-/// A protobuf JSON Duration: a string of seconds with up to 9 decimals and an `s`: "0.25s".
+/// A protobuf JSON Duration ([`protobuf_duration_s`]): "0.25s".
 fn duration(file: &Path, name: &str, n: &Node) -> Result<f64, InputError> {
-    let bad = || {
-        let why = format!(
-            "{}not a duration like \"0.25s\" (seconds, with an s)",
-            n.at()
-        );
-        InputError::field(file, name, &n.summary(), why)
-    };
-    let s = n.str().ok_or_else(bad)?;
-    let number = s.strip_suffix('s').ok_or_else(bad)?;
-    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() || !digits(whole) || !digits(frac) || frac.len() > 9 {
-        return Err(bad());
-    }
-    // protobuf's Duration limit: 315,576,000,000 s (10,000 years).
-    match number.parse::<f64>() {
-        Ok(x) if x <= 315_576_000_000.0 => Ok(x),
-        _ => Err(bad()),
-    }
+    let bad = |why: &str| InputError::field(file, name, &n.summary(), format!("{}{why}", n.at()));
+    let s = n
+        .str()
+        .ok_or_else(|| bad("not a duration like \"0.25s\" (a string: seconds, with an s)"))?;
+    protobuf_duration_s(s).map_err(bad)
 }
 
 impl Cx<'_> {
@@ -926,7 +820,7 @@ mod tests {
             first
                 .notes
                 .iter()
-                .any(|n| n.contains("retriable_status_codes 500"))
+                .any(|n| n.contains("retries status 500: 500 outside"))
         );
         assert!(first.notes.iter().any(|n| n.contains("unavailable")));
         assert!(
@@ -1129,17 +1023,40 @@ static_resources:
 
     #[test]
     fn retry_on_conditions_map_to_the_three_classes() {
-        let on = |s: &str, codes: &[u32]| classes(s, codes).0;
+        let on = |s: &str, codes: &[u32]| envoy_retry_on(s, codes).0;
+        let known = |s: &str| envoy_retry_on(s, &[]).1;
         assert_eq!(on("gateway-error", &[]), ALL);
         assert!(on("reset", &[]).timeout);
         assert_eq!(on("reset-before-request", &[]), CONNECT);
         assert_eq!(on(" connect-failure , refused-stream", &[]), CONNECT);
         assert!(on("retriable-status-codes", &[502, 503, 504]).status_5xx);
+        assert!(!on("retriable-status-codes", &[500]).status_5xx);
         assert_eq!(on("retriable-4xx", &[]), RetryOn::NOTHING);
-        assert!(classes("retriable-4xx", &[]).1);
-        assert!(!classes("5xxx", &[]).1);
-        assert!(classes("5xx,bogus", &[]).1);
-        assert!(!classes("", &[]).1);
+        assert!(known("retriable-4xx"));
+        assert!(!known("5xxx"));
+        assert!(known("5xx,bogus"));
+        assert!(!known(""));
+    }
+
+    /// Envoy ignores a word it does not know; a route whose words are all unknown does not
+    /// retry, and the word is named in a note, not refused.
+    #[test]
+    fn unknown_retry_on_words_are_noted() {
+        let text = "virtual_hosts:
+- name: v
+  domains: ['*']
+  routes:
+  - match: {prefix: /a}
+    route: {cluster: c, retry_policy: {retry_on: '5xx,sometimes', num_retries: 2}}
+  - match: {prefix: /b}
+    route: {cluster: c, retry_policy: {retry_on: sometimes, num_retries: 2}}
+";
+        let parsed = read("rc.yaml", text);
+        let (a, b) = (&parsed.layers[0], &parsed.layers[1]);
+        assert_eq!((a.tries, a.retry_on), (Tries::AtMost(3), ALL));
+        assert!(a.notes.iter().any(|n| n.contains("sometimes")));
+        assert_eq!((b.tries, b.retry_on), (Tries::AtMost(1), RetryOn::NOTHING));
+        assert!(b.notes.iter().any(|n| n.contains("sometimes")));
     }
 
     #[test]

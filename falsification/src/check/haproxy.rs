@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::layer::{DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries};
+use super::layer::{
+    DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries, retried_codes,
+};
 
 const VERSION: &str = "HAProxy 2.6 (Debian bookworm: 2.6.12)";
 const DOC: &str = "doc/configuration.txt (https://docs.haproxy.org/2.6/configuration.html)";
@@ -556,40 +558,32 @@ fn layer(file: &Path, s: &Section, set: &Settings, proxy: &Proxy) -> Layer {
     }
 }
 
-/// The three classes from 2.6's retry-on keywords, and what else they retry.
+/// The three classes from 2.6's retry-on keywords, and what else they retry; the status
+/// keywords (401 to 504) go through [`retried_codes`].
 fn classes(keywords: &[String], http: bool) -> (RetryOn, Vec<String>) {
     let has = |k: &str| keywords.iter().any(|w| w == k);
     let mut notes = Vec::new();
-    let gateway: Vec<&str> = ["502", "503", "504"]
-        .into_iter()
-        .filter(|c| has(c))
-        .collect();
+    let codes: Vec<u32> = keywords.iter().filter_map(|k| k.parse().ok()).collect();
+    let (gateway, status_note) = retried_codes(&codes);
     let retry_on = RetryOn {
         timeout: http && has("response-timeout"),
         connect_failure: has("conn-failure"),
-        status_5xx: http && !gateway.is_empty(),
+        status_5xx: http && gateway,
     };
-    if http && !gateway.is_empty() && gateway.len() < 3 {
-        notes.push(format!(
-            "of the gateway errors, only {} is retried",
-            gateway.join(" and ")
-        ));
-    }
-    let others: Vec<&str> = keywords
-        .iter()
-        .map(String::as_str)
-        .filter(|k| {
-            !matches!(
-                *k,
-                "conn-failure" | "response-timeout" | "502" | "503" | "504"
-            )
-        })
-        .collect();
-    if http && !others.is_empty() {
-        notes.push(format!(
-            "also retries on {}, outside the three failure classes",
-            others.join(", ")
-        ));
+    if http {
+        notes.extend(status_note);
+        let others: Vec<&str> = keywords
+            .iter()
+            .map(String::as_str)
+            .filter(|k| !matches!(*k, "conn-failure" | "response-timeout"))
+            .filter(|k| k.parse::<u32>().is_err())
+            .collect();
+        if !others.is_empty() {
+            notes.push(format!(
+                "also retries on {}, outside the three failure classes",
+                others.join(", ")
+            ));
+        }
     }
     if !http && keywords.iter().any(|k| k != "conn-failure") {
         notes.push(
@@ -918,6 +912,11 @@ listen c
         assert!(l.retry_on.status_5xx && !l.retry_on.connect_failure);
         assert!(l.notes.iter().any(|n| n.contains("only 503")));
         assert!(l.notes.iter().any(|n| n.contains("404")));
+        // A retried 500 alone is noted, not the 5xx class (what a proxy gives up with is 502-504).
+        let text = "backend b\n mode http\n retry-on 500 conn-failure\n server s 192.0.2.1:80\n";
+        let l = one(&read(text), "backend b");
+        assert!(!l.retry_on.status_5xx && l.retry_on.connect_failure);
+        assert!(l.notes.iter().any(|n| n.contains("500 outside")));
     }
 
     #[test]

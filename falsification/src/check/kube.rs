@@ -16,8 +16,9 @@ use serde_json::Value;
 use serde_saphyr::Spanned;
 
 use super::layer::{
-    Autoscaler, Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, ScalingMetric, Sees,
-    Skipped, Source, Target, Tier, Tries,
+    Autoscaler, Budget, DefaultUsed, ENVOY_RETRY_ON, InputError, Layer, Parsed, RetryOn,
+    ScalingMetric, Sees, Skipped, Source, Target, Tier, Tries, envoy_retry_on,
+    nginx_read_timeout_s, retried_codes, retried_statuses,
 };
 
 /// Reads Kubernetes YAML (multi-document, or a List): HPAs, Istio, Gateway API, ingress-nginx,
@@ -638,11 +639,6 @@ fn push_unique(notes: &mut Vec<String>, note: String) {
     }
 }
 
-/// Whether status codes reach into 500-599: the 5xx class.
-fn any_5xx(ranges: &[(u16, u16)]) -> bool {
-    ranges.iter().any(|(lo, hi)| *lo <= 599 && *hi >= 500)
-}
-
 /// The budget that lets the most retries through (none beats any ratio), and whether the
 /// destinations' budgets differ.
 fn loosest(budgets: &[Option<Budget>]) -> (Option<Budget>, bool) {
@@ -902,10 +898,19 @@ fn target(o: &Obj, source: &Value, at: &str) -> Result<Target, InputError> {
 
 const ISTIO_RETRY_ON: &str =
     "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
-const ISTIO_DEFAULTS: &str = "Istio 1.30 (the same since 1.12)";
+const ISTIO_DEFAULTS: &str =
+    "Istio 1.30 (attempts and retryOn the same since 1.12; no status code since 1.24)";
 const ISTIO_RETRY_REF: &str = "istio/istio pilot/pkg/networking/core/route/retry/retry.go \
-    (defaultRetryOn, NumRetries 2); istio/api networking/v1alpha3/virtual_service.proto \
-    HTTPRoute.retries";
+    (defaultRetryOn, NumRetries 2, no RetriableStatusCodes); istio/api \
+    networking/v1alpha3/virtual_service.proto HTTPRoute.retries";
+/// The status codes Istio's default policy gives Envoy with `retriable-status-codes`: none since
+/// 1.24. Up to 1.23 `DefaultPolicy` set `RetriableStatusCodes: [503]` (also for a `retries`
+/// without `retryOn`); 1.24 to 1.26 kept it only with `EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY=false`
+/// (istio/istio#52111, release note 50506), 1.27 removed the flag (#56023).
+const ISTIO_DEFAULT_CODES: &str = "none (Istio 1.24+; 503 in 1.23 and before, and in 1.24 to 1.26 \
+    with EXCLUDE_UNSAFE_503_FROM_DEFAULT_RETRY=false)";
+const ISTIO_CODES_REF: &str = "istio/istio pilot/pkg/networking/core/route/retry/retry.go \
+    (defaultPolicy: RetriableStatusCodes [503] until 1.23; istio/istio#52111, #56023)";
 
 fn virtual_service(
     o: &Obj,
@@ -1012,14 +1017,9 @@ fn no_upstream(o: &Obj, route: &Value, at: &str) -> Result<Option<String>, Input
 fn istio_retries(o: &Obj, route: &Value, at: &str, layer: &mut Layer) -> Result<(), InputError> {
     let Some(r) = o.mapping(route, at, "retries")? else {
         layer.tries = retries(2);
-        apply_envoy_retry_on(o, ISTIO_RETRY_ON, "", layer)?;
-        for (setting, value) in [
-            ("retries.attempts", "2"),
-            ("retries.retryOn", ISTIO_RETRY_ON),
-        ] {
-            let d = default_used(setting, value, ISTIO_DEFAULTS, ISTIO_RETRY_REF);
-            layer.defaults.push(d);
-        }
+        let d = default_used("retries.attempts", "2", ISTIO_DEFAULTS, ISTIO_RETRY_REF);
+        layer.defaults.push(d);
+        istio_default_retry_on(layer);
         layer
             .notes
             .push("MeshConfig defaultHttpRetryPolicy, if set, replaces this default".into());
@@ -1052,88 +1052,68 @@ fn istio_retries(o: &Obj, route: &Value, at: &str, layer: &mut Layer) -> Result<
     }
     layer.tries = retries(attempts);
     layer.per_try_timeout_s = timeout(per_try);
-    let words = words.unwrap_or_else(|| {
-        let d = default_used(
-            "retries.retryOn",
-            ISTIO_RETRY_ON,
-            ISTIO_DEFAULTS,
-            ISTIO_RETRY_REF,
-        );
-        layer.defaults.push(d);
-        ISTIO_RETRY_ON
-    });
-    apply_envoy_retry_on(o, words, &join(&at, "retryOn"), layer)
-}
-
-fn apply_envoy_retry_on(
-    o: &Obj,
-    words: &str,
-    at: &str,
-    layer: &mut Layer,
-) -> Result<(), InputError> {
-    let (on, notes) = envoy_retry_on(words).map_err(|word| {
-        let why = format!("{word:?} is neither an Envoy retry_on policy nor an HTTP status code");
-        o.bad(at, words, why)
-    })?;
-    layer.retry_on = on;
-    for note in notes {
-        push_unique(&mut layer.notes, note);
+    match words {
+        Some(words) => apply_istio_retry_on(words, layer),
+        None => istio_default_retry_on(layer),
     }
     Ok(())
 }
 
-/// Envoy `retry_on` words (Istio passes them on, bare status codes becoming
-/// `retriable_status_codes`) as failure classes. A per-try timeout is a local reset after the
-/// request started: `5xx`, `gateway-error` and `reset` retry it, `connect-failure` does not
-/// (envoy source/common/router/retry_state_impl.cc `wouldRetryFromReset`). `Err`: an unknown word.
-fn envoy_retry_on(words: &str) -> Result<(RetryOn, Vec<String>), String> {
-    let mut on = RetryOn::NOTHING;
-    let (mut notes, mut codes, mut grpc) = (Vec::new(), Vec::new(), Vec::new());
-    let everything = RetryOn {
-        timeout: true,
-        connect_failure: true,
-        status_5xx: true,
-    };
+/// Istio's default `retryOn` and status codes (`retries` absent, or without `retryOn`): the
+/// status codes are none in 1.30, so the 5xx class is not retried; up to 1.23 it was (503).
+fn istio_default_retry_on(layer: &mut Layer) {
+    apply_istio_retry_on(ISTIO_RETRY_ON, layer);
+    layer.defaults.push(default_used(
+        "retries.retryOn",
+        ISTIO_RETRY_ON,
+        ISTIO_DEFAULTS,
+        ISTIO_RETRY_REF,
+    ));
+    layer.defaults.push(default_used(
+        "retriable_status_codes (Envoy's, set by Istio)",
+        ISTIO_DEFAULT_CODES,
+        ISTIO_DEFAULTS,
+        ISTIO_CODES_REF,
+    ));
+    layer.notes.push(
+        "Istio 1.23 and older also retry a 503 by default (the 5xx class): not counted, the \
+         defaults read are Istio 1.30's"
+            .into(),
+    );
+}
+
+/// Istio `retryOn` as Envoy gets it (retry.go `parseRetryOn`): a word that is an HTTP status
+/// code goes to Envoy's `retriable_status_codes`, `retriable-status-codes` being added when
+/// missing; the other words are Envoy's, read by the shared [`envoy_retry_on`]. A word that is
+/// neither is ignored by Envoy, and noted: Istio's validation refuses it, so the
+/// VirtualService may never have been applied.
+fn istio_retry_on(words: &str) -> (RetryOn, Vec<String>) {
+    let mut codes = Vec::new();
+    let mut conditions = Vec::new();
     for word in words.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        match word {
-            "5xx" => on = everything,
-            "gateway-error" => {
-                on = everything;
-                notes.push("gateway-error retries 502, 503 and 504, not a 500".to_string());
-            }
-            "reset" => (on.timeout, on.connect_failure) = (true, true),
-            "connect-failure" | "refused-stream" | "reset-before-request" => {
-                on.connect_failure = true
-            }
-            "http3-post-connect-failure" => on.connect_failure = true,
-            "retriable-status-codes" => {}
-            "retriable-4xx" | "retriable-headers" | "envoy-ratelimited" => {
-                notes.push(format!("retries on {word}: not modelled"));
-            }
-            "cancelled" | "deadline-exceeded" | "internal" | "resource-exhausted"
-            | "unavailable" => {
-                grpc.push(word);
-            }
-            _ => match word.parse::<u16>() {
-                Ok(code) if (100..=599).contains(&code) => codes.push(code),
-                _ => return Err(word.to_string()),
-            },
+        match word.parse::<u32>() {
+            Ok(code) if (100..=599).contains(&code) => codes.push(code),
+            _ => conditions.push(word),
         }
     }
-    if codes.iter().any(|c| *c >= 500) {
-        on.status_5xx = true;
+    if !codes.is_empty() && !conditions.contains(&"retriable-status-codes") {
+        conditions.push("retriable-status-codes");
     }
-    if !codes.is_empty() {
-        let codes: Vec<String> = codes.iter().map(u16::to_string).collect();
-        notes.push(format!("retries status {}", codes.join(", ")));
-    }
-    if !grpc.is_empty() {
+    let (on, _, mut notes) = envoy_retry_on(&conditions.join(","), &codes);
+    for word in conditions.iter().filter(|w| !ENVOY_RETRY_ON.contains(w)) {
         notes.push(format!(
-            "retries gRPC status {}: for a gRPC service that is the 5xx class, not counted here",
-            grpc.join(", ")
+            "retryOn {word}: Istio's validation refuses a VirtualService with it"
         ));
     }
-    Ok((on, notes))
+    (on, notes)
+}
+
+fn apply_istio_retry_on(words: &str, layer: &mut Layer) {
+    let (on, notes) = istio_retry_on(words);
+    layer.retry_on = on;
+    for note in notes {
+        push_unique(&mut layer.notes, note);
+    }
 }
 
 fn istio_notes(
@@ -1432,6 +1412,7 @@ fn gateway_retry(o: &Obj, r: &Value, at: &str, layer: &mut Layer) -> Result<(), 
     let mut codes = Vec::new();
     for (j, c) in o.list(r, at, "codes")?.iter().enumerate() {
         let code = as_int(c)
+            .and_then(|c| u32::try_from(c).ok())
             .filter(|c| (400..=599).contains(c))
             .ok_or_else(|| {
                 o.bad(
@@ -1440,14 +1421,13 @@ fn gateway_retry(o: &Obj, r: &Value, at: &str, layer: &mut Layer) -> Result<(), 
                     "expected a status code from 400 to 599",
                 )
             })?;
-        codes.push(code.to_string());
-        layer.retry_on.status_5xx |= code >= 500;
+        codes.push(code);
     }
-    layer.notes.push(if codes.is_empty() {
-        "no codes: no status is retried".to_string()
-    } else {
-        format!("retries status {}", codes.join(", "))
-    });
+    let (status_5xx, note) = retried_codes(&codes);
+    layer.retry_on.status_5xx = status_5xx;
+    layer
+        .notes
+        .push(note.unwrap_or_else(|| "no codes: no status is retried".to_string()));
     o.duration(r, at, "backoff")?;
     layer.notes.push(
         "Istio 1.30, as the implementation, retries connect-failure, refused-stream and the \
@@ -1716,10 +1696,9 @@ fn ingress(o: &Obj, config: Option<&Obj>, out: &mut Parsed) -> Result<(), InputE
     })?;
     layer.retry_on = on;
     layer.notes.extend(notes);
-    match whole(&read_timeout, &read_at)? {
-        0 => return Err(read_at.bad(&read_timeout, "0 seconds would time out every read")),
-        seconds => layer.per_try_timeout_s = Some(seconds as f64),
-    }
+    let read_s = whole(&read_timeout, &read_at)? as f64;
+    layer.per_try_timeout_s =
+        Some(nginx_read_timeout_s(read_s).map_err(|why| read_at.bad(&read_timeout, why))?);
     layer.overall_timeout_s = timeout(Some(whole(&overall, &overall_at)? as f64));
     nginx_notes(&words, &non_idempotent, &mut layer);
     out.layers.push(layer);
@@ -1799,30 +1778,27 @@ fn whole(value: &str, at: &Origin) -> Result<u64, InputError> {
         .map_err(|_| at.bad(value, "expected a whole number, no unit"))
 }
 
-/// ingress-nginx `proxy-next-upstream` cases (nginx `proxy_next_upstream`) as failure classes.
+/// ingress-nginx `proxy-next-upstream` cases (nginx `proxy_next_upstream`) as failure classes;
+/// the `http_NNN` cases go through [`retried_codes`].
 fn nginx_next_upstream(words: &str) -> Result<(RetryOn, Vec<String>), String> {
     let mut on = RetryOn::NOTHING;
-    let (mut notes, mut statuses) = (Vec::new(), Vec::new());
+    let (mut notes, mut codes) = (Vec::new(), Vec::new());
     for word in words.split_whitespace() {
         match word {
             // nginx `error`: a connection error, or one passing the request or reading the
             // response header.
             "error" => on.connect_failure = true,
             "timeout" => on.timeout = true,
-            "http_500" | "http_502" | "http_503" | "http_504" => {
-                on.status_5xx = true;
-                statuses.push(&word[5..]);
-            }
-            "http_403" | "http_404" | "http_429" | "invalid_header" => {
-                notes.push(format!("retries on {word}: not modelled"));
-            }
+            "http_500" | "http_502" | "http_503" | "http_504" | "http_403" | "http_404"
+            | "http_429" => codes.extend(word[5..].parse::<u32>().ok()),
+            "invalid_header" => notes.push(format!("retries on {word}: not modelled")),
             "non_idempotent" | "off" => {}
             _ => return Err(word.to_string()),
         }
     }
-    if !statuses.is_empty() {
-        notes.push(format!("retries status {}", statuses.join(", ")));
-    }
+    let (status_5xx, note) = retried_codes(&codes);
+    on.status_5xx = status_5xx;
+    notes.extend(note);
     Ok((on, notes))
 }
 
@@ -1938,9 +1914,6 @@ fn linkerd_route(
 }
 
 /// A Linkerd 2.16+ layer from `retry.linkerd.io/*` and `timeout.linkerd.io/*` annotations.
-/// Retried: the listed statuses, the retry timeout (a timed-out try), refused streams and
-/// fail-fast errors; not connection errors (linkerd2-proxy
-/// linkerd/app/outbound/src/http/logical/policy/route/retry.rs).
 fn linkerd_layer(
     o: &Obj,
     annotations: &BTreeMap<&str, &Value>,
@@ -1948,8 +1921,47 @@ fn linkerd_layer(
     request_timeout: Option<f64>,
     proto: Proto,
 ) -> Result<Layer, InputError> {
-    let at = |key: &str| format!("annotations[{key:?}]");
     let mut layer = new_layer("linkerd", Tier::Mesh, o.source(locator));
+    linkerd_retries(o, annotations, proto, &mut layer)?;
+    let request = match o.annotation(annotations, LINKERD_REQUEST)? {
+        Some(v) => Some(go_duration(v).ok_or_else(|| {
+            o.bad(
+                &format!("annotations[{LINKERD_REQUEST:?}]"),
+                v,
+                "expected a duration with a unit, like 5s",
+            )
+        })?),
+        None => request_timeout,
+    };
+    layer.overall_timeout_s = timeout(request);
+    for key in ["timeout.linkerd.io/response", "timeout.linkerd.io/idle"] {
+        if let Some(v) = o.annotation(annotations, key)? {
+            layer.notes.push(format!("{key} {v}: not modelled"));
+        }
+    }
+    if proto == Proto::Any {
+        layer
+            .notes
+            .push("a ServiceProfile for this Service, if any, overrides these annotations".into());
+    }
+    Ok(layer)
+}
+
+/// The `retry.linkerd.io/*` annotations on a layer. What linkerd2-proxy retries
+/// (linkerd/app/outbound/src/http/logical/policy/route/retry.rs `is_retryable`): a response with
+/// a listed status (or gRPC code), a try that passes the retry timeout (a response-headers
+/// timeout), an HTTP/2 REFUSED_STREAM and a fail-fast error (no endpoint ready for the queue's
+/// failfast timeout, answered 503). Not connection errors ("connection errors require changes to
+/// the endpoint stack"): a refused connection does not fail the request, the balancer holds it
+/// until an endpoint is ready, and connections are retried per endpoint with backoff, not per
+/// request. So the connect-failure class is not retried; the fail-fast answer is noted.
+fn linkerd_retries(
+    o: &Obj,
+    annotations: &BTreeMap<&str, &Value>,
+    proto: Proto,
+    layer: &mut Layer,
+) -> Result<(), InputError> {
+    let at = |key: &str| format!("annotations[{key:?}]");
     // `limit: 0` reads as unset, as the policy controller does.
     let limit = match o.annotation(annotations, LINKERD_LIMIT)? {
         Some(v) => v.trim().parse::<u16>().map_err(|_| {
@@ -1987,61 +1999,36 @@ fn linkerd_layer(
         })?),
         None => None,
     };
-    let grpc = linkerd_grpc(o, annotations, proto, &mut layer)?;
-    if limit > 0 || retry_timeout.is_some() || http.is_some() || grpc {
-        if limit == 0 {
-            layer.defaults.push(default_used(
-                LINKERD_LIMIT,
-                "1",
-                LINKERD_DEFAULTS,
-                LINKERD_REF,
-            ));
-        }
-        if http.is_none() && proto != Proto::Grpc {
-            let value = "absent: no HTTP status is retried";
-            layer.defaults.push(default_used(
-                LINKERD_HTTP,
-                value,
-                LINKERD_DEFAULTS,
-                LINKERD_REF,
-            ));
-        }
-        layer.tries = retries(u32::from(limit.max(1)));
-        layer.retry_on = RetryOn {
-            timeout: retry_timeout.is_some(),
-            connect_failure: true,
-            status_5xx: http.as_ref().is_some_and(|ranges| any_5xx(ranges))
-                || (grpc && proto == Proto::Grpc),
-        };
-        layer.per_try_timeout_s = retry_timeout;
-        layer.notes.push(
-            "retried connection failures are refused streams and fail-fast errors only; requests \
-             with a body over 64 KiB are not retried"
-                .into(),
-        );
+    let grpc = linkerd_grpc(o, annotations, proto, layer)?;
+    if !(limit > 0 || retry_timeout.is_some() || http.is_some() || grpc) {
+        return Ok(());
     }
-    let request = match o.annotation(annotations, LINKERD_REQUEST)? {
-        Some(v) => Some(go_duration(v).ok_or_else(|| {
-            o.bad(
-                &at(LINKERD_REQUEST),
-                v,
-                "expected a duration with a unit, like 5s",
-            )
-        })?),
-        None => request_timeout,
+    if limit == 0 {
+        let d = default_used(LINKERD_LIMIT, "1", LINKERD_DEFAULTS, LINKERD_REF);
+        layer.defaults.push(d);
+    }
+    if http.is_none() && proto != Proto::Grpc {
+        let value = "absent: no HTTP status is retried";
+        let d = default_used(LINKERD_HTTP, value, LINKERD_DEFAULTS, LINKERD_REF);
+        layer.defaults.push(d);
+    }
+    let (status_5xx, status_note) = retried_statuses(http.as_deref().unwrap_or_default());
+    layer.notes.extend(status_note);
+    layer.tries = retries(u32::from(limit.max(1)));
+    layer.retry_on = RetryOn {
+        timeout: retry_timeout.is_some(),
+        connect_failure: false,
+        status_5xx: status_5xx || (grpc && proto == Proto::Grpc),
     };
-    layer.overall_timeout_s = timeout(request);
-    for key in ["timeout.linkerd.io/response", "timeout.linkerd.io/idle"] {
-        if let Some(v) = o.annotation(annotations, key)? {
-            layer.notes.push(format!("{key} {v}: not modelled"));
-        }
-    }
-    if proto == Proto::Any {
-        layer
-            .notes
-            .push("a ServiceProfile for this Service, if any, overrides these annotations".into());
-    }
-    Ok(layer)
+    layer.per_try_timeout_s = retry_timeout;
+    layer.notes.push(
+        "connection errors are not retried: a refused connection holds the request until an \
+         endpoint is ready, or fails it fast (503), which is retried but sends nothing to the \
+         service; HTTP/2 refused streams are retried; requests with a body over 64 KiB are not \
+         retried"
+            .into(),
+    );
+    Ok(())
 }
 
 /// `retry.linkerd.io/grpc`: gRPC codes, noted (they are not the HTTP classes); whether set.
@@ -2088,10 +2075,10 @@ fn linkerd_grpc(
 }
 
 /// `retry.linkerd.io/http`: `5xx`, `gateway-error`, codes and `lo-hi` ranges, as status ranges.
-fn linkerd_statuses(v: &str) -> Option<Vec<(u16, u16)>> {
+fn linkerd_statuses(v: &str) -> Option<Vec<(u32, u32)>> {
     let code = |s: &str| {
         s.trim()
-            .parse::<u16>()
+            .parse::<u32>()
             .ok()
             .filter(|c| (100..600).contains(c))
     };
@@ -2442,10 +2429,18 @@ mod tests {
         assert_eq!((layer.software.as_str(), layer.tier), ("istio", Tier::Mesh));
         assert_eq!(layer.source.locator, "VirtualService ratings http[0]");
         // attempts: 3 retries, so 4 tries; retryOn absent: Istio's default, no 5xx, no timeout.
+        // The default's status codes come with it (none in 1.30: 503 up to 1.23).
         assert_eq!(layer.tries, Tries::AtMost(4));
         assert_eq!(layer.per_try_timeout_s, Some(2.0));
         assert_eq!(layer.retry_on, on(false, true, false));
-        assert_eq!(settings(layer), ["retries.retryOn", "timeout"]);
+        assert_eq!(
+            settings(layer),
+            [
+                "retries.retryOn",
+                "retriable_status_codes (Envoy's, set by Istio)",
+                "timeout"
+            ]
+        );
         assert!(layer.aborts_on_close);
     }
 
@@ -2456,10 +2451,22 @@ mod tests {
         assert_eq!(layer.tries, Tries::AtMost(3));
         assert_eq!(layer.overall_timeout_s, Some(10.0));
         assert_eq!(layer.retry_on, on(false, true, false));
-        assert_eq!(settings(layer), ["retries.attempts", "retries.retryOn"]);
+        assert_eq!(
+            settings(layer),
+            [
+                "retries.attempts",
+                "retries.retryOn",
+                "retriable_status_codes (Envoy's, set by Istio)"
+            ]
+        );
         assert_eq!(layer.defaults[0].value, "2");
         assert_eq!(layer.defaults[1].value, ISTIO_RETRY_ON);
         assert!(layer.defaults[0].version.contains("1.30"));
+        // Istio 1.30's DefaultPolicy has no RetriableStatusCodes (503 was dropped in 1.24): the
+        // 5xx class is not retried, and the default and the older one are both written down.
+        assert!(layer.defaults[2].value.starts_with("none"));
+        assert!(layer.defaults[2].value.contains("503 in 1.23"));
+        assert!(has_note(layer, "Istio 1.23 and older also retry a 503"));
     }
 
     #[test]
@@ -2543,11 +2550,13 @@ mod tests {
         };
         let (field, _) = field_error(vs("retries: {perTryTimeout: 2s}"));
         assert_eq!(field, "VirtualService r http[0].retries.attempts");
-        let (field, value) = field_error(vs("retries: {attempts: 2, retryOn: '5xx,sometimes'}"));
-        assert_eq!(
-            (field.as_str(), value.as_str()),
-            ("VirtualService r http[0].retries.retryOn", "5xx,sometimes")
-        );
+        // An unknown retryOn word: Istio's webhook refuses it, Envoy ignores it; read as Envoy.
+        let sometimes = vs("retries: {attempts: 2, retryOn: '5xx,sometimes'}").unwrap();
+        assert_eq!(sometimes.layers[0].retry_on, on(true, true, true));
+        assert!(has_note(
+            &sometimes.layers[0],
+            "sometimes: not a condition Envoy knows"
+        ));
         let (field, _) = field_error(vs("retries: {attempts: 2, perTryTimeout: soon}"));
         assert_eq!(field, "VirtualService r http[0].retries.perTryTimeout");
         let (field, _) = field_error(vs("retries: {attempts: '3'}"));
@@ -2567,8 +2576,9 @@ mod tests {
     }
 
     #[test]
-    fn envoy_retry_on_words() {
-        let classes = |w: &str| envoy_retry_on(w).unwrap().0;
+    fn istio_retry_on_words() {
+        let classes = |w: &str| istio_retry_on(w).0;
+        let notes = |w: &str| istio_retry_on(w).1;
         assert_eq!(
             classes("connect-failure,refused-stream"),
             on(false, true, false)
@@ -2579,8 +2589,26 @@ mod tests {
         assert_eq!(classes("503"), on(false, false, true));
         assert_eq!(classes("429,retriable-4xx"), on(false, false, false));
         assert_eq!(classes(" unavailable , cancelled "), RetryOn::NOTHING);
-        assert_eq!(envoy_retry_on("5xx,never"), Err("never".into()));
-        assert_eq!(envoy_retry_on("999"), Err("999".into()));
+        // Envoy's reading, shared with the Envoy reader: a refused stream or an HTTP/3 failure
+        // after connecting is not a refused connection.
+        assert_eq!(classes("refused-stream"), RetryOn::NOTHING);
+        assert_eq!(classes("http3-post-connect-failure"), RetryOn::NOTHING);
+        assert!(has(&notes("refused-stream"), "REFUSED_STREAM"));
+        // A retried 500 or 501 alone is noted; the 5xx class is 502, 503, 504.
+        assert_eq!(classes("500,501"), RetryOn::NOTHING);
+        assert!(has(&notes("500"), "500 outside the three failure classes"));
+        assert!(classes("500,504").status_5xx);
+        // A word neither Envoy nor a status code: Envoy ignores it, noted (Istio refuses it).
+        assert_eq!(classes("5xx,never"), on(true, true, true));
+        assert!(has(
+            &notes("5xx,never"),
+            "never: not a condition Envoy knows"
+        ));
+        assert!(has(&notes("999"), "Istio's validation refuses"));
+    }
+
+    fn has(notes: &[String], part: &str) -> bool {
+        notes.iter().any(|n| n.contains(part))
     }
 
     // --- Gateway API ---
@@ -2603,7 +2631,9 @@ mod tests {
             (second.per_try_timeout_s, second.overall_timeout_s),
             (Some(0.2), Some(0.4))
         );
-        assert_eq!(second.retry_on, on(true, true, true));
+        // codes: [500]: a retried 500 alone is noted, not the 5xx class (502, 503, 504).
+        assert_eq!(second.retry_on, on(true, true, false));
+        assert!(has_note(second, "retries status 500: 500 outside"));
         let parsed = ok(data!("gateway-api-retry.yaml"));
         assert_eq!(parsed.layers[0].tries, Tries::AtMost(4));
         assert!(has_note(
@@ -2729,6 +2759,24 @@ mod tests {
         assert_eq!(value, "error sometimes");
         let off = ingress(&format!("{words}: 'off'"), "").unwrap();
         assert_eq!(off.layers[0].tries, Tries::AtMost(1));
+        // A retried 500 alone is noted, not the 5xx class (as nginx's own reader says).
+        let five = ingress(&format!("{words}: 'error http_500'"), "").unwrap();
+        assert_eq!(five.layers[0].retry_on, on(false, true, false));
+        assert!(has_note(&five.layers[0], "500 outside"));
+        let gateway = ingress(&format!("{words}: 'http_500 http_504'"), "").unwrap();
+        assert!(gateway.layers[0].retry_on.status_5xx);
+        // proxy-read-timeout 0: nginx times every try out at once; refused as the nginx reader does.
+        let read = "nginx.ingress.kubernetes.io/proxy-read-timeout";
+        match ingress(&format!("{read}: '0'"), "") {
+            Err(InputError::Field { value, why, .. }) => {
+                assert_eq!(value, "0");
+                assert!(
+                    why.starts_with(crate::check::layer::NGINX_ZERO_READ_TIMEOUT),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         let traefik = ingress("", "ingressClassName: traefik").unwrap();
         assert!(traefik.skipped[0].why.contains("ingress class traefik"));
         let unknown = ingress("", "").unwrap();
@@ -2749,10 +2797,12 @@ mod tests {
         );
         assert_eq!(layer.tries, Tries::AtMost(3));
         assert_eq!(layer.per_try_timeout_s, Some(0.3));
-        assert_eq!(layer.retry_on, on(true, true, true));
+        // Statuses and the retry timeout; a refused connection is not retried per request.
+        assert_eq!(layer.retry_on, on(true, false, true));
+        assert!(has_note(layer, "connection errors are not retried"));
         assert!(layer.defaults.is_empty());
         let grpc = ok(data!("linkerd-grpcroute-retries.yaml"));
-        assert_eq!(grpc.layers[0].retry_on, on(true, true, true));
+        assert_eq!(grpc.layers[0].retry_on, on(true, false, true));
         assert_eq!(grpc.layers[0].per_try_timeout_s, Some(0.4));
         let timeouts = ok(data!("linkerd-httproute-timeouts.yaml"));
         assert_eq!(timeouts.layers[0].tries, Tries::AtMost(1));
@@ -2810,7 +2860,17 @@ mod tests {
         let (_, value) = field_error(service("retry.linkerd.io/limit: 2"));
         assert_eq!(value, "2");
         let ranges = service("retry.linkerd.io/http: '429,502-503'").unwrap();
-        assert_eq!(ranges.layers[0].retry_on, on(false, true, true));
+        assert_eq!(ranges.layers[0].retry_on, on(false, false, true));
+        // 500 and 501 are not the 5xx class; 5xx and 500-504 reach the gateway errors.
+        for (http, class) in [
+            ("500", false),
+            ("500-501", false),
+            ("5xx", true),
+            ("500-504", true),
+        ] {
+            let parsed = service(&format!("retry.linkerd.io/http: '{http}'")).unwrap();
+            assert_eq!(parsed.layers[0].retry_on.status_5xx, class, "{http}");
+        }
     }
 
     // --- hostile input ---

@@ -294,3 +294,310 @@ impl InputError {
 
 /// Input files larger than this are refused (a configuration is kilobytes; a hostile file is not).
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+// === Shared readings ===
+//
+// What more than one reader meets (HTTP status codes, Envoy `retry_on` words, protobuf JSON
+// durations, nginx's read timeout) is read here, once, so that the readers agree.
+
+/// The gateway errors: what a proxy answers its caller when it gives up (502 bad gateway, 503 no
+/// server, 504 gateway timeout). The chain model in `amplify` propagates an inner layer's giving
+/// up as one of these, so a layer that retries any of them retries the 5xx class; a retried 500,
+/// 501 or other status alone is noted, not counted.
+pub const GATEWAY_ERRORS: [u32; 3] = [502, 503, 504];
+
+/// Whether a layer that retries these HTTP statuses (inclusive ranges; a code is `(c, c)`)
+/// retries the 5xx class, and a note on what it retries, `None` when no status is given. Every
+/// reader's status codes (nginx and ingress-nginx `http_5xx`, HAProxy `retry-on`, Envoy and Istio
+/// retriable status codes, Gateway API `codes`, Linkerd `retry.linkerd.io/http`) go through here.
+pub fn retried_statuses(ranges: &[(u32, u32)]) -> (bool, Option<String>) {
+    if ranges.is_empty() {
+        return (false, None);
+    }
+    let covered = |c: u32| ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c));
+    let gateway: Vec<String> = GATEWAY_ERRORS
+        .into_iter()
+        .filter(|c| covered(*c))
+        .map(|c| c.to_string())
+        .collect();
+    let written = |(lo, hi): &(u32, u32)| {
+        if lo == hi {
+            lo.to_string()
+        } else {
+            format!("{lo}-{hi}")
+        }
+    };
+    let all: Vec<String> = ranges.iter().map(written).collect();
+    let others: Vec<String> = ranges
+        .iter()
+        .filter(|(lo, hi)| (*lo..=*hi).any(|c| !GATEWAY_ERRORS.contains(&c)))
+        .map(written)
+        .collect();
+    let mut parts = Vec::new();
+    match gateway.len() {
+        0 => {}
+        3 => parts.push("502, 503 and 504 are the 5xx class".to_string()),
+        _ => parts.push(format!(
+            "of the gateway errors only {}, counted as the 5xx class",
+            gateway.join(" and ")
+        )),
+    }
+    if !others.is_empty() {
+        parts.push(format!(
+            "{} outside the three failure classes (a proxy that gives up answers 502, 503 or 504)",
+            others.join(", ")
+        ));
+    }
+    let note = format!("retries status {}: {}", all.join(", "), parts.join("; "));
+    (!gateway.is_empty(), Some(note))
+}
+
+/// [`retried_statuses`] for single codes.
+pub fn retried_codes(codes: &[u32]) -> (bool, Option<String>) {
+    let ranges: Vec<(u32, u32)> = codes.iter().map(|c| (*c, *c)).collect();
+    retried_statuses(&ranges)
+}
+
+/// The conditions Envoy's router parses (`parseRetryOn`, `parseRetryGrpcOn` in
+/// source/common/router/retry_state_impl.cc); it ignores any other word.
+pub const ENVOY_RETRY_ON: [&str; 16] = [
+    "5xx",
+    "gateway-error",
+    "reset",
+    "reset-before-request",
+    "connect-failure",
+    "envoy-ratelimited",
+    "retriable-4xx",
+    "refused-stream",
+    "retriable-status-codes",
+    "retriable-headers",
+    "http3-post-connect-failure",
+    "cancelled",
+    "deadline-exceeded",
+    "internal",
+    "resource-exhausted",
+    "unavailable",
+];
+
+/// Envoy `retry_on` conditions (comma-separated, blanks trimmed, as Envoy splits them) with the
+/// policy's `retriable_status_codes`, as failure classes; whether any condition Envoy knows is
+/// there (with none, Envoy does not retry); and notes. Used for Envoy routes and for Istio, which
+/// passes its `retryOn` words on to Envoy.
+///
+/// Read against retry_state_impl.cc `wouldRetryFromReset`: a per-try timeout is a local reset
+/// after the request started, which `5xx`, `gateway-error` and `reset` retry; a failed
+/// connection is retried by `connect-failure`, `reset-before-request`, `reset`, `5xx` and
+/// `gateway-error`. `refused-stream` retries only an HTTP/2 REFUSED_STREAM reset and
+/// `http3-post-connect-failure` only an HTTP/3 request failing after the connection was made:
+/// neither a refused connection, so both are noted. A word Envoy does not know is ignored by
+/// Envoy, and noted.
+pub fn envoy_retry_on(conditions: &str, codes: &[u32]) -> (RetryOn, bool, Vec<String>) {
+    let mut on = RetryOn::NOTHING;
+    let mut known = false;
+    let (mut notes, mut grpc) = (Vec::new(), Vec::new());
+    let mut status_codes = false;
+    for cond in conditions
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    {
+        known |= ENVOY_RETRY_ON.contains(&cond);
+        match cond {
+            "5xx" | "gateway-error" => {
+                on = RetryOn {
+                    timeout: true,
+                    connect_failure: true,
+                    status_5xx: true,
+                };
+            }
+            "reset" => (on.timeout, on.connect_failure) = (true, true),
+            "connect-failure" | "reset-before-request" => on.connect_failure = true,
+            "retriable-status-codes" => status_codes = true,
+            "refused-stream" => notes.push(
+                "retry_on refused-stream: an HTTP/2 REFUSED_STREAM reset, not a refused \
+                 connection: outside the three failure classes"
+                    .to_string(),
+            ),
+            "http3-post-connect-failure" => notes.push(
+                "retry_on http3-post-connect-failure: an HTTP/3 request failing once connected, \
+                 retried over TCP: outside the three failure classes"
+                    .to_string(),
+            ),
+            "retriable-4xx" | "envoy-ratelimited" | "retriable-headers" => {
+                notes.push(format!(
+                    "retry_on {cond}: outside the three failure classes"
+                ));
+            }
+            "cancelled" | "deadline-exceeded" | "internal" | "resource-exhausted"
+            | "unavailable" => grpc.push(cond),
+            _ => notes.push(format!(
+                "retry_on {cond}: not a condition Envoy knows; it ignores it"
+            )),
+        }
+    }
+    if status_codes {
+        let (gateway, note) = retried_codes(codes);
+        on.status_5xx |= gateway;
+        notes.push(note.unwrap_or_else(|| {
+            "retriable-status-codes without retriable_status_codes: no status is retried".into()
+        }));
+    } else if !codes.is_empty() {
+        notes.push(
+            "retriable_status_codes without retriable-status-codes in retry_on: Envoy ignores \
+             them"
+                .into(),
+        );
+    }
+    if !grpc.is_empty() {
+        notes.push(format!(
+            "retries gRPC status {}: for a gRPC service that is its 5xx class, not counted here",
+            grpc.join(", ")
+        ));
+    }
+    (on, known, notes)
+}
+
+/// Why nginx's read timeout cannot be 0 (nginx `proxy_read_timeout`, ingress-nginx
+/// `proxy-read-timeout`).
+pub const NGINX_ZERO_READ_TIMEOUT: &str = "0 is not \"no timeout\" in nginx 1.22: \
+    ngx_http_upstream arms the read timer with 0 ms (ngx_add_timer), which expires on the next \
+    turn of the event loop, so every try times out at once unless its response is already \
+    there; set the wait you mean";
+
+/// nginx's read timeout in seconds as a per-try timeout: `Err` ([`NGINX_ZERO_READ_TIMEOUT`])
+/// for 0, which nginx does not read as "none". Both nginx readers go through here.
+pub fn nginx_read_timeout_s(seconds: f64) -> Result<f64, &'static str> {
+    if seconds > 0.0 {
+        Ok(seconds)
+    } else {
+        Err(NGINX_ZERO_READ_TIMEOUT)
+    }
+}
+
+/// A protobuf JSON `google.protobuf.Duration` in seconds (Envoy's durations, a gRPC service
+/// config's): whole seconds, then optionally `.` and 1 to 9 digits, then `s` ("1s", "0.25s",
+/// "1.000340012s"), at most 315,576,000,000 s. As protobuf's own parser reads it
+/// (src/google/protobuf/json/internal/parser.cc `ParseDuration`: "duration must start with an
+/// integer", `TakeNanosAndAdvance`), and grpc-java's copy of it: ".5s" and "1.s" are refused
+/// (grpc-go alone takes them). A negative duration is refused: no timeout read here is one.
+pub fn protobuf_duration_s(text: &str) -> Result<f64, &'static str> {
+    const FORM: &str = "not a protobuf JSON duration: whole seconds, up to 9 decimals, then s, \
+                        as \"0.25s\" (not \".25s\")";
+    let number = text.strip_suffix('s').ok_or(FORM)?;
+    if number.starts_with('-') {
+        return Err("a negative duration");
+    }
+    let (whole, fraction) = match number.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (number, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || fraction.is_some_and(|f| !digits(f) || f.len() > 9) {
+        return Err(FORM);
+    }
+    let too_long = "over protobuf's limit of 315576000000 s (10,000 years)";
+    match whole.parse::<u64>() {
+        Ok(s) if s <= 315_576_000_000 => number.parse::<f64>().map_err(|_| FORM),
+        _ => Err(too_long),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_gateway_errors_are_the_5xx_class() {
+        for code in GATEWAY_ERRORS {
+            assert!(retried_codes(&[code]).0, "{code}");
+        }
+        for code in [500, 501, 505, 429, 404] {
+            let (class, note) = retried_codes(&[code]);
+            assert!(!class, "{code}");
+            assert!(note.unwrap().contains("outside the three failure classes"));
+        }
+        assert_eq!(retried_codes(&[]), (false, None));
+        let (class, note) = retried_codes(&[500, 503]);
+        assert!(class);
+        let note = note.unwrap();
+        assert!(note.starts_with("retries status 500, 503"), "{note}");
+        assert!(note.contains("only 503"), "{note}");
+        assert!(note.contains("500 outside"), "{note}");
+        let (class, note) = retried_codes(&[502, 503, 504]);
+        assert!(class);
+        assert!(!note.unwrap().contains("outside"));
+        assert!(retried_statuses(&[(500, 599)]).0);
+        assert!(!retried_statuses(&[(500, 501), (505, 599)]).0);
+        assert!(retried_statuses(&[(503, 503), (429, 429)]).0);
+    }
+
+    #[test]
+    fn envoy_words_are_read_once() {
+        let on = |w: &str| envoy_retry_on(w, &[]).0;
+        let connect = RetryOn {
+            connect_failure: true,
+            ..RetryOn::NOTHING
+        };
+        assert_eq!(on("connect-failure,refused-stream"), connect);
+        assert_eq!(on("refused-stream"), RetryOn::NOTHING);
+        assert_eq!(on("http3-post-connect-failure"), RetryOn::NOTHING);
+        assert_eq!(on("reset-before-request"), connect);
+        assert!(on("gateway-error").status_5xx && on("5xx").timeout);
+        assert_eq!(on("reset").classes().len(), 2);
+        // An unknown word is ignored, as Envoy does: noted, not an error.
+        let (known_on, known, notes) = envoy_retry_on("5xx,sometimes", &[]);
+        assert!(known && known_on.status_5xx);
+        assert!(notes.iter().any(|n| n.contains("sometimes")));
+        assert!(!envoy_retry_on("sometimes", &[]).1);
+        // Codes count only with retriable-status-codes, and only the gateway errors.
+        assert!(
+            envoy_retry_on("retriable-status-codes", &[503])
+                .0
+                .status_5xx
+        );
+        assert!(
+            !envoy_retry_on("retriable-status-codes", &[500])
+                .0
+                .status_5xx
+        );
+        assert!(!envoy_retry_on("connect-failure", &[503]).0.status_5xx);
+    }
+
+    #[test]
+    fn a_zero_nginx_read_timeout_is_refused() {
+        assert_eq!(nginx_read_timeout_s(60.0), Ok(60.0));
+        assert_eq!(nginx_read_timeout_s(0.0), Err(NGINX_ZERO_READ_TIMEOUT));
+    }
+
+    #[test]
+    fn protobuf_durations_as_protobuf_reads_them() {
+        for (text, s) in [
+            ("1s", 1.0),
+            ("0.25s", 0.25),
+            ("1.5s", 1.5),
+            ("01s", 1.0),
+            ("0.000000001s", 1e-9),
+            ("315576000000s", 315_576_000_000.0),
+        ] {
+            assert_eq!(protobuf_duration_s(text), Ok(s), "{text}");
+        }
+        for text in [
+            ".5s",
+            "1.s",
+            "1",
+            "s",
+            "",
+            "-1s",
+            "+1s",
+            "1e3s",
+            "1 s",
+            " 1s",
+            "1.5ss",
+            "0.0000000001s",
+            "315576000001s",
+            "99999999999999999999s",
+        ] {
+            assert!(protobuf_duration_s(text).is_err(), "{text}");
+        }
+    }
+}

@@ -8,7 +8,10 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use super::layer::{DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries};
+use super::layer::{
+    DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries,
+    nginx_read_timeout_s, retried_codes,
+};
 
 const VERSION: &str = "nginx 1.22 (Debian bookworm: 1.22.1)";
 const PROXY_DOC: &str = "https://nginx.org/en/docs/http/ngx_http_proxy_module.html";
@@ -294,7 +297,14 @@ impl Proxy {
                         _ => &mut p.next_upstream_timeout_s,
                     };
                     dup(slot.is_some())?;
-                    *slot = Some(seconds(file, d)?);
+                    let mut secs = seconds(file, d)?;
+                    if name == "proxy_read_timeout" {
+                        secs = nginx_read_timeout_s(secs).map_err(|why| {
+                            let why = format!("line {}: {why}", d.line);
+                            InputError::field(file, name, &d.args.join(" "), why)
+                        })?;
+                    }
+                    *slot = Some(secs);
                 }
                 "proxy_ignore_client_abort" => {
                     dup(p.ignore_client_abort.is_some())?;
@@ -775,6 +785,7 @@ impl Cx<'_> {
             notes.extend(retry_notes(p, &words, limit, target));
         }
         notes.extend(self.snippet.map(String::from));
+        // 0 was refused when read (`nginx_read_timeout_s`).
         let read = p.read_timeout_s.unwrap_or(60.0);
         Layer {
             software: "nginx".into(),
@@ -786,7 +797,7 @@ impl Cx<'_> {
             },
             tries,
             retry_on,
-            per_try_timeout_s: (read > 0.0).then_some(read),
+            per_try_timeout_s: Some(read),
             overall_timeout_s: p.next_upstream_timeout_s.filter(|t| *t > 0.0),
             budget: None,
             aborts_on_close: !p.ignore_client_abort.unwrap_or(false),
@@ -796,40 +807,23 @@ impl Cx<'_> {
     }
 }
 
-/// The three classes from `proxy_next_upstream`, and what else it retries.
+/// The three classes from `proxy_next_upstream`, and what else it retries; its `http_NNN`
+/// statuses go through [`retried_codes`].
 fn classes(words: &[String]) -> (RetryOn, Vec<String>) {
     let has = |w: &str| words.iter().any(|x| x == w);
-    let gateway: Vec<&str> = ["http_502", "http_503", "http_504"]
-        .into_iter()
-        .filter(|c| has(c))
-        .collect();
-    let mut notes = Vec::new();
-    if !gateway.is_empty() && gateway.len() < 3 {
-        notes.push(format!(
-            "of the gateway errors, only {} is retried",
-            gateway.join(" and ")
-        ));
-    }
-    let others: Vec<&str> = words
+    let codes: Vec<u32> = words
         .iter()
-        .map(String::as_str)
-        .filter(|w| {
-            matches!(
-                *w,
-                "invalid_header" | "http_500" | "http_403" | "http_404" | "http_429"
-            )
-        })
+        .filter_map(|w| w.strip_prefix("http_")?.parse().ok())
         .collect();
-    if !others.is_empty() {
-        notes.push(format!(
-            "also retries on {}, outside the three failure classes",
-            others.join(", ")
-        ));
+    let (status_5xx, status_note) = retried_codes(&codes);
+    let mut notes: Vec<String> = status_note.into_iter().collect();
+    if has("invalid_header") {
+        notes.push("also retries on invalid_header, outside the three failure classes".into());
     }
     let retry_on = RetryOn {
         timeout: has("timeout"),
         connect_failure: has("error"),
-        status_5xx: !gateway.is_empty(),
+        status_5xx,
     };
     (retry_on, notes)
 }
@@ -1073,7 +1067,7 @@ http {
             }
         );
         assert_eq!(b.per_try_timeout_s, Some(2.0));
-        assert!(b.notes.iter().any(|n| n.contains("only http_503")));
+        assert!(b.notes.iter().any(|n| n.contains("only 503")));
         assert!(b.notes.iter().any(|n| n.contains("non_idempotent")));
     }
 
@@ -1089,10 +1083,41 @@ http {
         assert_eq!(off.retry_on, RetryOn::NOTHING);
         let five = loc("proxy_next_upstream http_500 http_404;");
         assert_eq!(five.retry_on, RetryOn::NOTHING);
-        assert!(five.notes.iter().any(|n| n.contains("http_500, http_404")));
+        assert!(
+            five.notes
+                .iter()
+                .any(|n| n.contains("500, 404 outside the three failure classes")),
+            "{:?}",
+            five.notes
+        );
         let all = loc("proxy_next_upstream ERROR http_502 http_503 http_504;");
         assert!(all.retry_on.status_5xx && all.retry_on.connect_failure);
         assert!(!all.notes.iter().any(|n| n.contains("only")));
+        // http_500 alone is not the 5xx class; with http_503 it is, and 500 is still noted.
+        let both = loc("proxy_next_upstream http_500 http_503;");
+        assert!(both.retry_on.status_5xx);
+        assert!(both.notes.iter().any(|n| n.contains("500 outside")));
+    }
+
+    /// nginx 1.22 arms the read timer with 0 ms: every try times out at once. Not "no timeout".
+    #[test]
+    fn a_zero_read_timeout_is_refused_not_read_as_none() {
+        let e = refused("server { location / { proxy_pass http://a; proxy_read_timeout 0; } }");
+        match e {
+            InputError::Field {
+                field, value, why, ..
+            } => {
+                assert_eq!(
+                    (field.as_str(), value.as_str()),
+                    ("proxy_read_timeout", "0")
+                );
+                assert!(why.contains("next"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let inherited =
+            "http { proxy_read_timeout 0s; server { location / { proxy_pass http://a; } } }";
+        assert!(matches!(refused(inherited), InputError::Field { .. }));
     }
 
     #[test]
