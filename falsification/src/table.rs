@@ -57,11 +57,6 @@ impl<'a> Row<'a> {
     pub fn number(self, i: usize) -> Option<f64> {
         self.text(i).trim().parse().ok()
     }
-
-    /// Line number in the text (1-based), for errors.
-    pub fn line(self) -> u64 {
-        self.0.position().map_or(0, |p| p.line())
-    }
 }
 
 #[cfg(test)]
@@ -75,7 +70,6 @@ mod tests {
         let rows: Vec<(&str, Option<f64>)> =
             t.rows().map(|r| (r.text(sv), r.number(stot))).collect();
         assert_eq!(rows, [("FRONTEND", None), ("pod1", Some(7.0))]);
-        assert_eq!(t.rows().nth(1).unwrap().line(), 3);
         let e = t.column("req_tot").unwrap_err().to_string();
         assert_eq!(e, "no column `req_tot`");
         let short = Table::parse("a,b\n1\n").unwrap();

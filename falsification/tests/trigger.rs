@@ -175,7 +175,8 @@ fn max_duration_stops_the_load() {
         "first attempts sent in second {last_sending}"
     );
     let r = record(out_dir.path());
-    assert_eq!(r["measured"]["complete"], false);
+    assert_eq!(r["measured"]["ended"], "max-duration");
+    assert_eq!(r["measured"]["decision"], "undecided", "{}", r["measured"]);
 }
 
 #[test]
@@ -213,40 +214,110 @@ fn a_target_that_does_not_answer_gets_no_spike() {
     );
 }
 
-/// A live run against a fresh pod at `rate`/s of its 100/s; the record and the run's directory.
-fn live(rate: &str) -> (tempfile::TempDir, serde_json::Value) {
+/// A live run against a fresh pod at `rate`/s of its 100/s, its arrivals read from its own
+/// counter; the exit status, the record and the run's directory.
+fn live(rate: &str, extra: &[&str]) -> (Output, tempfile::TempDir, serde_json::Value) {
     ensure_binaries();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let pod = Pod::start();
     let out_dir = tempfile::tempdir().unwrap();
-    let out = run_at(&pod.1, rate, &[], out_dir.path());
-    assert!(out.status.success(), "{out:?}");
+    let base = pod.1.trim_end_matches("/work").to_string();
+    let mut args = vec!["--pods", &base];
+    args.extend_from_slice(extra);
+    let out = run_at(&pod.1, rate, &args, out_dir.path());
     let r = record(out_dir.path());
     assert_eq!(r["measured"]["health_before"]["healthy"], true, "{r}");
-    (out_dir, r)
+    (out, out_dir, r)
 }
 
 #[test]
-fn trapped_case_is_reported_trapped_with_the_configured_amplification() {
-    // rho 0.5, A rho 1.5: spike 4x for 2 s, then 9 s of base load.
-    let (dir, r) = live("50");
+fn trapped_case_is_decided_trapped_with_the_configured_amplification() {
+    // rho 0.5, A rho 1.5: spike 4x for 2 s; the load stops once the trap has held.
+    let (out, dir, r) = live("50", &[]);
+    assert!(out.status.success(), "{out:?}");
     let m = &r["measured"];
-    assert_eq!(m["outcome"]["triggered"], true, "{m}");
-    assert_eq!(m["outcome"]["trapped"], true, "{m}");
+    assert_eq!(m["decision"], "trapped", "{m}");
+    assert_eq!(m["ended"], "decided", "{m}");
+    // Decided well before the 2 x planned length bound: the loadgen's seconds.
+    let bound = r["plan"]["max_duration_s"].as_f64().unwrap();
+    let seconds = r["load_rows"].as_array().unwrap().len() as f64;
+    assert!(
+        seconds < 0.8 * bound,
+        "{seconds} s of load, bound {bound} s"
+    );
     let a = m["amplification"].as_f64().expect("amplification");
     assert!((2.6..=3.4).contains(&a), "measured A {a}");
+    // The pod's own arrivals per first attempt: the client's 3 (no gateway in between).
+    let at_pod = m["layers"][0]["per_first_attempt"].as_f64().expect("pods");
+    assert!(
+        (2.6..=3.4).contains(&at_pod),
+        "arrivals at the pod {at_pod}"
+    );
+    assert_eq!(m["discipline"]["kind"], "finishes-abandoned", "{m}");
     for f in ["report.md", "plan.json", "trigger.svg"] {
         assert!(dir.path().join(f).is_file(), "{f}");
     }
 }
 
 #[test]
+fn a_stop_rule_stops_the_load_and_the_target_is_watched_after() {
+    // The trapped case with a goodput floor: the rule fires, the load stops, exit 3.
+    let (out, _dir, r) = live(
+        "50",
+        &["--abort-if", "goodput<0.5 for 2s", "--after-abort", "4s"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(r["measured"]["decision"], "aborted");
+    assert_eq!(r["abort"]["rule"], "goodput<0.5 for 2s", "{}", r["abort"]);
+    let at = r["abort"]["at_s"].as_f64().unwrap();
+    let spike = r["plan"]["spike_s"].as_f64().unwrap();
+    assert!(at > 0.0 && at < spike + 10.0, "fired at {at} s");
+    assert_eq!(r["abort"]["values"].as_array().unwrap().len(), 2);
+    let watched = r["after_abort"]["watched_s"].as_f64().unwrap();
+    assert!((3.0..=8.0).contains(&watched), "watched {watched} s");
+    // No first attempt after the rule fired (its second, and the partial one after it).
+    let before = r["plan"]["before_s"].as_f64().unwrap();
+    for row in r["load_rows"].as_array().unwrap() {
+        let t = row["second"].as_f64().unwrap() - before;
+        let first = row["first_attempts"].as_f64().unwrap();
+        assert!(t <= at + 1.0 || first == 0.0, "sent {first} at {t} s");
+    }
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("Stopped by a stop rule"), "{report}");
+}
+
+#[test]
+fn a_query_that_cannot_be_read_stops_the_run_before_any_load() {
+    let (l, url) = silent_listener();
+    let out = trigger(&[
+        "--target",
+        &url,
+        "--rate",
+        "20",
+        "--capacity",
+        "100",
+        "--timeout",
+        "1s",
+        "--yes",
+        "--prometheus",
+        "http://127.0.0.1:9",
+        "--arrivals-query",
+        "app=sum(rate(http_requests_total[5s]))",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--arrivals-query app"), "{err}");
+    assert_no_connection(&l);
+}
+
+#[test]
 fn recovering_case_recovers_near_the_prediction() {
     // rho 0.2, A rho 0.6: spike 10x for 2 s; predicted recovery 13.75 s (closed form).
-    let (_dir, r) = live("20");
+    let (out, _dir, r) = live("20", &[]);
+    assert!(out.status.success(), "{out:?}");
     let m = &r["measured"];
+    assert_eq!(m["decision"], "recovered", "{m}");
     assert_eq!(m["outcome"]["triggered"], true, "{m}");
-    assert_eq!(m["outcome"]["trapped"], false, "{m}");
     let measured = m["outcome"]["recovery_s"].as_f64().expect("recovered");
     let predicted = r["plan"]["recovery_closed_s"].as_f64().unwrap();
     // Band: half to one and a half times the prediction (Poisson arrivals, noisy shared cores).

@@ -105,6 +105,10 @@ pub struct Row {
     pub in_flight: u64,
     /// p99 of the send lag of first attempts sent in this second, microseconds.
     pub send_lag_p99_us: u64,
+    /// p99 of the latency of the attempts that ended in this second, whatever ended them (a
+    /// timeout counts when it fired), microseconds: what a stop rule on the clients' p99 reads.
+    #[serde(default)]
+    pub attempt_p99_us: u64,
 }
 
 impl Row {
@@ -131,6 +135,8 @@ impl Row {
         self.requests_succeeded += other.requests_succeeded;
         self.requests_failed += other.requests_failed;
         self.requests_unfinished += other.requests_unfinished;
+        // Percentiles do not add: shards merged keep the worst.
+        self.attempt_p99_us = self.attempt_p99_us.max(other.attempt_p99_us);
     }
 }
 
@@ -170,12 +176,22 @@ struct State {
     rows: Vec<Row>,
     current: Row,
     lag_this_second: Histogram<u64>,
+    attempts_this_second: Histogram<u64>,
     send_lag: Histogram<u64>,
     attempt_latency: Histogram<u64>,
     request_latency: Histogram<u64>,
     timeout_lateness: Histogram<u64>,
     in_flight: u64,
     peak_in_flight: u64,
+}
+
+impl State {
+    /// Fills the current second's gauges and percentiles (so far, for a partial last row).
+    fn fill_current(&mut self) {
+        self.current.in_flight = self.in_flight;
+        self.current.send_lag_p99_us = self.lag_this_second.value_at_quantile(0.99);
+        self.current.attempt_p99_us = self.attempts_this_second.value_at_quantile(0.99);
+    }
 }
 
 /// The run's record, shared by every task.
@@ -202,6 +218,7 @@ impl Recorder {
                 rows: Vec::new(),
                 current: Row::new(0, attempt_numbers),
                 lag_this_second: histogram(),
+                attempts_this_second: histogram(),
                 send_lag: histogram(),
                 attempt_latency: histogram(),
                 request_latency: histogram(),
@@ -224,9 +241,9 @@ impl Recorder {
         let second = self.start.elapsed().as_secs();
         while st.current.second < second {
             let next = Row::new(st.current.second + 1, self.attempt_numbers);
-            st.current.in_flight = st.in_flight;
-            st.current.send_lag_p99_us = st.lag_this_second.value_at_quantile(0.99);
+            st.fill_current();
             st.lag_this_second.reset();
+            st.attempts_this_second.reset();
             let closed = std::mem::replace(&mut st.current, next);
             st.rows.push(closed);
         }
@@ -276,6 +293,7 @@ impl Recorder {
         timeout: Duration,
     ) {
         let mut st = self.now();
+        st.attempts_this_second.saturating_record(micros(latency));
         match outcome {
             AttemptOutcome::Success => {
                 let n = (attempt as usize).min(self.attempt_numbers - 1);
@@ -343,8 +361,7 @@ impl Recorder {
     pub fn rows_from(&self, first: usize, final_row: bool) -> Vec<TimedRow> {
         let mut st = self.now();
         if final_row {
-            st.current.in_flight = st.in_flight;
-            st.current.send_lag_p99_us = st.lag_this_second.value_at_quantile(0.99);
+            st.fill_current();
         }
         let partial = final_row.then_some(&st.current);
         st.rows
@@ -374,10 +391,9 @@ impl Recorder {
         for kind in ErrorKind::ALL {
             let _ = write!(out, ",errors_{}", kind.name());
         }
-        out.push_str(",denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms\n");
+        out.push_str(",denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms\n");
         if final_row {
-            st.current.in_flight = st.in_flight;
-            st.current.send_lag_p99_us = st.lag_this_second.value_at_quantile(0.99);
+            st.fill_current();
         }
         let partial = final_row.then_some(&st.current);
         for r in st.rows.iter().chain(partial) {
@@ -403,7 +419,7 @@ impl Recorder {
             });
             let _ = writeln!(
                 out,
-                ",{},{},{},{},{},{},{},{:.3}",
+                ",{},{},{},{},{},{},{},{:.3},{:.3}",
                 r.denied_budget,
                 r.denied_quota,
                 r.shed,
@@ -411,7 +427,8 @@ impl Recorder {
                 r.requests_failed,
                 r.requests_unfinished,
                 r.in_flight,
-                r.send_lag_p99_us as f64 / 1000.0
+                r.send_lag_p99_us as f64 / 1000.0,
+                r.attempt_p99_us as f64 / 1000.0
             );
         }
         out
@@ -806,18 +823,22 @@ mod tests {
         assert_eq!(lines.len(), 4, "header + seconds 0, 1, 2:\n{csv}");
         assert_eq!(
             lines[0],
-            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms"
+            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms"
         );
         let cells: Vec<&str> = lines[3].split(',').collect();
         assert_eq!(cells[0], "2");
         assert_eq!(
-            &cells[2..],
             [
                 "3", "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0",
                 "0", "1", "1", "1", "1", "0", "0", "0.700"
             ]
+            .as_slice(),
+            &cells[2..cells.len() - 1]
         );
-        assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000"));
+        // The p99 of the second's three attempts is its timeout, counted when it fired.
+        let p99: f64 = cells[cells.len() - 1].parse().unwrap();
+        assert!((1002.0..1004.0).contains(&p99), "{p99}");
+        assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000,0.000"));
     }
 
     #[test]

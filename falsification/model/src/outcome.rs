@@ -182,13 +182,19 @@ impl Outcome {
 }
 
 /// Seconds from `reference` to the end of the last row in `rows` that is `bad`; `None` if the
-/// last row is still bad.
+/// last row is still bad, or if no request started after the last bad row (or after the
+/// reference, when none is bad): a stretch in which nothing was sent settles nothing, so it
+/// cannot show a recovery.
 fn for_good(rows: &[Row], step_s: f64, reference: f64, bad: impl Fn(&Row) -> bool) -> Option<f64> {
-    match rows.iter().rposition(bad) {
-        None => Some(0.0),
-        Some(i) if i + 1 == rows.len() => None,
-        Some(i) => Some((rows[i].t + step_s - reference).max(0.0)),
+    let last_bad = rows.iter().rposition(bad);
+    let after = last_bad.map_or(0, |i| i + 1);
+    let sent_after = rows[after..]
+        .iter()
+        .any(|r| r.t + step_s > reference && r.first_attempts > 0.0);
+    if !sent_after {
+        return None;
     }
+    Some(last_bad.map_or(0.0, |i| (rows[i].t + step_s - reference).max(0.0)))
 }
 
 /// Strict: seconds from `reference` to recovery for good, `None` if the last row is still bad.
@@ -201,6 +207,10 @@ pub fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
 /// Debt served: seconds from `reference` until no arrival faces a wait at the timeout, for good.
 /// Per pod this is when the old pods' debt is gone, whatever steady queue a busy pod keeps.
 pub fn debt_served_s(record: &Record, c: &Criteria) -> Option<f64> {
+    // A record without waits (a staging target's) cannot tell: no wait is not a served debt.
+    if record.rows.iter().all(|r| r.max_wait_s <= 0.0) {
+        return None;
+    }
     for_good(&record.rows, record.step_s, c.reference, |r| {
         r.max_wait_s >= c.timeout_s
     })
@@ -558,6 +568,42 @@ mod tests {
         let o = evaluate(&Record { step_s: 1.0, rows }, &criteria());
         assert_eq!(o.goodput_recovery_s, Some(1.0));
         assert_eq!(o.recovery_s, Some(4.0));
+    }
+
+    #[test]
+    fn a_stretch_with_nothing_sent_decides_nothing() {
+        // Failing until row 6, then nothing sent: the quiet rows settle nothing.
+        let mut rows: Vec<Row> = (0..10)
+            .map(|t| Row {
+                lost: 100.0,
+                ..row(f64::from(t), 1.0, 0.0)
+            })
+            .collect();
+        for r in &mut rows[7..] {
+            *r = Row {
+                t: r.t,
+                ..Row::default()
+            };
+        }
+        let r = Record { step_s: 1.0, rows };
+        assert_eq!(recovery_s(&r, &criteria()), None);
+        assert_eq!(goodput_recovery_s(&r, &criteria()), None);
+        // A record that ends before its reference shows nothing either.
+        let short = Record {
+            step_s: 1.0,
+            rows: (0..2).map(|t| row(f64::from(t), 0.0, 0.0)).collect(),
+        };
+        assert_eq!(recovery_s(&short, &criteria()), None);
+    }
+
+    #[test]
+    fn a_record_without_waits_cannot_tell_the_debt_served() {
+        let r = Record {
+            step_s: 1.0,
+            rows: (0..10).map(|t| row(f64::from(t), 0.0, 0.0)).collect(),
+        };
+        assert_eq!(debt_served_s(&r, &criteria()), None);
+        assert_eq!(recovery_s(&r, &criteria()), Some(0.0));
     }
 
     #[test]

@@ -317,14 +317,15 @@ pub fn experiments(args: &PredictArgs) -> anyhow::Result<Vec<Experiment>> {
 
 /// Runs a parsed command line, writing to stdout; the exit code when it did not fail.
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    if let Command::Check(args) = &cli.command {
-        return check::check(args);
+    match cli.command {
+        Command::Check(args) => check::check(&args),
+        Command::Trigger(args) => trigger::trigger(args),
+        command => run_command(command).map(|()| std::process::ExitCode::SUCCESS),
     }
-    run_command(cli).map(|()| std::process::ExitCode::SUCCESS)
 }
 
-fn run_command(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+fn run_command(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Predict(args) => {
             if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
                 anyhow::bail!("--time-scale must be positive, got {}", args.time_scale);
@@ -344,8 +345,9 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Suite(args) => run::suite(&args),
         Command::Manifests(args) => run::manifests(&args),
         Command::Compare(args) => compare::compare(&args),
-        Command::Trigger(args) => trigger::trigger(args),
         Command::LocalClusterFlags(args) => cluster::local_cluster_flags(&args),
-        Command::Check(_) => unreachable!("check is run above, for its exit code"),
+        Command::Check(_) | Command::Trigger(_) => {
+            unreachable!("check and trigger are run above, for their exit codes")
+        }
     }
 }

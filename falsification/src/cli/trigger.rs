@@ -1,14 +1,41 @@
 //! The `trigger` subcommand's flags, parsed into the trigger's [`TriggerConfig`].
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
 use loadgen::config::RetryOn;
 
 use crate::check::{self, CheckInput};
-use crate::trigger::{self, PlanInput, RunSettings, StackAmplification, TriggerConfig};
+use crate::trigger::{
+    self, ArrivalsQuery, MetricSelector, OnMetricsLoss, PlanInput, ProbeSettings, Rule, RunEnd,
+    RunSettings, StackAmplification, StopSettings, TriggerConfig, Watching,
+};
 use falsification_model::experiment::Spike;
+
+/// The exit code of a run a stop rule ended: neither success (0) nor failure (1), nor clap's
+/// usage error (2).
+pub const EXIT_ABORTED: u8 = 3;
+
+/// `--capacity`: a number of requests/s, or `auto` (measured by a probe first).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Capacity {
+    Given(f64),
+    Auto,
+}
+
+fn capacity(s: &str) -> Result<Capacity, String> {
+    if s == "auto" {
+        return Ok(Capacity::Auto);
+    }
+    match s.parse::<f64>() {
+        Ok(c) if c > 0.0 && c.is_finite() => Ok(Capacity::Given(c)),
+        _ => Err(format!(
+            "{s:?} is not a positive number of requests/s or `auto`"
+        )),
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct TriggerArgs {
@@ -18,9 +45,18 @@ pub struct TriggerArgs {
     /// Base first-attempt rate, requests/s (with --capacity gives rho).
     #[arg(long, env = "FALSIFICATION_TRIGGER_RATE")]
     pub rate: Option<f64>,
-    /// Capacity of the target, requests/s.
-    #[arg(long, env = "FALSIFICATION_TRIGGER_CAPACITY")]
-    pub capacity: Option<f64>,
+    /// Capacity of the target, requests/s, or `auto`: a short closed-loop probe measures it
+    /// first (--probe-concurrency workers back to back for --probe-duration; needs --yes).
+    #[arg(long, value_parser = capacity, env = "FALSIFICATION_TRIGGER_CAPACITY")]
+    pub capacity: Option<Capacity>,
+    /// Workers of the `--capacity auto` probe, each with one request out at a time.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024),
+          env = "FALSIFICATION_TRIGGER_PROBE_CONCURRENCY")]
+    pub probe_concurrency: u32,
+    /// Length of the `--capacity auto` probe.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration,
+          env = "FALSIFICATION_TRIGGER_PROBE_DURATION")]
+    pub probe_duration: Duration,
     /// Base utilization rate/capacity (instead of --capacity).
     #[arg(long, env = "FALSIFICATION_TRIGGER_RHO")]
     pub rho: Option<f64>,
@@ -41,8 +77,8 @@ pub struct TriggerArgs {
     /// Base load before the spike [default: 3 x timeout].
     #[arg(long, value_parser = humantime::parse_duration, env = "FALSIFICATION_TRIGGER_BEFORE")]
     pub before: Option<Duration>,
-    /// Base load observed after the spike [default: trapped 6 x timeout, else 1.5 x the predicted
-    /// recovery + 3 x timeout].
+    /// Base load the prediction needs after the spike [default: trapped 6 x timeout, else 1.5 x
+    /// the predicted recovery + 3 x timeout]; the load goes on until the state is decided.
     #[arg(long, value_parser = humantime::parse_duration, env = "FALSIFICATION_TRIGGER_OBSERVE")]
     pub observe: Option<Duration>,
     /// Print the plan only; send nothing.
@@ -51,8 +87,8 @@ pub struct TriggerArgs {
     /// Confirm the destructive run against --target.
     #[arg(long, env = "FALSIFICATION_TRIGGER_YES")]
     pub yes: bool,
-    /// Hard bound on the load: arrivals stop and the loadgen is stopped then [default: the planned
-    /// length plus the loadgen's drain, (retries + 1) x timeout + 2 s].
+    /// Hard bound on the load: the loadgen stops then if the state is not decided sooner
+    /// [default: twice the planned length plus (retries + 1) x timeout].
     #[arg(long, value_parser = humantime::parse_duration,
           env = "FALSIFICATION_TRIGGER_MAX_DURATION")]
     pub max_duration: Option<Duration>,
@@ -75,11 +111,45 @@ pub struct TriggerArgs {
         env = "FALSIFICATION_TRIGGER_RETRY_ON"
     )]
     pub retry_on: Vec<RetryOn>,
-    /// Base URLs of the target's pods, comma-separated, e.g. http://10.0.0.7:8080: their /metrics
-    /// (the kit's pod's `retrydebt_arrivals_total`), read every second, give the amplification at
-    /// the pods, which a retrying gateway in front of them multiplies.
+    /// Base URLs of the target's pods, comma-separated, e.g. http://10.0.0.7:8080: the counter
+    /// of --arrivals-metric on their /metrics, read every second, gives the arrivals at the
+    /// service, which a retrying gateway in front of it multiplies.
     #[arg(long, value_delimiter = ',', env = "FALSIFICATION_TRIGGER_PODS")]
     pub pods: Vec<String>,
+    /// The pods' request counter, NAME or NAME{label="value",...} (series summed).
+    #[arg(long, default_value = "retrydebt_arrivals_total", value_parser = clap::value_parser!(MetricSelector),
+          env = "FALSIFICATION_TRIGGER_ARRIVALS_METRIC")]
+    pub arrivals_metric: MetricSelector,
+    /// The team's Prometheus, e.g. http://prometheus.monitoring:9090, for --arrivals-query and
+    /// `query:` stop rules.
+    #[arg(long, env = "FALSIFICATION_TRIGGER_PROMETHEUS")]
+    pub prometheus: Option<String>,
+    /// A layer's arrivals as a per-second rate, LAYER=PROMQL, evaluated every second, e.g.
+    /// 'app=sum(rate(http_requests_total{service="checkout"}[5s]))'; repeat, outermost first.
+    /// It must return one series (checked before any load).
+    #[arg(long = "arrivals-query", value_name = "LAYER=PROMQL", value_parser = clap::value_parser!(ArrivalsQuery))]
+    pub arrivals_queries: Vec<ArrivalsQuery>,
+    /// Stop all load when a rule holds, checked every second: 'goodput<0.5 for 30s' (share of
+    /// the clients' requests that succeed), 'p99>2s for 10s' (the clients' attempt p99),
+    /// 'query:PROMQL' (returns a non-zero value), 'health:URL' (not 2xx within a second); repeat.
+    #[arg(long = "abort-if", value_name = "RULE", value_parser = clap::value_parser!(Rule))]
+    pub abort_if: Vec<Rule>,
+    /// A team's alarm: stop all load when the command (run with `sh -c` every second, at most
+    /// 5 s) exits non-zero; repeat.
+    #[arg(long = "abort-command", value_name = "COMMAND")]
+    pub abort_command: Vec<String>,
+    /// When Prometheus stops answering for 3 s in a row during the run.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "abort",
+        env = "FALSIFICATION_TRIGGER_ON_METRICS_LOSS"
+    )]
+    pub on_metrics_loss: OnMetricsLoss,
+    /// How long the target is watched, read-only, after a stop rule fired.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration,
+          env = "FALSIFICATION_TRIGGER_AFTER_ABORT")]
+    pub after_abort: Duration,
     /// The stack file of `falsification check` (the clients, outermost first): the plan then uses
     /// the A that `check` computes for timeouts from it and the `--config` files.
     #[arg(long, value_name = "STACK.toml", env = "FALSIFICATION_TRIGGER_STACK")]
@@ -120,40 +190,71 @@ impl TriggerArgs {
 
 impl From<TriggerArgs> for TriggerConfig {
     fn from(a: TriggerArgs) -> TriggerConfig {
+        let mut rules = a.abort_if;
+        rules.extend(a.abort_command.into_iter().map(|command| Rule::Command {
+            command,
+            for_s: 0.0,
+        }));
         TriggerConfig {
             target: a.target,
             plan: PlanInput {
                 rho: a.rho,
                 rate: a.rate,
-                capacity: a.capacity,
+                capacity: match a.capacity {
+                    Some(Capacity::Given(c)) => Some(c),
+                    Some(Capacity::Auto) | None => None,
+                },
                 timeout: a.timeout,
                 retries: a.retries,
                 retry_budget: a.retry_budget,
                 spike: a.spike,
                 before: a.before,
                 observe: a.observe,
+                max_duration: a.max_duration,
                 stack: None,
             },
             dry_run: a.dry_run,
             confirmed: a.yes,
             run: RunSettings {
-                max_duration: a.max_duration,
                 out: a.out,
                 seed: a.seed,
                 bin_dir: a.bin_dir,
                 retry_on: a.retry_on,
-                pods: a.pods,
+                watching: Watching {
+                    prometheus: a.prometheus,
+                    arrivals_queries: a.arrivals_queries,
+                    pods: a.pods,
+                    arrivals_metric: a.arrivals_metric,
+                },
+                stop: StopSettings {
+                    rules,
+                    on_metrics_loss: a.on_metrics_loss,
+                    after_abort: a.after_abort,
+                },
+                capacity_probe: (a.capacity == Some(Capacity::Auto)).then_some(ProbeSettings {
+                    concurrency: a.probe_concurrency,
+                    duration: a.probe_duration,
+                }),
             },
         }
     }
 }
 
-/// `falsification trigger`.
-pub fn trigger(args: TriggerArgs) -> anyhow::Result<()> {
+/// `falsification trigger`: exit 0 when judged (or planned), 3 when a stop rule ended it.
+pub fn trigger(args: TriggerArgs) -> anyhow::Result<ExitCode> {
     let stack = args.stack_amplification()?;
     let mut config = TriggerConfig::from(args);
     config.plan.stack = stack;
-    trigger::run(&config)
+    if (config.run.stop.rules.iter().any(Rule::reads_prometheus)
+        || !config.run.watching.arrivals_queries.is_empty())
+        && config.run.watching.prometheus.is_none()
+    {
+        anyhow::bail!("--prometheus: needed by --arrivals-query and query: stop rules");
+    }
+    Ok(match trigger::run(&config)? {
+        RunEnd::Judged => ExitCode::SUCCESS,
+        RunEnd::Aborted => ExitCode::from(EXIT_ABORTED),
+    })
 }
 
 #[cfg(test)]
@@ -188,6 +289,17 @@ mod tests {
         assert_eq!(c.plan.before, Some(Duration::from_secs(3)));
         assert_eq!(c.run.retry_on, [RetryOn::Timeout, RetryOn::Status5xx]);
         assert!(c.confirmed && !c.dry_run);
+        let c = parse(&[
+            "--capacity=auto",
+            "--abort-if=goodput<0.5 for 10s",
+            "--abort-command=test -e /tmp/alarm",
+            "--arrivals-query=app=sum(rate(http_requests_total[5s]))",
+        ])
+        .unwrap();
+        assert_eq!(c.plan.capacity, None);
+        assert_eq!(c.run.capacity_probe.unwrap().concurrency, 8);
+        assert_eq!(c.run.stop.rules.len(), 2);
+        assert_eq!(c.run.watching.arrivals_queries[0].layer, "app");
         let defaults = parse(&[]).unwrap();
         assert_eq!(defaults.plan.timeout, Duration::from_secs(10));
         assert_eq!(defaults.run.retry_on, [RetryOn::Timeout, RetryOn::Connect]);
@@ -201,6 +313,9 @@ mod tests {
             ("--spike", "4x"),
             ("--spike", "4x0s"),
             ("--retry-on", "never"),
+            ("--capacity", "lots"),
+            ("--abort-if", "latency>2s"),
+            ("--arrivals-metric", "9lives"),
         ] {
             let e = parse(&[&format!("{flag}={value}")]).unwrap_err();
             let first = e.lines().next().unwrap_or_default();

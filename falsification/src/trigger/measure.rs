@@ -1,27 +1,40 @@
-//! Measuring a run: the loadgen's rows (its `--stdout-rows` seconds, its `timeseries.csv`) into
-//! the base phase's health, the record in the spike's time and the [`Measured`] outcome.
+//! Measuring a run: the loadgen's closed seconds (its `--stdout-rows`) into the base phase's
+//! health, the record in the spike's time, the layers' arrivals, and the [`Measured`] outcome.
+//!
+//! Every failed attempt counts, whatever ended it (a timeout, a gateway's 5xx, a reset): a
+//! staging target's failure is what its clients see. Only seconds whose requests have their final
+//! outcome enter the record, so a run stopped early cannot look recovered in its last seconds.
 
-use anyhow::Context;
 use serde::Serialize;
 
 use super::plan::Plan;
-use crate::table::Table;
-use falsification_model::outcome::{self, Criteria, Outcome, Record, Row};
+use falsification_model::outcome::{self, Criteria, Outcome, Record, Row, State};
 
-/// One row of the loadgen's `timeseries.csv`.
+/// One closed second of the loadgen (every attempt number summed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct LoadRow {
     pub second: f64,
     pub first_attempts: f64,
     pub attempts: f64,
     pub successes: f64,
+    /// Attempts that failed, whatever ended them: timeouts and every error kind.
+    pub failed_attempts: f64,
     pub timeouts: f64,
-    /// Attempts answered 5xx: behind a retrying gateway, its 504 after its last try timed out.
-    pub status_5xx: f64,
+    pub requests_succeeded: f64,
     pub requests_failed: f64,
+    /// p99 of the attempts that ended in the second (a timeout when it fired), seconds.
+    pub attempt_p99_s: f64,
 }
 
-/// One `--stdout-rows` second as a [`LoadRow`] (attempts and successes of every attempt number).
+impl LoadRow {
+    /// Share of the requests that ended in the second that succeeded; `None` when none ended.
+    pub fn goodput(&self) -> Option<f64> {
+        let ended = self.requests_succeeded + self.requests_failed;
+        (ended > 0.0).then(|| self.requests_succeeded / ended)
+    }
+}
+
+/// One `--stdout-rows` second as a [`LoadRow`].
 pub fn load_row(r: &loadgen::record::Row) -> LoadRow {
     let n = |v: u64| v as f64;
     LoadRow {
@@ -29,42 +42,12 @@ pub fn load_row(r: &loadgen::record::Row) -> LoadRow {
         first_attempts: n(r.first_attempts),
         attempts: n(r.attempts.iter().sum()),
         successes: n(r.successes.iter().sum()),
+        failed_attempts: n(r.timeouts + r.errors.iter().sum::<u64>()),
         timeouts: n(r.timeouts),
-        status_5xx: n(r.errors[loadgen::record::ErrorKind::Status5xx.index()]),
+        requests_succeeded: n(r.requests_succeeded),
         requests_failed: n(r.requests_failed),
+        attempt_p99_s: r.attempt_p99_us as f64 / 1e6,
     }
-}
-
-/// Parses the loadgen's `timeseries.csv` (columns by header name).
-pub fn parse_timeseries(text: &str) -> anyhow::Result<Vec<LoadRow>> {
-    let t = Table::parse(text).context("timeseries.csv")?;
-    let col = |name: &str| t.column(name).context("timeseries.csv");
-    let idx = [
-        col("second")?,
-        col("first_attempts")?,
-        col("attempts")?,
-        col("successes")?,
-        col("timeouts")?,
-        col("requests_failed")?,
-        col("errors_status_5xx")?,
-    ];
-    t.rows()
-        .map(|row| {
-            let v = |i: usize| -> anyhow::Result<f64> {
-                row.number(idx[i])
-                    .with_context(|| format!("timeseries.csv line {}: bad value", row.line()))
-            };
-            Ok(LoadRow {
-                second: v(0)?,
-                first_attempts: v(1)?,
-                attempts: v(2)?,
-                successes: v(3)?,
-                timeouts: v(4)?,
-                status_5xx: v(6)?,
-                requests_failed: v(5)?,
-            })
-        })
-        .collect()
 }
 
 /// Least share of the base phase's first attempts answered for the target to count as healthy
@@ -79,20 +62,20 @@ pub struct BaseHealth {
     pub seconds: usize,
     pub first_attempts: f64,
     pub successes: f64,
-    pub timeouts: f64,
+    pub failed_attempts: f64,
     pub healthy: bool,
     /// What was seen and what to do, when the spike must not be sent.
     pub problem: Option<String>,
 }
 
-/// Judges the base phase: healthy when no attempt timed out and at least [`BASE_ANSWERED_MIN`]
-/// of the first attempts were answered; too few attempts to tell is not healthy either.
+/// Judges the base phase: healthy when no attempt failed and at least [`BASE_ANSWERED_MIN`] of
+/// the first attempts were answered; too few attempts to tell is not healthy either.
 pub fn base_health(rows: &[LoadRow]) -> BaseHealth {
     let sum = |f: fn(&LoadRow) -> f64| rows.iter().map(f).sum::<f64>();
-    let (sent, answered, timeouts) = (
+    let (sent, answered, failed) = (
         sum(|r| r.first_attempts),
         sum(|r| r.successes),
-        sum(|r| r.timeouts),
+        sum(|r| r.failed_attempts),
     );
     let n = rows.len();
     let what_to_do = "wait until it answers again (a previous test's debt drains at the target's \
@@ -102,10 +85,10 @@ pub fn base_health(rows: &[LoadRow]) -> BaseHealth {
             "only {sent} first attempts in the {n} s of base load before the spike: too few to see \
              whether the target is healthy; raise --rate or --before"
         ))
-    } else if timeouts > 0.0 {
+    } else if failed > 0.0 {
         Some(format!(
-            "{timeouts} attempts timed out at base load ({answered} answers to {sent} first \
-             attempts in {n} s): the target is already failing or too slow; {what_to_do}"
+            "{failed} attempts failed at base load ({answered} answers to {sent} first attempts \
+             in {n} s): the target is already failing or too slow; {what_to_do}"
         ))
     } else if answered < BASE_ANSWERED_MIN * sent {
         Some(format!(
@@ -120,45 +103,100 @@ pub fn base_health(rows: &[LoadRow]) -> BaseHealth {
         seconds: n,
         first_attempts: sent,
         successes: answered,
-        timeouts,
+        failed_attempts: failed,
         healthy: problem.is_none(),
         problem,
     }
 }
 
-/// Whether the target was still failing when the load stopped: an attempt sent in the last
-/// timeout's worth of seconds that sent load timed out.
-pub fn failing_at_end(record: &Record, timeout_s: f64) -> bool {
-    let last = record.rows.len();
+/// Whether the target was still failing when the load stopped: an attempt failed in the last
+/// timeout's worth of seconds that sent load, or after them (attempts still out then).
+pub fn failing_at_end(rows: &[LoadRow], timeout_s: f64) -> bool {
+    let Some(last) = rows.iter().rposition(|r| r.first_attempts > 0.0) else {
+        return false;
+    };
     let from = last.saturating_sub(timeout_s.ceil().max(1.0) as usize);
-    record.rows[from..].iter().any(|r| r.timed_out > 0.0)
+    rows[from..].iter().any(|r| r.failed_attempts > 0.0)
 }
 
-/// The measured record, `t` from the spike's start: timeouts moved back to the row their attempt
-/// was sent, failed requests to the row they started; cut where arrivals ended (later rows only
-/// hold the drain). No wait is known on a staging target: "bad" is a timed-out attempt.
-pub fn measured_record(rows: &[LoadRow], p: &Plan) -> Record {
-    let last_sending = rows.iter().rposition(|r| r.first_attempts > 0.0);
+/// How a layer's arrivals were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SeriesKind {
+    /// A per-second rate (a PromQL `rate()` query), read about every second.
+    Rate,
+    /// A cumulative count (the pods' counter summed), read about every second.
+    Count,
+}
+
+/// One layer's arrivals as read during the run: (seconds from the spike's start, value).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerSeries {
+    pub layer: String,
+    pub kind: SeriesKind,
+    pub readings: Vec<(f64, f64)>,
+}
+
+impl LayerSeries {
+    /// The reading at `t`, linear between readings; none outside them.
+    fn at(&self, t: f64) -> Option<f64> {
+        let r = &self.readings;
+        let i = r.iter().position(|(s, _)| *s >= t)?;
+        let (t1, v1) = r[i];
+        if i == 0 {
+            return ((t1 - t).abs() < 1e-9).then_some(v1);
+        }
+        let (t0, v0) = r[i - 1];
+        Some(v0 + (v1 - v0) * (t - t0) / (t1 - t0).max(1e-9))
+    }
+
+    /// Arrivals in `[t, t + step)`: the count's increase, or the rate at the middle times the
+    /// step (a `rate()` over a window lags it by half the window; over a failed phase of many
+    /// seconds that shifts the count by the phase's edges only).
+    pub fn arrivals(&self, t: f64, step: f64) -> Option<f64> {
+        match self.kind {
+            SeriesKind::Count => Some(self.at(t + step)? - self.at(t)?),
+            SeriesKind::Rate => Some(self.at(t + step / 2.0)? * step),
+        }
+    }
+}
+
+/// The measured record, `t` from the spike's start: failed attempts moved back by one timeout
+/// (an attempt fails at most a timeout after it was sent; an error that came sooner shifts the
+/// failed stretch earlier by at most that), failed requests back by (R + 1) timeouts. Only rows
+/// that sent load and whose requests have their outcome: the loadgen stops without a drain, so
+/// the last (R + 1) timeouts of rows (or of the rows seen so far) are cut. `attempts` are the
+/// arrivals at the service where `service` read them (what the service is offered), else the
+/// client's.
+pub fn measured_record(rows: &[LoadRow], p: &Plan, service: Option<&LayerSeries>) -> Record {
+    let lost_after = p.lost_after_s();
     // The last sending row may be partial (arrivals stopped inside it).
-    let n = last_sending.unwrap_or(0);
+    let n = rows
+        .iter()
+        .rposition(|r| r.first_attempts > 0.0)
+        .unwrap_or(0)
+        .min(rows.len().saturating_sub(lost_after.ceil() as usize + 1));
     let mut out: Vec<Row> = rows[..n]
         .iter()
-        .map(|r| Row {
-            t: r.second - p.before_s,
-            first_attempts: r.first_attempts,
-            attempts: r.attempts,
-            // The target counts as one pod of the capacity the plan assumes.
-            pods_ready: 1,
-            pods_desired: 1,
-            ..Row::default()
+        .map(|r| {
+            let t = r.second - p.before_s;
+            Row {
+                t,
+                first_attempts: r.first_attempts,
+                attempts: service
+                    .and_then(|s| s.arrivals(t, 1.0))
+                    .unwrap_or(r.attempts),
+                // The target counts as one pod of the capacity the plan assumes.
+                pods_ready: 1,
+                pods_desired: 1,
+                ..Row::default()
+            }
         })
         .collect();
     let back = |i: usize, by: f64| i.checked_sub(by.round() as usize);
-    let lost_after = p.lost_after_s();
     for (i, r) in rows.iter().enumerate() {
         if let Some(j) = back(i, p.timeout_s).filter(|j| *j < n) {
-            // A gateway's 504 fails the attempt as a timeout would (up to a timeout earlier).
-            out[j].timed_out += r.timeouts + r.status_5xx;
+            out[j].timed_out += r.failed_attempts;
         }
         if let Some(j) = back(i, lost_after).filter(|j| *j < n) {
             out[j].lost += r.requests_failed;
@@ -170,67 +208,37 @@ pub fn measured_record(rows: &[LoadRow], p: &Plan) -> Record {
     }
 }
 
-/// What the run measured.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Measured {
-    pub outcome: Outcome,
-    /// Attempts per first attempt over the failed phase after the spike (from `R` timeouts after
-    /// its end, when the spike's own retries are done, to the last row with a timeout).
-    pub amplification: Option<f64>,
-    /// Whether the run went to its planned end (not cut by Ctrl-C or --max-duration).
-    pub complete: bool,
-    /// The target at base load before the spike (none when the run ended before the check).
-    pub health_before: Option<BaseHealth>,
-    /// Whether the target was still failing when the load stopped (so the next run knows).
-    pub failing_at_end: bool,
-    /// The failed phase `amplification` is measured over, seconds from the spike's start.
-    pub failed_phase: Option<(f64, f64)>,
-    /// Arrivals at the pods per first attempt over that phase (with `--pods`).
-    pub pod_amplification: Option<f64>,
+/// What the test decided about the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// No attempt failed after the spike.
+    NotTriggered,
+    Recovered,
+    /// Still failing, and the failure sustains itself: the service is offered at least its
+    /// capacity.
+    Trapped,
+    /// The run ended (max duration, Ctrl-C, a stopped loadgen) before the state was decided.
+    Undecided,
+    /// A stop rule ended the load.
+    Aborted,
 }
 
-/// Arrivals at the pods per first attempt over `phase`: `arrivals` holds (seconds from the
-/// spike's start, the pods' cumulative arrivals), read about every second; the first attempts
-/// are the record's.
-pub fn pod_amplification(
-    arrivals: &[(f64, f64)],
-    record: &Record,
-    phase: (f64, f64),
-) -> Option<f64> {
-    // The pods' count at `t`, linear between readings; none outside them.
-    let at = |t: f64| {
-        let i = arrivals.iter().position(|(s, _)| *s >= t)?;
-        let (t1, a1) = arrivals[i];
-        let (t0, a0) = *arrivals.get(i.checked_sub(1)?)?;
-        Some(a0 + (a1 - a0) * (t - t0) / (t1 - t0).max(1e-9))
-    };
-    let (from, to) = phase;
-    let rows: Vec<&Row> = record
-        .rows
-        .iter()
-        .filter(|r| r.t >= from && r.t + record.step_s <= to + 1e-9)
-        .collect();
-    let first: f64 = rows.iter().map(|r| r.first_attempts).sum();
-    // Over exactly the rows' span, so both counts cover the same seconds.
-    let pods = at(rows.last()?.t + record.step_s)? - at(rows.first()?.t)?;
-    (first > 0.0).then(|| pods / first)
+impl Decision {
+    pub fn text(self) -> &'static str {
+        match self {
+            Decision::NotTriggered => "not triggered (no attempt failed after the spike)",
+            Decision::Recovered => "recovered",
+            Decision::Trapped => "trapped (still failing while offered at least its capacity)",
+            Decision::Undecided => "undecided (the run ended while the state was still open)",
+            Decision::Aborted => "aborted by a stop rule",
+        }
+    }
 }
 
-/// What watching a run saw besides the loadgen's records.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Watched {
-    /// Whether the run went to its planned end (not cut by Ctrl-C or --max-duration).
-    pub complete: bool,
-    /// The target at base load, when the run got as far as the check.
-    pub health_before: Option<BaseHealth>,
-    /// The pods' cumulative arrivals (with `--pods`): (seconds from the spike's start, count).
-    pub pod_arrivals: Vec<(f64, f64)>,
-}
-
-/// Judges a measured record against the plan: its outcome, and the amplification (at the
-/// clients, and at the pods when they were read) of its failed phase.
-pub fn measure(record: &Record, p: &Plan, watched: Watched) -> Measured {
-    let c = Criteria {
+/// The outcome's criteria for a plan's record.
+fn criteria(record: &Record, p: &Plan) -> Criteria {
+    Criteria {
         reference: p.spike_s,
         from: 0.0,
         to: record.rows.last().map_or(0.0, |r| r.t + 1.0),
@@ -238,34 +246,229 @@ pub fn measure(record: &Record, p: &Plan, watched: Watched) -> Measured {
         // Unknown capacity (no --rate) cannot be reached: then only a recovery decides.
         rate_per_pod: p.rate.map_or(f64::INFINITY, |r| r / p.rho),
         timeout_s: p.timeout_s,
-        tail_s: (2.0 * p.lost_after_s()).max(p.observe_s / 10.0),
+        tail_s: hold_s(p),
         settled_s: 0.0,
         target_utilization: None,
+    }
+}
+
+/// How long a state must have held at the end of the record to be decided: a recovery that
+/// long clean, a trap failing that long at capacity.
+pub fn hold_s(p: &Plan) -> f64 {
+    (2.0 * p.lost_after_s()).max(5.0 * p.timeout_s).max(5.0)
+}
+
+/// The state the record decides, if any: recovered and clean for [`hold_s`], trapped over a
+/// [`hold_s`] tail that starts after the spike's own retries, or never triggered once the
+/// spike's requests have their outcome.
+pub fn decided(record: &Record, p: &Plan) -> Option<Decision> {
+    let end = record.rows.last()?.t + record.step_s;
+    let o = outcome::evaluate(record, &criteria(record, p));
+    let spike_done = p.spike_s + f64::from(p.retries) * p.timeout_s;
+    match o.state() {
+        State::Recovered => {
+            let clean_since = p.spike_s + o.recovery_s?;
+            (end - clean_since >= hold_s(p)).then_some(Decision::Recovered)
+        }
+        State::Trapped => (end - hold_s(p) >= spike_done).then_some(Decision::Trapped),
+        State::NotTriggered => {
+            (end >= p.spike_s + p.lost_after_s() + hold_s(p)).then_some(Decision::NotTriggered)
+        }
+        State::NotRecoveredWithinHorizon => None,
+    }
+}
+
+/// Arrivals at one layer per first attempt over the failed phase.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerAmplification {
+    pub layer: String,
+    pub per_first_attempt: f64,
+}
+
+/// What the target behaved like in the failed phase, against the models' FIFO that finishes
+/// abandoned work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DisciplineKind {
+    /// Almost no answer reached a client while it failed: its work went to abandoned requests.
+    FinishesAbandoned,
+    /// It kept answering near its capacity while attempts failed: it drops work whose client
+    /// left, or serves newer requests first; the debt the models predict did not build.
+    KeepsAnswering,
+    /// In between: part of its work reached clients.
+    Partly,
+}
+
+/// The evidence for [`DisciplineKind`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Discipline {
+    pub kind: DisciplineKind,
+    /// Answers per second reaching clients in the failed phase, over the capacity.
+    pub answered_share: f64,
+    /// Seconds from the spike's start to the first failed attempt, and what a FIFO of the
+    /// planned capacity gives: the queue reaches the timeout after `timeout / (k rho - 1)`, and
+    /// the attempt sent then fails a timeout later.
+    pub first_failure_s: Option<f64>,
+    pub first_failure_fifo_s: Option<f64>,
+}
+
+/// Under this share of the capacity answered, the target behaved like the models' FIFO.
+const FIFO_ANSWERED_MAX: f64 = 0.2;
+/// Over this share, it kept answering: not the models' discipline.
+const KEEPS_ANSWERING_MIN: f64 = 0.7;
+
+/// What the target behaved like over `phase` (seconds from the spike's start), from the
+/// client's answers per second against the planned capacity; `None` without a capacity or a
+/// phase of at least 3 s.
+pub fn discipline(rows: &[LoadRow], p: &Plan, phase: (f64, f64)) -> Option<Discipline> {
+    let capacity = p.rate? / p.rho;
+    let in_phase: Vec<&LoadRow> = rows
+        .iter()
+        .filter(|r| {
+            let t = r.second - p.before_s;
+            t >= phase.0 && t + 1.0 <= phase.1 + 1e-9
+        })
+        .collect();
+    if in_phase.len() < 3 {
+        return None;
+    }
+    let answered = in_phase.iter().map(|r| r.successes).sum::<f64>() / in_phase.len() as f64;
+    let share = answered / capacity;
+    let kind = if share <= FIFO_ANSWERED_MAX {
+        DisciplineKind::FinishesAbandoned
+    } else if share >= KEEPS_ANSWERING_MIN {
+        DisciplineKind::KeepsAnswering
+    } else {
+        DisciplineKind::Partly
     };
-    let outcome = outcome::evaluate(record, &c);
+    let excess = p.k * p.rho - 1.0;
+    Some(Discipline {
+        kind,
+        answered_share: share,
+        first_failure_s: rows
+            .iter()
+            .find(|r| r.second >= p.before_s && r.failed_attempts > 0.0)
+            .map(|r| r.second - p.before_s),
+        first_failure_fifo_s: (excess > 0.0).then(|| p.timeout_s / excess + p.timeout_s),
+    })
+}
+
+/// What the run measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measured {
+    pub outcome: Outcome,
+    pub decision: Decision,
+    /// Attempts per first attempt at the client over the failed phase after the spike (from `R`
+    /// timeouts after its end, when the spike's own retries are done, to the last failing row).
+    pub amplification: Option<f64>,
+    /// Arrivals per first attempt at each layer read (`--arrivals-query`, `--arrivals-metric`),
+    /// outermost first, over the same phase.
+    pub layers: Vec<LayerAmplification>,
+    /// How the watch ended.
+    pub ended: Ended,
+    /// The target at base load before the spike (none when the run ended before the check).
+    pub health_before: Option<BaseHealth>,
+    /// Whether the target was still failing when the load stopped (so the next run knows).
+    pub failing_at_end: bool,
+    /// The failed phase the amplifications are measured over, seconds from the spike's start.
+    pub failed_phase: Option<(f64, f64)>,
+    pub discipline: Option<Discipline>,
+}
+
+/// Why the load stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ended {
+    /// The state was decided: the load stopped then.
+    Decided,
+    MaxDuration,
+    Interrupted,
+    /// A stop rule fired.
+    Aborted,
+    /// The base phase found the target unhealthy: no spike was sent.
+    Unhealthy,
+}
+
+/// What watching a run saw besides the loadgen's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watched {
+    pub ended: Ended,
+    /// The target at base load, when the run got as far as the check.
+    pub health_before: Option<BaseHealth>,
+    /// Each layer's arrivals, outermost first (the last is the service itself).
+    pub layers: Vec<LayerSeries>,
+}
+
+/// Arrivals at a layer per first attempt over `phase`.
+fn layer_amplification(s: &LayerSeries, record: &Record, phase: (f64, f64)) -> Option<f64> {
+    let rows = record
+        .rows
+        .iter()
+        .filter(|r| r.t >= phase.0 && r.t + record.step_s <= phase.1 + 1e-9);
+    let (arrivals, first) = rows.fold(Some((0.0, 0.0)), |acc, r| {
+        let (a, f) = acc?;
+        Some((a + s.arrivals(r.t, record.step_s)?, f + r.first_attempts))
+    })?;
+    (first > 0.0).then(|| arrivals / first)
+}
+
+/// Judges a run: the record from its rows, the outcome and decision, the amplification at the
+/// client and at each layer read over the failed phase, and what the target behaved like.
+pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measured) {
+    let record = measured_record(rows, p, watched.layers.last());
+    let outcome = outcome::evaluate(&record, &criteria(&record, p));
+    let decision = match watched.ended {
+        Ended::Aborted => Decision::Aborted,
+        // A recovery without the hold after it stands when the run went to its bound.
+        _ => decided(&record, p).unwrap_or(match outcome.state() {
+            State::Recovered if watched.ended == Ended::MaxDuration => Decision::Recovered,
+            _ => Decision::Undecided,
+        }),
+    };
+    // The client's attempts, not the service's arrivals the record may hold.
     let from = p.spike_s + f64::from(p.retries) * p.timeout_s;
     let last_bad = record.rows.iter().rposition(|r| r.timed_out > 0.0);
-    let (att, first) = last_bad.map_or((0.0, 0.0), |i| {
-        record.rows[..=i]
+    let phase = last_bad.map(|i| (from, record.rows[i].t + record.step_s));
+    let sum = |f: fn(&LoadRow) -> f64| {
+        let (from, to) = phase?;
+        let total = rows
             .iter()
-            .filter(|r| r.t >= from)
-            .fold((0.0, 0.0), |(a, f), r| {
-                (a + r.attempts, f + r.first_attempts)
+            .filter(|r| {
+                let t = r.second - p.before_s;
+                t >= from && t + 1.0 <= to + 1e-9
             })
-    });
-    let failed_phase = last_bad
-        .filter(|_| first > 0.0)
-        .map(|i| (from, record.rows[i].t + record.step_s));
-    Measured {
+            .map(f)
+            .sum::<f64>();
+        Some(total)
+    };
+    let (attempts, first) = (
+        sum(|r| r.attempts).unwrap_or(0.0),
+        sum(|r| r.first_attempts).unwrap_or(0.0),
+    );
+    let failed_phase = phase.filter(|_| first > 0.0);
+    let measured = Measured {
         outcome,
-        amplification: (first > 0.0).then(|| att / first),
-        complete: watched.complete,
-        health_before: watched.health_before,
-        failing_at_end: failing_at_end(record, p.timeout_s),
+        decision,
+        amplification: (first > 0.0).then(|| attempts / first),
+        layers: failed_phase.map_or_else(Vec::new, |ph| {
+            watched
+                .layers
+                .iter()
+                .filter_map(|s| {
+                    Some(LayerAmplification {
+                        layer: s.layer.clone(),
+                        per_first_attempt: layer_amplification(s, &record, ph)?,
+                    })
+                })
+                .collect()
+        }),
+        ended: watched.ended,
+        health_before: watched.health_before.clone(),
+        failing_at_end: failing_at_end(rows, p.timeout_s),
         failed_phase,
-        pod_amplification: failed_phase
-            .and_then(|phase| pod_amplification(&watched.pod_arrivals, record, phase)),
-    }
+        discipline: failed_phase.and_then(|ph| discipline(rows, p, ph)),
+    };
+    (record, measured)
 }
 
 #[cfg(test)]
@@ -273,53 +476,131 @@ mod tests {
     use super::*;
     use crate::trigger::plan::{plan, tests::input};
 
-    #[test]
-    fn measured_record_judges_recovery_and_amplification() {
-        let p = plan(&input(0.5)).unwrap(); // before 3 s, spike 2 s, timeout 1 s, R = 2
-        // Seconds 0..20; timeouts fire (row i) for attempts sent at i - 1, from second 4 to 12.
-        let rows: Vec<LoadRow> = (0..20)
+    /// Seconds 0..`n` at 50 first attempts/s; attempts sent in `failing` fail, three per
+    /// request, `ended_by` seconds later (a timeout's 1 s, or a gateway's 5xx sooner).
+    fn rows(n: u32, failing: std::ops::Range<u32>, ended_by: u32) -> Vec<LoadRow> {
+        (0..n)
             .map(|s| {
-                let failing = (4..12).contains(&s);
+                let sent_failing = failing.contains(&s);
+                let fails_now = s >= ended_by && failing.contains(&(s - ended_by));
                 LoadRow {
                     second: f64::from(s),
                     first_attempts: 50.0,
-                    attempts: if failing { 150.0 } else { 50.0 },
-                    successes: if failing { 0.0 } else { 50.0 },
-                    // Behind a gateway a third of the failed attempts end in its 504.
-                    timeouts: if (5..13).contains(&s) { 100.0 } else { 0.0 },
-                    status_5xx: if (5..13).contains(&s) { 50.0 } else { 0.0 },
-                    requests_failed: 0.0,
+                    attempts: if sent_failing { 150.0 } else { 50.0 },
+                    successes: if sent_failing { 0.0 } else { 50.0 },
+                    failed_attempts: if fails_now { 150.0 } else { 0.0 },
+                    requests_succeeded: if sent_failing { 0.0 } else { 50.0 },
+                    requests_failed: if fails_now { 50.0 } else { 0.0 },
+                    ..LoadRow::default()
                 }
             })
-            .collect();
-        let rec = measured_record(&rows, &p);
-        assert_eq!(rec.rows.len(), 19);
-        let watched = Watched {
-            complete: true,
-            ..Watched::default()
-        };
-        let m = measure(&rec, &p, watched);
-        // Last bad row sent at second 11 = t 8, ends t 9; spike ends at t 2: 7 s.
-        assert_eq!(m.outcome.recovery_s, Some(7.0));
-        assert!(!m.outcome.trapped);
-        assert_eq!(m.amplification, Some(3.0));
-        assert!(!m.failing_at_end, "answering again when the load stopped");
-        let csv = "second,first_attempts,attempts,successes,timeouts,requests_failed,\
-                   errors_status_5xx\n0,5,6,5,1,0,2\n";
-        let row = parse_timeseries(csv).unwrap()[0];
-        assert_eq!((row.timeouts, row.status_5xx), (1.0, 2.0));
-        assert!(parse_timeseries("second\n1\n").is_err());
+            .collect()
     }
 
-    fn base_row(second: u64, sent: f64, answered: f64, timeouts: f64) -> LoadRow {
+    fn watched(ended: Ended) -> Watched {
+        Watched {
+            ended,
+            health_before: None,
+            layers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_recovery_is_measured_from_every_failed_attempt() {
+        let p = plan(&input(0.5)).unwrap(); // before 3 s, spike 2 s, timeout 1 s, R = 2
+        let r = rows(40, 4..12, 1);
+        let (rec, m) = measure(&r, &p, &watched(Ended::MaxDuration));
+        // The last (R + 1) timeouts of rows have no outcome yet: cut.
+        assert_eq!(rec.rows.len(), 36);
+        // Last failing row sent at second 11 = t 8, ends t 9; spike ends at t 2: 7 s.
+        assert_eq!(m.outcome.recovery_s, Some(7.0));
+        assert_eq!(m.decision, Decision::Recovered);
+        assert_eq!(m.amplification, Some(3.0));
+        assert!(!m.failing_at_end, "answering again when the load stopped");
+        assert_eq!(
+            m.outcome.debt_served_s, None,
+            "a target without waits cannot tell"
+        );
+    }
+
+    #[test]
+    fn a_gateways_5xx_fails_the_request_as_a_timeout_does() {
+        // The issue's case: from second 4 on every attempt ends in the gateway's 5xx, sooner than
+        // the client's timeout, to the end of the run.
+        let p = plan(&input(0.2)).unwrap(); // capacity 100/s, base 20/s
+        let mut r = rows(60, 4..60, 1);
+        for x in &mut r {
+            (x.first_attempts, x.attempts) = (20.0, 60.0);
+        }
+        let (_, m) = measure(&r, &p, &watched(Ended::MaxDuration));
+        assert!(m.failing_at_end);
+        assert_eq!(m.outcome.goodput_recovery_s, None, "{:?}", m.outcome);
+        assert_eq!(m.outcome.recovery_s, None);
+        assert!(!m.outcome.failure_ended(), "{}", m.outcome.state_text());
+        // The client sends 3x at rho 0.2, under the capacity: without the service's arrivals
+        // the trap is not shown, and the run is undecided.
+        assert_eq!(m.decision, Decision::Undecided);
+    }
+
+    #[test]
+    fn the_services_arrivals_decide_the_trap() {
+        let p = plan(&input(0.2)).unwrap(); // capacity 100/s, base 20/s
+        let mut r = rows(60, 4..60, 1);
+        for x in &mut r {
+            (x.first_attempts, x.attempts) = (20.0, 60.0);
+        }
+        // A gateway multiplies by 3: the service sees 180/s, past its 100/s.
+        let service = LayerSeries {
+            layer: "app".into(),
+            kind: SeriesKind::Rate,
+            readings: (0..120)
+                .map(|i| (f64::from(i) * 0.5 - 3.0, 180.0))
+                .collect(),
+        };
+        let w = Watched {
+            layers: vec![service],
+            ..watched(Ended::Decided)
+        };
+        let (rec, m) = measure(&r, &p, &w);
+        assert_eq!(decided(&rec, &p), Some(Decision::Trapped));
+        assert_eq!(m.decision, Decision::Trapped);
+        let a = m.layers[0].per_first_attempt;
+        assert!((a - 9.0).abs() < 1e-9, "{a}");
+        assert_eq!(
+            m.discipline.unwrap().kind,
+            DisciplineKind::FinishesAbandoned
+        );
+    }
+
+    #[test]
+    fn unsettled_seconds_are_cut_from_a_stopped_run() {
+        let p = plan(&input(0.5)).unwrap(); // (R + 1) x timeout = 3 s
+        let r = rows(20, 4..12, 1);
+        assert_eq!(measured_record(&r, &p, None).rows.len(), 16);
+        // Failing to the end of a stopped run: nothing after the failure decides anything.
+        let r = rows(20, 4..20, 1);
+        let (_, m) = measure(&r, &p, &watched(Ended::Interrupted));
+        assert_eq!(m.outcome.goodput_recovery_s, None);
+        assert_eq!(m.outcome.recovery_s, None);
+    }
+
+    #[test]
+    fn a_recovery_is_decided_only_after_it_has_held() {
+        let p = plan(&input(0.5)).unwrap(); // hold: max(2 x 3, 5 x 1, 5) = 6 s
+        let rec = |n| measured_record(&rows(n, 4..12, 1), &p, None);
+        // Clean from t 9 (second 12): decided once 6 s more have their outcome (3 s later).
+        assert_eq!(decided(&rec(20), &p), None);
+        assert_eq!(decided(&rec(22), &p), Some(Decision::Recovered));
+    }
+
+    fn base_row(second: u64, sent: f64, answered: f64, failed: f64) -> LoadRow {
         LoadRow {
             second: second as f64,
             first_attempts: sent,
             attempts: sent,
             successes: answered,
-            timeouts,
-            status_5xx: 0.0,
-            requests_failed: 0.0,
+            failed_attempts: failed,
+            ..LoadRow::default()
         }
     }
 
@@ -332,8 +613,8 @@ mod tests {
         let problem = |rows: &[LoadRow]| base_health(rows).problem.expect("judged not healthy");
         // A target that answers nothing: the first timeouts fire a timeout after the first sends.
         let silent = [base_row(0, 20.0, 0.0, 0.0), base_row(1, 20.0, 0.0, 20.0)];
-        assert!(problem(&silent).contains("20 attempts timed out at base load"));
-        // Slow or refusing, but nothing timed out yet: under 90% answered.
+        assert!(problem(&silent).contains("20 attempts failed at base load"));
+        // Slow or refusing, but nothing failed yet: under 90% answered.
         let slow = [base_row(0, 20.0, 10.0, 0.0), base_row(1, 20.0, 15.0, 0.0)];
         assert!(problem(&slow).contains("only 25 answers to 40 first attempts"));
         // Too little load to tell is not a licence to send the spike.
@@ -342,32 +623,21 @@ mod tests {
     }
 
     #[test]
-    fn a_target_still_timing_out_at_the_end_is_reported_failing() {
-        let rows = |bad_from: usize| Record {
-            step_s: 1.0,
-            rows: (0..10)
-                .map(|i| Row {
-                    t: i as f64,
-                    timed_out: if i >= bad_from { 5.0 } else { 0.0 },
-                    ..Row::default()
-                })
-                .collect(),
+    fn a_target_still_failing_at_the_end_is_reported_failing() {
+        let r = |fail_from: usize| -> Vec<LoadRow> {
+            (0..10)
+                .map(|i| base_row(i as u64, 5.0, 5.0, if i >= fail_from { 5.0 } else { 0.0 }))
+                .collect()
         };
-        assert!(failing_at_end(&rows(9), 2.0));
-        assert!(failing_at_end(&rows(8), 2.0));
-        // Timeouts that stopped more than one timeout before the end: answering again.
-        assert!(!failing_at_end(&rows(10), 2.0));
-        assert!(!failing_at_end(
-            &Record {
-                step_s: 1.0,
-                rows: vec![]
-            },
-            2.0
-        ));
+        assert!(failing_at_end(&r(9), 2.0));
+        assert!(failing_at_end(&r(7), 2.0));
+        // Failures that stopped more than one timeout before the end: answering again.
+        assert!(!failing_at_end(&r(10), 2.0));
+        assert!(!failing_at_end(&[], 2.0));
     }
 
     #[test]
-    fn pod_amplification_reads_the_pods_over_the_failed_phase() {
+    fn layer_arrivals_come_from_counts_and_rates() {
         // 10 first attempts a second; the pods see 90 a second from t = 20 (A = 9 behind a
         // gateway), read at uneven instants.
         let record = Record {
@@ -387,15 +657,46 @@ mod tests {
                 200.0 + 90.0 * (t - 20.0)
             }
         };
-        let readings: Vec<(f64, f64)> = [0.3, 5.1, 19.0, 21.5, 30.2, 44.9, 50.0, 59.7]
-            .iter()
-            .map(|&t| (t, pods(t)))
-            .collect();
+        let count = LayerSeries {
+            layer: "pods".into(),
+            kind: SeriesKind::Count,
+            readings: [0.3, 5.1, 19.0, 21.5, 30.2, 44.9, 50.0, 59.7]
+                .iter()
+                .map(|&t| (t, pods(t)))
+                .collect(),
+        };
         // Whole rows 31..49: 190 first attempts, 1,710 arrivals.
-        let a = pod_amplification(&readings, &record, (30.2, 50.0)).unwrap();
+        let a = layer_amplification(&count, &record, (30.2, 50.0)).unwrap();
         assert!((a - 9.0).abs() < 1e-9, "{a}");
         // Outside the readings: nothing to say.
-        assert_eq!(pod_amplification(&readings, &record, (0.0, 50.0)), None);
-        assert_eq!(pod_amplification(&[], &record, (30.0, 50.0)), None);
+        assert_eq!(layer_amplification(&count, &record, (0.0, 50.0)), None);
+        let rate = LayerSeries {
+            layer: "app".into(),
+            kind: SeriesKind::Rate,
+            readings: (0..60).map(|t| (f64::from(t), 90.0)).collect(),
+        };
+        let a = layer_amplification(&rate, &record, (30.0, 50.0)).unwrap();
+        assert!((a - 9.0).abs() < 1e-9, "{a}");
+    }
+
+    #[test]
+    fn a_target_that_keeps_answering_is_not_the_models_fifo() {
+        let p = plan(&input(0.25)).unwrap(); // capacity 100/s
+        let r: Vec<LoadRow> = (0..20)
+            .map(|s| LoadRow {
+                second: f64::from(s),
+                successes: 95.0,
+                failed_attempts: if s >= 4 { 10.0 } else { 0.0 },
+                ..LoadRow::default()
+            })
+            .collect();
+        let d = discipline(&r, &p, (2.0, 10.0)).unwrap();
+        assert_eq!(d.kind, DisciplineKind::KeepsAnswering);
+        assert!((d.answered_share - 0.95).abs() < 1e-9);
+        assert_eq!(d.first_failure_s, Some(1.0));
+        assert!(
+            discipline(&r, &p, (2.0, 3.0)).is_none(),
+            "too short a phase"
+        );
     }
 }

@@ -4,15 +4,21 @@
 //! amplification `A`, the threshold `1/A`, the spike that triggers with margin (trigger-size law:
 //! `(k rho - 1) Delta >= 2 tau_out`), the predicted outcome (trapped iff `A rho >= 1`, else the
 //! closed-form and fluid recovery) and the loadgen's [`loadgen::Invocation`]; [`measure`] judges
-//! the loadgen's rows with [`falsification_model::outcome`]; [`report`] writes the text.
-//! [`run()`] is the I/O: it prints the plan, and only with a target and confirmation runs the
-//! `loadgen` (base, spike, base), bounded by the maximum duration and Ctrl-C, and writes
+//! the loadgen's rows and the layers' arrivals with [`falsification_model::outcome`] and decides
+//! the state; [`stop`] holds the stop rules; [`report`] writes the text.
+//! The I/O: [`capacity`] probes the target's capacity, [`metrics`] reads Prometheus, the pods'
+//! counters and health URLs, [`run()`] prints the plan, and only with a target and confirmation
+//! runs the `loadgen` (base, spike, base until the state is decided), stops it on a stop rule,
+//! the maximum duration or Ctrl-C, watches the target read-only after an abort, and writes
 //! `plan.json`, `record.json`, `report.md` and `trigger.svg`.
 
+mod capacity;
 mod measure;
+mod metrics;
 mod plan;
 mod report;
 mod run;
+mod stop;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,8 +26,10 @@ use std::time::Duration;
 use anyhow::bail;
 use loadgen::config::RetryOn;
 
+pub use metrics::{ArrivalsQuery, MetricSelector};
 pub use plan::{PlanInput, StackAmplification};
 pub use run::run;
+pub use stop::{OnMetricsLoss, Rule};
 
 /// The pooled fluid model's recovery after `spike`, from its end, for a service at `rho` whose
 /// chain of layers gives `a` and fails attempts at `tau_out_s` (`check --predict`): `None` when
@@ -42,6 +50,7 @@ pub fn predict_recovery(
         spike: Some(spike),
         before: None,
         observe: None,
+        max_duration: None,
         stack: Some(StackAmplification {
             a,
             files: Vec::new(),
@@ -63,11 +72,18 @@ pub struct TriggerConfig {
     pub run: RunSettings,
 }
 
+/// How a confirmed run ended, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The plan was printed, or the run went on and was judged.
+    Judged,
+    /// A stop rule stopped the load.
+    Aborted,
+}
+
 /// How a confirmed run goes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSettings {
-    /// Hard bound on the load [default: the planned length plus the loadgen's drain].
-    pub max_duration: Option<Duration>,
     /// The record's directory (created).
     pub out: PathBuf,
     /// Seed of the loadgen's Poisson arrivals.
@@ -76,8 +92,38 @@ pub struct RunSettings {
     pub bin_dir: Option<PathBuf>,
     /// What the clients retry.
     pub retry_on: Vec<RetryOn>,
-    /// Base URLs of the target's pods, whose arrivals are read every second.
+    pub watching: Watching,
+    pub stop: StopSettings,
+    /// `--capacity auto`: the probe that measures the capacity before the plan.
+    pub capacity_probe: Option<ProbeSettings>,
+}
+
+/// What the run reads every second besides its clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watching {
+    /// The team's Prometheus, for `--arrivals-query` and `query:` stop rules.
+    pub prometheus: Option<String>,
+    /// Arrivals per layer (per-second rates), outermost first.
+    pub arrivals_queries: Vec<ArrivalsQuery>,
+    /// Base URLs of the service's pods, whose `arrivals_metric` is read (the innermost layer).
     pub pods: Vec<String>,
+    pub arrivals_metric: MetricSelector,
+}
+
+/// When the load stops before its end, and what is watched then.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StopSettings {
+    pub rules: Vec<Rule>,
+    pub on_metrics_loss: OnMetricsLoss,
+    /// How long the target is watched, read-only, after a stop rule fired.
+    pub after_abort: Duration,
+}
+
+/// The closed-loop capacity probe of `--capacity auto`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbeSettings {
+    pub concurrency: u32,
+    pub duration: Duration,
 }
 
 impl TriggerConfig {

@@ -27,6 +27,8 @@ pub struct PlanInput {
     pub spike: Option<Spike>,
     pub before: Option<Duration>,
     pub observe: Option<Duration>,
+    /// Hard bound on the load [default: twice the planned length plus (R + 1) timeouts].
+    pub max_duration: Option<Duration>,
     /// The timeout class's `A` that `falsification check` computed from the stack's files; the
     /// client's retries alone give it otherwise.
     pub stack: Option<StackAmplification>,
@@ -68,10 +70,15 @@ pub struct Plan {
     pub recovery_closed_s: Option<f64>,
     pub recovery_fluid_s: Option<f64>,
     pub before_s: f64,
+    /// The observation the prediction needs: the load goes on past it until the state is decided,
+    /// at most to `max_duration_s`.
     pub observe_s: f64,
-    /// Arrivals end this long after the start (base, spike, observation, then R+1 timeouts of base
-    /// load so requests started in the observation get their outcome).
+    /// The planned length: base, spike, observation, then R+1 timeouts of base load so requests
+    /// started in the observation get their outcome.
     pub length_s: f64,
+    /// The hard bound on the load: arrivals of base load go on to it unless the state is decided
+    /// (or a stop rule fires) sooner.
+    pub max_duration_s: f64,
     /// Highest first-attempt rate of the schedule (`k x rate`), when the rate is known.
     pub max_rate: Option<f64>,
 }
@@ -248,6 +255,7 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         before_s: input.before.map_or(3.0 * timeout_s, |d| d.as_secs_f64()),
         observe_s: 0.0,
         length_s: 0.0,
+        max_duration_s: 0.0,
         max_rate: rate.map(|r| r * k.max(1.0)),
     };
     // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
@@ -285,14 +293,25 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     );
     let s = scenario(&p, p.spike_s + p.observe_s)?;
     p.length_s = p.before_s + s.end();
+    let max = input.max_duration.map_or_else(
+        || invocation::run_duration(2.0 * p.length_s + p.lost_after_s()),
+        |d| d,
+    );
+    if max.is_zero() {
+        bail!("max-duration: {} s must be positive", max.as_secs_f64());
+    }
+    p.max_duration_s = max.as_secs_f64();
     Ok(p)
 }
 
-/// The loadgen schedule of a plan (the runner's, from the same scenario), within the plan's
-/// highest rate.
+/// The loadgen schedule of a plan (the runner's, from the same scenario): base load to the
+/// maximum duration, within the plan's highest rate.
 pub fn schedule(p: &Plan) -> anyhow::Result<Schedule> {
     let rate = p.rate.context("rate: needed to run (give --rate)")?;
-    let mut s = scenario(p, p.spike_s + p.observe_s)?;
+    // The scenario's end is its horizon plus the time its requests take to settle.
+    let settle = scenario(p, p.spike_s)?.settled_s();
+    let horizon = p.max_duration_s - p.before_s - settle;
+    let mut s = scenario(p, horizon.max(p.spike_s))?;
     // The scenario's base rate is rho x capacity = rate; warm-up is the base period.
     s.rate_per_pod = rate / p.rho;
     let schedule = invocation::schedule(&s, 1.0)?;
@@ -309,27 +328,19 @@ fn highest_rate(schedule: &Schedule) -> f64 {
     schedule.steps().iter().map(|s| s.rate).fold(0.0, f64::max)
 }
 
-/// The hard bound on the load: `given`, or the planned length plus the loadgen's drain.
-pub fn max_duration(p: &Plan, given: Option<Duration>) -> anyhow::Result<Duration> {
-    let d = given.unwrap_or_else(|| invocation::run_duration(p.length_s + p.lost_after_s() + 2.0));
-    if d.is_zero() {
-        bail!("max-duration: {} s must be positive", d.as_secs_f64());
-    }
-    Ok(d)
-}
-
-/// How the loadgen runs a plan: what it retries, its seed, its records' directory, its bound.
+/// How the loadgen runs a plan: what it retries, its seed, its records' directory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadgenRun<'a> {
     pub target: &'a str,
     pub retry_on: &'a [RetryOn],
     pub seed: u64,
-    pub max_duration: Duration,
     pub out: &'a Path,
 }
 
 /// The loadgen's command line for a plan: its schedule with Poisson arrivals, the plan's retry
-/// policy, and each closed second on stdout (the base phase is judged from them).
+/// policy, each closed second on stdout (the run is judged from them), bounded by the maximum
+/// duration, and no drain: when the load stops (decided, a stop rule, the bound) attempts in
+/// flight are abandoned as a client that gives up abandons them.
 pub fn loadgen(p: &Plan, schedule: Schedule, run: &LoadgenRun<'_>) -> Invocation {
     Invocation {
         arrivals: Some(ArrivalKind::Poisson),
@@ -343,7 +354,8 @@ pub fn loadgen(p: &Plan, schedule: Schedule, run: &LoadgenRun<'_>) -> Invocation
             min_per_sec: Some(0.0),
             ttl: None,
         }),
-        duration: Some(run.max_duration),
+        duration: Some(invocation::run_duration(p.max_duration_s)),
+        drain: Some(Duration::ZERO),
         seed: Some(run.seed),
         out: Some(run.out.to_path_buf()),
         stdout_rows: true,
@@ -370,6 +382,7 @@ pub(super) mod tests {
             spike: None,
             before: None,
             observe: None,
+            max_duration: None,
             stack: None,
         }
     }
@@ -509,21 +522,21 @@ pub(super) mod tests {
         assert_eq!(highest_rate(&s), 200.0);
         let steps: Vec<(f64, f64)> = s.steps().iter().map(|x| (x.at, x.rate)).collect();
         assert_eq!(steps, [(0.0, 50.0), (3.0, 200.0), (5.0, 50.0)]);
-        assert!((s.end().unwrap() - p.length_s).abs() < 1e-6, "{s}");
+        // Base load goes on to the bound, twice the planned length and (R + 1) timeouts.
+        assert!((p.max_duration_s - (2.0 * p.length_s + 3.0)).abs() < 1e-6);
+        assert!((s.end().unwrap() - p.max_duration_s).abs() < 1e-6, "{s}");
     }
 
     #[test]
     fn the_loadgen_runs_the_plans_policy_bounded() {
         let mut i = input(0.5);
         i.retry_budget = Some(0.2);
+        i.max_duration = Some(Duration::from_secs(90));
         let p = plan(&i).unwrap();
-        let bound = max_duration(&p, None).unwrap();
-        assert_eq!(bound, Duration::from_secs_f64(p.length_s + 3.0 + 2.0));
         let run = LoadgenRun {
             target: "http://127.0.0.1:9/work",
             retry_on: &[RetryOn::Timeout, RetryOn::Status5xx],
             seed: 7,
-            max_duration: bound,
             out: Path::new("/tmp/t/loadgen"),
         };
         let args = loadgen(&p, schedule(&p).unwrap(), &run).args();
@@ -538,9 +551,13 @@ pub(super) mod tests {
             "--seed=7",
             "--out=/tmp/t/loadgen",
             "--stdout-rows",
+            "--duration=90s",
+            "--drain=0s",
         ] {
             assert!(args.iter().any(|a| a == flag), "{flag} not in {args:?}");
         }
-        assert!(max_duration(&p, Some(Duration::ZERO)).is_err());
+        i.max_duration = Some(Duration::ZERO);
+        let e = plan(&i).unwrap_err().to_string();
+        assert!(e.starts_with("max-duration:"), "{e}");
     }
 }

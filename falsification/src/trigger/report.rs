@@ -2,13 +2,16 @@
 
 use std::fmt::Write as _;
 
-use super::measure::Measured;
+use super::RunSettings;
+use super::capacity::CapacityProbe;
+use super::measure::{Decision, DisciplineKind, LayerSeries, Measured};
 use super::plan::Plan;
+use super::run::AfterAbort;
+use super::stop::{Fired, Rule};
 use falsification_model::laws;
-use falsification_model::outcome::State;
 
-/// The plan as text.
-pub fn plan_text(p: &Plan, target: Option<&str>) -> String {
+/// The plan as text, with what the run reads and the stop rules in force.
+pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
     let mut t = String::new();
     let opt = |v: Option<f64>| v.map_or("never (trapped)".to_string(), |v| format!("{v:.1} s"));
     let _ = writeln!(t, "Trigger test plan");
@@ -42,8 +45,8 @@ pub fn plan_text(p: &Plan, target: Option<&str>) -> String {
                 p.client_amplification
             ),
             None => "the client's retries alone: past the client the amplification at the service \
-                     is unknown unless measured (--pods) or computed from the stack's files \
-                     (--stack, --config)"
+                     is unknown unless measured (--arrivals-query, --pods) or computed from the \
+                     stack's files (--stack, --config)"
                 .into(),
         }
     );
@@ -65,12 +68,11 @@ pub fn plan_text(p: &Plan, target: Option<&str>) -> String {
     }
     let _ = writeln!(
         t,
-        "  schedule:         base {:.1} s, spike {:.1} s, base {:.1} s (arrivals end at {:.1} s)",
-        p.before_s,
-        p.spike_s,
-        p.length_s - p.before_s - p.spike_s,
-        p.length_s
+        "  schedule:         base {:.1} s, spike {:.1} s, then base load until the state is \
+         decided (planned {:.1} s in all; at most {:.1} s, --max-duration)",
+        p.before_s, p.spike_s, p.length_s, p.max_duration_s
     );
+    watching_lines(&mut t, run);
     let _ = writeln!(
         t,
         "  prediction:       {}",
@@ -87,7 +89,63 @@ pub fn plan_text(p: &Plan, target: Option<&str>) -> String {
     for w in &p.warnings {
         let _ = writeln!(t, "  WARNING: {w}");
     }
+    let _ = writeln!(
+        t,
+        "  DESTRUCTIVE:      sends {:.1}/s for {:.1} s to {}: the spike is meant to put it in a \
+         failed state that may outlast the test",
+        p.max_rate.unwrap_or(f64::NAN),
+        p.spike_s,
+        target.unwrap_or("the target")
+    );
     t
+}
+
+/// The plan's lines on what is read during the run and when it stops early.
+fn watching_lines(t: &mut String, run: &RunSettings) {
+    let w = &run.watching;
+    for q in &w.arrivals_queries {
+        let _ = writeln!(
+            *t,
+            "  arrivals at {}: {} (from {})",
+            q.layer,
+            q.promql,
+            w.prometheus.as_deref().unwrap_or("?")
+        );
+    }
+    if !w.pods.is_empty() {
+        let _ = writeln!(
+            *t,
+            "  arrivals at the pods: {} summed over {}",
+            w.arrivals_metric,
+            w.pods.join(", ")
+        );
+    }
+    if run.stop.rules.is_empty() {
+        let _ = writeln!(
+            *t,
+            "  stop rules:       none but the maximum duration and Ctrl-C (add --abort-if)"
+        );
+    }
+    for r in &run.stop.rules {
+        let _ = writeln!(*t, "  stop rule:        {r}");
+    }
+    if run.stop.rules.iter().any(Rule::reads_prometheus) || !w.arrivals_queries.is_empty() {
+        let _ = writeln!(
+            *t,
+            "  metrics lost:     {}",
+            match run.stop.on_metrics_loss {
+                super::OnMetricsLoss::Abort => "stops the load (--on-metrics-loss continue)",
+                super::OnMetricsLoss::Continue => "the run goes on; unread seconds stay unread",
+            }
+        );
+    }
+    if !run.stop.rules.is_empty() {
+        let _ = writeln!(
+            *t,
+            "  after an abort:   the target is watched, read-only, for {} s",
+            run.stop.after_abort.as_secs_f64()
+        );
+    }
 }
 
 /// The measured amplification beside the configured one: at the client, and at the pods when
@@ -102,37 +160,91 @@ fn amplification_rows(t: &mut String, p: &Plan, m: &Measured) {
         ),
         p.client_amplification
     );
-    if let Some(a) = m.pod_amplification {
+    let configured = match &p.stack {
+        Some(s) => format!("{:.3} (the stack's files, `check`)", s.a),
+        None => format!(
+            "{:.3}, or that times a gateway's tries in front of the service",
+            p.client_amplification
+        ),
+    };
+    for l in &m.layers {
         let _ = writeln!(
             *t,
-            "| arrivals at the pods per first attempt, same phase (`--pods`) | {a:.3} | {} |",
-            match &p.stack {
-                Some(s) => format!("{:.3} (the stack's files, `check`)", s.a),
-                None => format!(
-                    "{:.3}, or that times a gateway's tries in front of the pods",
-                    p.client_amplification
-                ),
-            }
+            "| arrivals at {} per first attempt, same phase | {:.3} | {configured} |",
+            l.layer, l.per_first_attempt
         );
-    } else if let Some(s) = &p.stack {
+    }
+    if m.layers.is_empty() {
         let _ = writeln!(
             *t,
-            "| amplification at the service | not measured (give --pods) | {:.3} (the stack's \
-             files, `check`) |",
-            s.a
+            "| amplification at the service | not measured (give --arrivals-query or --pods) | \
+             {configured} |"
         );
     }
 }
 
+/// What the target behaved like, beside the models' assumption.
+fn discipline_text(p: &Plan, m: &Measured) -> Option<String> {
+    let d = m.discipline.as_ref()?;
+    let share = 100.0 * d.answered_share;
+    let first = match (d.first_failure_s, d.first_failure_fifo_s) {
+        (Some(s), Some(f)) => format!(
+            " The first attempt failed {s:.0} s after the spike began; a FIFO of the planned \
+             capacity fails its first {f:.1} s after."
+        ),
+        _ => String::new(),
+    };
+    Some(match d.kind {
+        DisciplineKind::FinishesAbandoned => format!(
+            "**What the target behaved like:** the models' FIFO that finishes abandoned work: \
+             {share:.0}% of its capacity reached clients while it failed.{first}"
+        ),
+        DisciplineKind::KeepsAnswering => format!(
+            "**What the target behaved like: not the models' assumption.** It kept answering \
+             {share:.0}% of its capacity while attempts failed: it drops work whose client left, \
+             or serves newer requests first, so the debt the models predict did not build. The \
+             predicted recovery ({}) assumes a FIFO that finishes abandoned work and does not \
+             apply to it; the measured one is its own.{first}",
+            if p.trapped {
+                "trapped".to_string()
+            } else {
+                p.recovery_closed_s
+                    .map_or("none".into(), |r| format!("{r:.1} s"))
+            }
+        ),
+        DisciplineKind::Partly => format!(
+            "**What the target behaved like:** partly the models' FIFO: {share:.0}% of its \
+             capacity reached clients while it failed (the models assume none does); expect a \
+             measured recovery shorter than predicted.{first}"
+        ),
+    })
+}
+
 /// `report.md`: the plan, the target's health before and after, measured against predicted.
-pub fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
+pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityProbe>) -> String {
     let f = |v: Option<f64>| v.map_or("never".to_string(), |v| format!("{v:.1} s"));
     let mut t = String::new();
+    let _ = writeln!(t, "# Trigger test of {target}\n");
     let _ = writeln!(
         t,
-        "# Trigger test\n\n```\n{}```\n",
-        plan_text(p, Some(target))
+        "**Decision: {}.** {}\n",
+        m.decision.text(),
+        match m.ended {
+            super::measure::Ended::Decided => "The load stopped once it was decided.",
+            super::measure::Ended::MaxDuration => "The load ran to the maximum duration.",
+            super::measure::Ended::Interrupted => "The run was interrupted (Ctrl-C).",
+            super::measure::Ended::Aborted => "A stop rule stopped the load (below).",
+            super::measure::Ended::Unhealthy => "No spike was sent.",
+        }
     );
+    if let Some(c) = probed {
+        let _ = writeln!(
+            t,
+            "Capacity measured first: {:.1} answers/s ({} workers back to back for {} s, {} \
+             answered, {} failed); the plan's rho follows from it.\n",
+            c.capacity, c.concurrency, c.duration_s, c.answered, c.failed
+        );
+    }
     let _ = writeln!(
         t,
         "Target before the spike: {}\n\nWhen the load stopped: {}\n",
@@ -160,16 +272,10 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
         m.outcome.triggered,
         laws::spike_triggers(p.k, p.rho, p.spike_s, p.timeout_s)
     );
-    // A run cut short while failing has not shown a trap, only no recovery yet.
-    let state = match (m.outcome.state(), m.complete) {
-        (State::Trapped | State::NotRecoveredWithinHorizon, false) => {
-            "not recovered when the run was cut".to_string()
-        }
-        _ => m.outcome.state_text(),
-    };
     let _ = writeln!(
         t,
-        "| state at the end | {state} | {} |",
+        "| state | {} | {} |",
+        m.decision.text(),
         if p.trapped { "trapped" } else { "recovers" }
     );
     let _ = writeln!(
@@ -192,17 +298,103 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str) -> String {
             .lost_fraction
             .map_or("n/a".into(), |l| format!("{l:.4}"))
     );
+    if let Some(d) = discipline_text(p, m) {
+        let _ = writeln!(t, "\n{d}");
+    }
     let _ = writeln!(
         t,
         "\n{}Recovery is counted from the end of the spike to the end of the last second that sent \
-         an attempt which timed out (the kit's `outcome` definition; no wait is read on a staging \
-         target). Files: `plan.json`, `record.json`, `trigger.svg`, `loadgen/` (the loadgen's \
-         `timeseries.csv` and `summary.json`), `loadgen.log`.",
-        if m.complete {
-            ""
+         an attempt which failed, whatever ended it (a timeout, a gateway's 5xx, a reset: the \
+         kit's `outcome` definition; no wait is read on a staging target); seconds whose requests \
+         had no outcome when the load stopped are left out. Files: `plan.json`, `record.json`, \
+         `trigger.svg`, `loadgen/` (the loadgen's `timeseries.csv` and `summary.json`), \
+         `loadgen.log`.",
+        if m.decision == Decision::Undecided {
+            "**Undecided:** the run ended before the state was decided; figures cover what ran. \
+             Give a longer --max-duration to decide it.\n\n"
         } else {
-            "**Incomplete run** (stopped by Ctrl-C or --max-duration): figures cover what ran.\n\n"
+            ""
         }
     );
+    t
+}
+
+/// The stop rule that fired, and what the read-only watch after it saw.
+pub fn after_abort_text(
+    f: &Fired,
+    a: &AfterAbort,
+    rules: &[Rule],
+    layers: &[LayerSeries],
+    p: &Plan,
+) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n## Stopped by a stop rule\n\n`{}` fired {:.0} s after the spike began; it had held \
+         for {} s: {}.\n",
+        f.rule,
+        f.at_s,
+        f.values.len(),
+        f.values.join(", ")
+    );
+    let _ = writeln!(
+        t,
+        "All load stopped then (no new first attempt, attempts in flight abandoned). Watched \
+         read-only for {:.0} s after:\n",
+        a.watched_s
+    );
+    for (i, rule) in rules.iter().enumerate() {
+        let held: Vec<f64> = a
+            .samples
+            .iter()
+            .filter(|(_, c)| matches!(c.get(i), Some(Some(c)) if c.holds == Some(true)))
+            .map(|(t, _)| *t)
+            .collect();
+        let line = match (
+            held.last(),
+            a.samples
+                .iter()
+                .any(|(_, c)| c.get(i).is_some_and(Option::is_some)),
+        ) {
+            (_, false) => "not read without load (it reads the clients)".to_string(),
+            (None, true) => "did not hold once the load stopped".to_string(),
+            (Some(last), true) if *last + 1.5 >= a.stopped_at_s + a.watched_s => {
+                "**still held at the end of the watch: the target has not recovered by itself**"
+                    .to_string()
+            }
+            (Some(last), true) => format!(
+                "held until {:.0} s after the stop, then no more: recovered by itself",
+                last - a.stopped_at_s
+            ),
+        };
+        let _ = writeln!(t, "- `{rule}`: {line}");
+    }
+    let capacity = p.rate.map(|r| r / p.rho);
+    for l in layers {
+        let rates: Vec<(f64, f64)> = a
+            .samples
+            .iter()
+            .filter_map(|(s, _)| Some((*s, l.arrivals(*s, 1.0)?)))
+            .collect();
+        let Some(&(_, first)) = rates.first() else {
+            continue;
+        };
+        // The service goes on serving its queue of abandoned work after the load stops.
+        let quiet = capacity.map_or(0.1 * first, |c| 0.1 * c);
+        let fell = rates.iter().find(|(_, r)| *r <= quiet);
+        let _ = writeln!(
+            t,
+            "- arrivals at {}: {first:.1}/s when the load stopped; {}",
+            l.layer,
+            match fell {
+                Some((s, _)) => format!(
+                    "under {quiet:.1}/s {:.0} s after the stop (what it served meanwhile was \
+                     the debt)",
+                    s - a.stopped_at_s
+                ),
+                None => format!("still over {quiet:.1}/s at the end of the watch"),
+            }
+        );
+    }
     t
 }

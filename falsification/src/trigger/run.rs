@@ -1,6 +1,7 @@
-//! The trigger test's I/O: the plan on stdout, the loadgen child and its stdout rows, the pods'
-//! arrivals, the stop on the base-phase check, the maximum duration or Ctrl-C, and the record's
-//! files and plot.
+//! The trigger test's I/O: the capacity probe, the plan on stdout, the load (a local loadgen
+//! child) and its stdout rows, the layers' arrivals, the stop rules, the stop once the state is
+//! decided (or at the maximum duration, or on Ctrl-C), the read-only watch after an abort, and
+//! the record's files and plot.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -9,34 +10,81 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use plotters::style::{BLACK, BLUE, RED};
+use plotters::style::{BLACK, BLUE, CYAN, GREEN, MAGENTA, RED};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::TriggerConfig;
+use super::capacity::{self, CapacityProbe};
 use super::measure::{
-    LoadRow, Measured, Watched, base_health, load_row, measure, measured_record, parse_timeseries,
+    self, Ended, LayerSeries, LoadRow, Measured, SeriesKind, Watched, base_health, load_row,
+    measured_record,
 };
+use super::metrics::{self, Reader};
 use super::plan::{self, LoadgenRun, Plan};
-use super::report::{plan_text, report_md};
+use super::report::{after_abort_text, plan_text, report_md};
+use super::stop::{Check, Fired, Rule, StopWatch};
+use super::{RunEnd, TriggerConfig, Watching};
 use crate::process::{self, Binaries};
-use crate::runner::probe::Probe;
 use crate::runner::{self, plot, record};
 use falsification_model::outcome::Record;
 use loadgen::record::StdoutLine;
 
-/// `falsification trigger`: prints the plan; with a target and `--yes`, runs it and reports.
-pub fn run(config: &TriggerConfig) -> anyhow::Result<()> {
-    let p = plan::plan(&config.plan)?;
-    say(&plan_text(&p, config.target.as_deref()))?;
+/// `falsification trigger`: probes the capacity when asked, prints the plan; with a target and
+/// `--yes`, runs it and reports.
+pub fn run(config: &TriggerConfig) -> anyhow::Result<RunEnd> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut input = config.plan.clone();
+    let mut probed = None;
+    if let Some(probe) = &config.run.capacity_probe {
+        if config.dry_run {
+            say(&format!(
+                "capacity: auto (measured before the test by a closed-loop probe of {} workers \
+                 for {} s; nothing is sent in a dry run)\n",
+                probe.concurrency,
+                probe.duration.as_secs_f64()
+            ))?;
+            if input.rho.is_none() {
+                say("the plan follows from the measured capacity: give --rho to see it now\n")?;
+                return Ok(RunEnd::Judged);
+            }
+        } else {
+            let target = config.confirmed_target()?;
+            say(&format!(
+                "probing the capacity of {target}: {} workers back to back for {} s\n",
+                probe.concurrency,
+                probe.duration.as_secs_f64()
+            ))?;
+            let found = rt.block_on(capacity::probe(
+                target,
+                probe.concurrency,
+                probe.duration,
+                input.timeout,
+            ))?;
+            say(&format!(
+                "capacity: {:.1} answers/s measured ({} answered, {} failed)\n",
+                found.capacity, found.answered, found.failed
+            ))?;
+            input.capacity = Some(found.capacity);
+            probed = Some(found);
+        }
+    }
+    let p = plan::plan(&input)?;
+    say(&plan_text(&p, config.target.as_deref(), &config.run))?;
     if config.dry_run {
-        return Ok(());
+        return Ok(RunEnd::Judged);
     }
     let target = config.confirmed_target()?;
     let launch = launch(&p, target, config)?;
-    let watched = tokio::runtime::Runtime::new()?.block_on(watch(&p, launch, config))?;
-    finish(&p, target, &config.run.out, watched)
+    let reader = Reader::new(
+        config.run.watching.prometheus.clone(),
+        Duration::from_millis(800),
+    )?;
+    let seen = rt.block_on(async {
+        preflight(&reader, config).await?;
+        watch(&p, launch, config, &reader).await
+    })?;
+    finish(&p, target, config, seen, probed)
 }
 
 fn say(text: &str) -> std::io::Result<()> {
@@ -45,26 +93,42 @@ fn say(text: &str) -> std::io::Result<()> {
     stdout.flush()
 }
 
-/// The loadgen ready to start, and its bound.
+/// Every query and pod read once before any load: a clear error instead of a blind run.
+async fn preflight(reader: &Reader, config: &TriggerConfig) -> anyhow::Result<()> {
+    let w = &config.run.watching;
+    let rule_queries: Vec<&str> = config
+        .run
+        .stop
+        .rules
+        .iter()
+        .filter_map(|r| match r {
+            Rule::Query { promql, .. } => Some(promql.as_str()),
+            _ => None,
+        })
+        .collect();
+    let pods = (!w.pods.is_empty()).then_some((w.pods.as_slice(), &w.arrivals_metric));
+    metrics::preflight(reader, &w.arrivals_queries, &rule_queries, pods).await
+}
+
+/// The loadgen ready to start.
 struct Launch {
     command: Command,
     binary: PathBuf,
-    max_duration: Duration,
 }
 
-/// Everything checked and written before any load: the schedule, the bound, the binary, the
-/// record's directory with `plan.json`.
+/// Everything checked and written before any load: the schedule, the binary, the record's
+/// directory with `plan.json`.
 fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Launch> {
     let settings = &config.run;
     let schedule = plan::schedule(p)?;
-    let max_duration = plan::max_duration(p, settings.max_duration)?;
     let binary = Binaries::find(settings.bin_dir.as_deref(), "loadgen")?;
     let out = &settings.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     record::write(out, "plan.json", &record::json(p))?;
     say(&format!(
-        "running: schedule {schedule}, max duration {} s\n",
-        max_duration.as_secs_f64()
+        "running: schedule {schedule}; the load stops once the state is decided, at most after \
+         {} s\n",
+        p.max_duration_s
     ))?;
     let invocation = plan::loadgen(
         p,
@@ -73,21 +137,20 @@ fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Laun
             target,
             retry_on: &settings.retry_on,
             seed: settings.seed,
-            max_duration,
             out: &out.join("loadgen"),
         },
     );
     let mut command = Command::new(&binary);
     command.args(invocation.args());
-    Ok(Launch {
-        command,
-        binary,
-        max_duration,
-    })
+    Ok(Launch { command, binary })
 }
 
 /// The rows the loadgen has printed so far, shared with the task that reads them.
 type Rows = Arc<Mutex<Vec<LoadRow>>>;
+
+fn rows_now(rows: &Rows) -> Vec<LoadRow> {
+    rows.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
 
 /// Starts the loadgen, its log in `loadgen.log`, and a task collecting its stdout rows.
 fn spawn_loadgen(launch: Launch, out: &Path) -> anyhow::Result<(Child, Rows)> {
@@ -113,34 +176,132 @@ fn spawn_loadgen(launch: Launch, out: &Path) -> anyhow::Result<(Child, Rows)> {
     Ok((child, rows))
 }
 
-/// The pods' arrivals summed; none unless every pod was read (only a full round is a total).
-async fn pod_arrivals(probe: &Probe, pods: &[String]) -> Option<f64> {
-    let urls = pods
+/// The layers read every second, outermost first: the PromQL queries, then the pods' counter.
+fn empty_layers(w: &Watching) -> Vec<LayerSeries> {
+    let mut layers: Vec<LayerSeries> = w
+        .arrivals_queries
         .iter()
-        .map(|u| (u.clone(), u.trim_end_matches('/').to_string()))
+        .map(|q| LayerSeries {
+            layer: q.layer.clone(),
+            kind: SeriesKind::Rate,
+            readings: Vec::new(),
+        })
         .collect();
-    let read = probe.pods(urls).await;
-    (read.len() == pods.len()).then(|| read.iter().map(|(_, q)| q.arrivals).sum())
+    if !w.pods.is_empty() {
+        layers.push(LayerSeries {
+            layer: format!("pods ({})", w.arrivals_metric),
+            kind: SeriesKind::Count,
+            readings: Vec::new(),
+        });
+    }
+    layers
 }
 
-/// Runs the loadgen to its end, or stops it: when the target is not healthy at base load, at the
-/// maximum duration, or on Ctrl-C.
-async fn watch(p: &Plan, launch: Launch, config: &TriggerConfig) -> anyhow::Result<Watched> {
+/// One second's reading of every layer (`None` where the read failed), and why every
+/// Prometheus read failed when all did.
+async fn read_layers(reader: &Reader, w: &Watching) -> (Vec<Option<f64>>, Option<String>) {
+    let queries = w.arrivals_queries.iter().map(|q| async move {
+        let series = reader.query(&q.promql).await?;
+        metrics::one_value(&series, &q.promql)
+    });
+    let answers = futures::future::join_all(queries).await;
+    let mut failures = answers.iter().filter_map(|a| a.as_ref().err()).peekable();
+    let all_failed = (!answers.is_empty() && answers.iter().all(Result::is_err))
+        .then(|| failures.peek().map(|e| e.to_string()).unwrap_or_default());
+    let mut values: Vec<Option<f64>> = answers.into_iter().map(Result::ok).collect();
+    if !w.pods.is_empty() {
+        values.push(reader.pods_counter(&w.pods, &w.arrivals_metric).await.ok());
+    }
+    (values, all_failed)
+}
+
+/// A team's alarm command: holds when it exits non-zero; unknown when it runs past 5 s.
+async fn run_command(command: &str) -> Check {
+    let child = Command::new("sh")
+        .args(["-c", command])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    match tokio::time::timeout(Duration::from_secs(5), child).await {
+        Ok(Ok(s)) => Check::new(!s.success(), format!("exit {}", s.code().unwrap_or(-1))),
+        Ok(Err(e)) => Check::new(true, format!("could not run: {e}")),
+        Err(_) => Check::unknown("still running after 5 s"),
+    }
+}
+
+/// One second's check of every rule that reads the world (the clients' rules read `last`).
+async fn check_rules(
+    reader: &Reader,
+    rules: &[Rule],
+    last: Option<&LoadRow>,
+) -> (Vec<Option<Check>>, usize, usize) {
+    let (mut checks, mut asked, mut failed) = (Vec::new(), 0, 0);
+    for rule in rules {
+        let check = match rule {
+            Rule::Goodput { .. } | Rule::P99 { .. } => last.and_then(|r| rule.check_row(r)),
+            Rule::Query { promql, .. } => {
+                asked += 1;
+                Some(match reader.query(promql).await {
+                    Ok(series) => Check::new(
+                        metrics::query_holds(&series),
+                        series
+                            .iter()
+                            .map(|s| format!("{}={}", s.labels, s.value))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    ),
+                    Err(e) => {
+                        failed += 1;
+                        Check::unknown(&e)
+                    }
+                })
+            }
+            Rule::Health { url, .. } => Some(match reader.healthy(url).await {
+                Ok(()) => Check::new(false, "2xx".into()),
+                Err(e) => Check::new(true, e),
+            }),
+            Rule::Command { command, .. } => Some(run_command(command).await),
+        };
+        checks.push(check);
+    }
+    (checks, asked, failed)
+}
+
+/// What the watch saw: the rows, the layers, how it ended, the rule that fired.
+struct Seen {
+    rows: Vec<LoadRow>,
+    watched: Watched,
+    fired: Option<Fired>,
+    after_abort: Option<AfterAbort>,
+}
+
+/// Runs the load until the state is decided, a stop rule fires, the target is unhealthy at base
+/// load, the maximum duration, or Ctrl-C; then stops it at once.
+async fn watch(
+    p: &Plan,
+    launch: Launch,
+    config: &TriggerConfig,
+    reader: &Reader,
+) -> anyhow::Result<Seen> {
     let settings = &config.run;
-    let max_duration = launch.max_duration;
     let (mut child, rows) = spawn_loadgen(launch, &settings.out)?;
     let mut interrupt = runner::interrupt_signal();
     let started = tokio::time::Instant::now();
-    let mut pods_tick = tokio::time::interval(Duration::from_secs(1));
-    let probe = Probe::new(Duration::from_millis(800))?;
-    // A stopped loadgen may let attempts in flight finish for one timeout, then writes files.
-    let grace = Duration::from_secs_f64(p.timeout_s + 5.0);
-    let expiry = tokio::time::sleep(max_duration);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The loadgen stops itself at the bound; this is the backstop.
+    let expiry = tokio::time::sleep(Duration::from_secs_f64(p.max_duration_s + 2.0));
     // Half a second before the spike: the seconds closed by then are the base phase's.
     let check = tokio::time::sleep(Duration::from_secs_f64((p.before_s - 0.5).max(0.0)));
     tokio::pin!(expiry, check);
-    let mut watched = Watched::default();
-    let stop = loop {
+    let mut layers = empty_layers(&settings.watching);
+    let mut stop = StopWatch::new(settings.stop.rules.clone(), settings.stop.on_metrics_loss);
+    let mut health_before = None;
+    let mut fired = None;
+    let t_now = || started.elapsed().as_secs_f64() - p.before_s;
+    let ended = loop {
         tokio::select! {
             status = child.wait() => {
                 let status = status?;
@@ -148,94 +309,244 @@ async fn watch(p: &Plan, launch: Launch, config: &TriggerConfig) -> anyhow::Resu
                     let log = settings.out.join("loadgen.log");
                     bail!("loadgen failed ({status}): see {}", log.display());
                 }
-                watched.complete = max_duration.as_secs_f64() >= p.length_s;
-                return Ok(watched);
+                break Ended::MaxDuration;
             }
-            _ = pods_tick.tick(), if !settings.pods.is_empty() => {
-                if let Some(total) = pod_arrivals(&probe, &settings.pods).await {
-                    // In the record's time: seconds from the spike's start.
-                    let t = started.elapsed().as_secs_f64() - p.before_s;
-                    watched.pod_arrivals.push((t, total));
+            _ = tick.tick() => {
+                let t = t_now();
+                let (values, prometheus_lost) = read_layers(reader, &settings.watching).await;
+                for (series, v) in layers.iter_mut().zip(values) {
+                    if let Some(v) = v {
+                        series.readings.push((t, v));
+                    }
+                }
+                let snapshot = rows_now(&rows);
+                let (checks, asked, failed) =
+                    check_rules(reader, stop.rules(), snapshot.last()).await;
+                let rules_lost = (asked > 0 && failed == asked).then(|| "rule queries failed".to_string());
+                if let Some(f) = stop.observe(t, &checks, prometheus_lost.or(rules_lost)) {
+                    fired = Some(f);
+                    break Ended::Aborted;
+                }
+                if t > p.spike_s {
+                    let rec = measured_record(&snapshot, p, layers.last());
+                    if measure::decided(&rec, p).is_some() {
+                        break Ended::Decided;
+                    }
                 }
             }
-            _ = &mut check, if watched.health_before.is_none() => {
-                let h = base_health(&rows.lock().unwrap_or_else(|e| e.into_inner()));
+            _ = &mut check, if health_before.is_none() => {
+                let h = base_health(&rows_now(&rows));
                 let healthy = h.healthy;
-                watched.health_before = Some(h);
+                health_before = Some(h);
                 if !healthy {
-                    break "the target is not healthy at base load: stopping before the spike"
-                        .to_string();
+                    break Ended::Unhealthy;
                 }
             }
-            _ = &mut expiry => {
-                break format!("max duration {} s reached: stopping all load",
-                    max_duration.as_secs_f64());
-            }
-            _ = interrupt.changed() => {
-                break "interrupted: stopping all load, keeping the record".to_string();
-            }
+            _ = &mut expiry => break Ended::MaxDuration,
+            _ = interrupt.changed() => break Ended::Interrupted,
         }
     };
-    eprintln!("{stop}");
-    process::stop(&mut child, grace).await;
-    Ok(watched)
+    eprintln!(
+        "{}",
+        match ended {
+            Ended::Decided => "the state is decided: stopping all load".to_string(),
+            Ended::MaxDuration => format!(
+                "max duration {} s reached: all load stopped",
+                p.max_duration_s
+            ),
+            Ended::Interrupted => "interrupted: stopping all load, keeping the record".into(),
+            Ended::Aborted => format!(
+                "stop rule fired: {}; stopping all load now",
+                fired.as_ref().map_or("", |f| f.rule.as_str())
+            ),
+            Ended::Unhealthy =>
+                "the target is not healthy at base load: stopping before the spike".into(),
+        }
+    );
+    // The loadgen has no drain: it stops at once and writes its files.
+    process::stop(&mut child, Duration::from_secs(5)).await;
+    let after_abort = match fired {
+        Some(_) => Some(after_abort(p, config, reader, &mut layers, &mut interrupt, started).await),
+        None => None,
+    };
+    let rows = rows_now(&rows);
+    Ok(Seen {
+        rows,
+        watched: Watched {
+            ended,
+            health_before,
+            layers,
+        },
+        fired,
+        after_abort,
+    })
 }
 
-/// Judges the loadgen's `timeseries.csv`, writes `record.json`, `report.md` and `trigger.svg`,
-/// and prints the report; an error when the run stopped before the spike.
-fn finish(p: &Plan, target: &str, out: &Path, watched: Watched) -> anyhow::Result<()> {
-    let csv_path = out.join("loadgen").join(loadgen::TIMESERIES_FILE);
-    let text = std::fs::read_to_string(&csv_path)
-        .with_context(|| format!("reading {} (see loadgen.log)", csv_path.display()))?;
-    let rows = parse_timeseries(&text)?;
-    let rec = measured_record(&rows, p);
-    let m = measure(&rec, p, watched);
+/// What the read-only watch after an abort saw, second by second.
+#[derive(Debug, Clone, Serialize)]
+pub struct AfterAbort {
+    /// Seconds watched after the load stopped.
+    pub watched_s: f64,
+    /// Seconds from the spike's start at which the load stopped.
+    pub stopped_at_s: f64,
+    /// Per second: seconds from the spike's start, each world-reading rule's check.
+    pub samples: Vec<(f64, Vec<Option<Check>>)>,
+}
+
+/// Watches the target without load for the configured time (Ctrl-C ends it): the layers'
+/// arrivals go on into the same series, and every rule that reads the world is checked.
+async fn after_abort(
+    p: &Plan,
+    config: &TriggerConfig,
+    reader: &Reader,
+    layers: &mut [LayerSeries],
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+    started: tokio::time::Instant,
+) -> AfterAbort {
+    let t_now = || started.elapsed().as_secs_f64() - p.before_s;
+    let stopped_at_s = t_now();
+    let length = config.run.stop.after_abort;
+    eprintln!(
+        "watching the target without load for {} s (read-only; Ctrl-C ends it)",
+        length.as_secs_f64()
+    );
+    let end = tokio::time::Instant::now() + length;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut samples = Vec::new();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if tokio::time::Instant::now() >= end {
+                    break;
+                }
+                let t = t_now();
+                let (values, _) = read_layers(reader, &config.run.watching).await;
+                for (series, v) in layers.iter_mut().zip(values) {
+                    if let Some(v) = v {
+                        series.readings.push((t, v));
+                    }
+                }
+                let (checks, _, _) = check_rules(reader, &config.run.stop.rules, None).await;
+                samples.push((t, checks));
+            }
+            _ = interrupt.changed() => break,
+        }
+    }
+    AfterAbort {
+        watched_s: t_now() - stopped_at_s,
+        stopped_at_s,
+        samples,
+    }
+}
+
+/// Judges the rows, writes `record.json`, `report.md` and `trigger.svg`, and prints the report;
+/// an error when the run stopped before the spike.
+fn finish(
+    p: &Plan,
+    target: &str,
+    config: &TriggerConfig,
+    seen: Seen,
+    probed: Option<CapacityProbe>,
+) -> anyhow::Result<RunEnd> {
+    let out = &config.run.out;
+    let (rec, m) = measure::measure(&seen.rows, p, &seen.watched);
     #[derive(Serialize)]
     struct RecordFile<'a> {
         target: &'a str,
         plan: &'a Plan,
+        stop_rules: Vec<String>,
+        capacity_probe: Option<&'a CapacityProbe>,
         measured: &'a Measured,
+        abort: Option<&'a Fired>,
+        after_abort: Option<&'a AfterAbort>,
+        layers: &'a [LayerSeries],
         record: &'a Record,
+        load_rows: &'a [LoadRow],
     }
     let file = RecordFile {
         target,
         plan: p,
+        stop_rules: config
+            .run
+            .stop
+            .rules
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        capacity_probe: probed.as_ref(),
         measured: &m,
+        abort: seen.fired.as_ref(),
+        after_abort: seen.after_abort.as_ref(),
+        layers: &seen.watched.layers,
         record: &rec,
+        load_rows: &seen.rows,
     };
     record::write(out, "record.json", &record::json(&file))?;
-    let md = report_md(p, &m, target);
+    let mut md = report_md(p, &m, target, probed.as_ref());
+    if let (Some(f), Some(a)) = (&seen.fired, &seen.after_abort) {
+        md.push_str(&after_abort_text(
+            f,
+            a,
+            &config.run.stop.rules,
+            &seen.watched.layers,
+            p,
+        ));
+    }
     record::write(out, "report.md", &md)?;
-    draw(out, &rows, p)?;
+    draw(out, &seen.rows, &seen.watched.layers, p)?;
     say(&md)?;
     if let Some(problem) = m.health_before.and_then(|h| h.problem) {
         bail!("stopped before the spike, nothing more sent: {problem}");
     }
-    Ok(())
+    Ok(if seen.fired.is_some() {
+        RunEnd::Aborted
+    } else {
+        RunEnd::Judged
+    })
 }
 
-fn draw(dir: &Path, rows: &[LoadRow], p: &Plan) -> anyhow::Result<()> {
+fn draw(dir: &Path, rows: &[LoadRow], layers: &[LayerSeries], p: &Plan) -> anyhow::Result<()> {
     let series = |f: &dyn Fn(&LoadRow) -> Option<f64>| -> Vec<(f64, f64)> {
         rows.iter()
             .filter_map(|r| Some((r.second - p.before_s, f(r)?)))
             .collect()
     };
+    let names: Vec<String> = layers
+        .iter()
+        .map(|l| format!("arrivals at {} / first attempts", l.layer))
+        .collect();
+    let mut lines = vec![
+        (
+            "successes / attempts",
+            BLUE,
+            series(&|r| (r.attempts > 0.0).then(|| r.successes / r.attempts)),
+        ),
+        (
+            "attempts / first attempts",
+            RED,
+            series(&|r| (r.first_attempts > 0.0).then(|| r.attempts / r.first_attempts)),
+        ),
+        ("configured A", BLACK, series(&|_| Some(p.amplification))),
+    ];
+    for ((layer, name), color) in layers
+        .iter()
+        .zip(&names)
+        .zip([GREEN, MAGENTA, CYAN].iter().cycle())
+    {
+        lines.push((
+            name,
+            *color,
+            series(&|r| {
+                let t = r.second - p.before_s;
+                let a = layer.arrivals(t, 1.0)?;
+                (r.first_attempts > 0.0).then(|| a / r.first_attempts)
+            }),
+        ));
+    }
     plot::chart(
         &dir.join("trigger.svg"),
-        "Trigger test: success ratio and attempts per first attempt (t = 0 at the spike's start)",
+        "Trigger test: success ratio and arrivals per first attempt (t = 0 at the spike's start)",
         "ratio",
-        &[
-            (
-                "successes / attempts",
-                BLUE,
-                series(&|r| (r.attempts > 0.0).then(|| r.successes / r.attempts)),
-            ),
-            (
-                "attempts / first attempts",
-                RED,
-                series(&|r| (r.first_attempts > 0.0).then(|| r.attempts / r.first_attempts)),
-            ),
-            ("configured A", BLACK, series(&|_| Some(p.amplification))),
-        ],
+        &lines,
     )
 }
