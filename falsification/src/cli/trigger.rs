@@ -179,6 +179,7 @@ impl TriggerArgs {
         let report = check::check(&input).map_err(|e| anyhow::anyhow!("--stack/--config: {e}"))?;
         Ok(Some(StackAmplification {
             a: report.timeout().a,
+            tau_out_s: report.tau_out_s,
             files: report
                 .files
                 .iter()

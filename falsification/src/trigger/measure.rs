@@ -134,7 +134,25 @@ pub enum SeriesKind {
 pub struct LayerSeries {
     pub layer: String,
     pub kind: SeriesKind,
+    /// How far a reading lags what it measures: a `rate()` over `[w]` averages the last `w`
+    /// seconds (0 for a count).
+    pub lag_s: f64,
     pub readings: Vec<(f64, f64)>,
+}
+
+/// The longest range of a PromQL expression's range selectors (`[5s]`, `[1m]`, a subquery's
+/// `[1m:5s]`), in seconds: how far its rate lags; 0 when it has none.
+pub fn query_window_s(promql: &str) -> f64 {
+    promql
+        .split('[')
+        .skip(1)
+        .filter_map(|rest| {
+            let range = rest.split(']').next()?;
+            let range = range.split(':').next()?.trim();
+            humantime::parse_duration(range).ok()
+        })
+        .map(|d| d.as_secs_f64())
+        .fold(0.0, f64::max)
 }
 
 impl LayerSeries {
@@ -150,13 +168,12 @@ impl LayerSeries {
         Some(v0 + (v1 - v0) * (t - t0) / (t1 - t0).max(1e-9))
     }
 
-    /// Arrivals in `[t, t + step)`: the count's increase, or the rate at the middle times the
-    /// step (a `rate()` over a window lags it by half the window; over a failed phase of many
-    /// seconds that shifts the count by the phase's edges only).
+    /// Arrivals in `[t, t + step)`: the count's increase, or the rate read half its window after
+    /// the middle (a `rate()` over `[w]` is centred `w/2` before its reading) times the step.
     pub fn arrivals(&self, t: f64, step: f64) -> Option<f64> {
         match self.kind {
             SeriesKind::Count => Some(self.at(t + step)? - self.at(t)?),
-            SeriesKind::Rate => Some(self.at(t + step / 2.0)? * step),
+            SeriesKind::Rate => Some(self.at(t + step / 2.0 + self.lag_s / 2.0)? * step),
         }
     }
 }
@@ -259,12 +276,13 @@ pub fn hold_s(p: &Plan) -> f64 {
 }
 
 /// The state the record decides, if any: recovered and clean for [`hold_s`], trapped over a
-/// [`hold_s`] tail that starts after the spike's own retries, or never triggered once the
-/// spike's requests have their outcome.
-pub fn decided(record: &Record, p: &Plan) -> Option<Decision> {
+/// [`hold_s`] tail that starts after the spike's own tries are over (the clients' `(R + 1)`
+/// timeouts, and the service layer's lag: a rate read over a window still holds the spike's),
+/// or never triggered once the spike's requests have their outcome.
+pub fn decided(record: &Record, p: &Plan, service_lag_s: f64) -> Option<Decision> {
     let end = record.rows.last()?.t + record.step_s;
     let o = outcome::evaluate(record, &criteria(record, p));
-    let spike_done = p.spike_s + f64::from(p.retries) * p.timeout_s;
+    let spike_done = p.spike_s + p.lost_after_s() + service_lag_s;
     match o.state() {
         State::Recovered => {
             let clean_since = p.spike_s + o.recovery_s?;
@@ -278,11 +296,14 @@ pub fn decided(record: &Record, p: &Plan) -> Option<Decision> {
     }
 }
 
-/// Arrivals at one layer per first attempt over the failed phase.
+/// Arrivals at one layer per first attempt over the failed phase; `None` when the phase left
+/// after the layer's lag is under 3 s (too short to tell).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LayerAmplification {
     pub layer: String,
-    pub per_first_attempt: f64,
+    pub per_first_attempt: Option<f64>,
+    /// Seconds of the phase the figure is over.
+    pub over_s: f64,
 }
 
 /// What the target behaved like in the failed phase, against the models' FIFO that finishes
@@ -349,7 +370,8 @@ pub fn discipline(rows: &[LoadRow], p: &Plan, phase: (f64, f64)) -> Option<Disci
             .iter()
             .find(|r| r.second >= p.before_s && r.failed_attempts > 0.0)
             .map(|r| r.second - p.before_s),
-        first_failure_fifo_s: (excess > 0.0).then(|| p.timeout_s / excess + p.timeout_s),
+        first_failure_fifo_s: (excess > 0.0)
+            .then(|| p.service_timeout_s / excess + p.service_timeout_s),
     })
 }
 
@@ -399,12 +421,20 @@ pub struct Watched {
     pub layers: Vec<LayerSeries>,
 }
 
-/// Arrivals at a layer per first attempt over `phase`.
+/// Rows fewer than this after a layer's lag leave its amplification untold.
+const LAYER_PHASE_MIN_S: f64 = 3.0;
+
+/// Arrivals at a layer per first attempt over `phase`, from its lag on (a rate over a window
+/// still holds the spike's tries for that long).
 fn layer_amplification(s: &LayerSeries, record: &Record, phase: (f64, f64)) -> Option<f64> {
+    let from = phase.0 + s.lag_s;
+    if phase.1 - from < LAYER_PHASE_MIN_S {
+        return None;
+    }
     let rows = record
         .rows
         .iter()
-        .filter(|r| r.t >= phase.0 && r.t + record.step_s <= phase.1 + 1e-9);
+        .filter(|r| r.t >= from && r.t + record.step_s <= phase.1 + 1e-9);
     let (arrivals, first) = rows.fold(Some((0.0, 0.0)), |acc, r| {
         let (a, f) = acc?;
         Some((a + s.arrivals(r.t, record.step_s)?, f + r.first_attempts))
@@ -415,15 +445,18 @@ fn layer_amplification(s: &LayerSeries, record: &Record, phase: (f64, f64)) -> O
 /// Judges a run: the record from its rows, the outcome and decision, the amplification at the
 /// client and at each layer read over the failed phase, and what the target behaved like.
 pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measured) {
-    let record = measured_record(rows, p, watched.layers.last());
+    let service = watched.layers.last();
+    let record = measured_record(rows, p, service);
     let outcome = outcome::evaluate(&record, &criteria(&record, p));
     let decision = match watched.ended {
         Ended::Aborted => Decision::Aborted,
         // A recovery without the hold after it stands when the run went to its bound.
-        _ => decided(&record, p).unwrap_or(match outcome.state() {
-            State::Recovered if watched.ended == Ended::MaxDuration => Decision::Recovered,
-            _ => Decision::Undecided,
-        }),
+        _ => {
+            decided(&record, p, service.map_or(0.0, |s| s.lag_s)).unwrap_or(match outcome.state() {
+                State::Recovered if watched.ended == Ended::MaxDuration => Decision::Recovered,
+                _ => Decision::Undecided,
+            })
+        }
     };
     // The client's attempts, not the service's arrivals the record may hold.
     let from = p.spike_s + f64::from(p.retries) * p.timeout_s;
@@ -454,11 +487,10 @@ pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measur
             watched
                 .layers
                 .iter()
-                .filter_map(|s| {
-                    Some(LayerAmplification {
-                        layer: s.layer.clone(),
-                        per_first_attempt: layer_amplification(s, &record, ph)?,
-                    })
+                .map(|s| LayerAmplification {
+                    layer: s.layer.clone(),
+                    per_first_attempt: layer_amplification(s, &record, ph),
+                    over_s: (ph.1 - ph.0 - s.lag_s).max(0.0),
                 })
                 .collect()
         }),
@@ -553,6 +585,7 @@ mod tests {
         let service = LayerSeries {
             layer: "app".into(),
             kind: SeriesKind::Rate,
+            lag_s: 5.0,
             readings: (0..120)
                 .map(|i| (f64::from(i) * 0.5 - 3.0, 180.0))
                 .collect(),
@@ -562,9 +595,9 @@ mod tests {
             ..watched(Ended::Decided)
         };
         let (rec, m) = measure(&r, &p, &w);
-        assert_eq!(decided(&rec, &p), Some(Decision::Trapped));
+        assert_eq!(decided(&rec, &p, 5.0), Some(Decision::Trapped));
         assert_eq!(m.decision, Decision::Trapped);
-        let a = m.layers[0].per_first_attempt;
+        let a = m.layers[0].per_first_attempt.unwrap();
         assert!((a - 9.0).abs() < 1e-9, "{a}");
         assert_eq!(
             m.discipline.unwrap().kind,
@@ -589,8 +622,8 @@ mod tests {
         let p = plan(&input(0.5)).unwrap(); // hold: max(2 x 3, 5 x 1, 5) = 6 s
         let rec = |n| measured_record(&rows(n, 4..12, 1), &p, None);
         // Clean from t 9 (second 12): decided once 6 s more have their outcome (3 s later).
-        assert_eq!(decided(&rec(20), &p), None);
-        assert_eq!(decided(&rec(22), &p), Some(Decision::Recovered));
+        assert_eq!(decided(&rec(20), &p, 0.0), None);
+        assert_eq!(decided(&rec(22), &p, 0.0), Some(Decision::Recovered));
     }
 
     fn base_row(second: u64, sent: f64, answered: f64, failed: f64) -> LoadRow {
@@ -660,6 +693,7 @@ mod tests {
         let count = LayerSeries {
             layer: "pods".into(),
             kind: SeriesKind::Count,
+            lag_s: 0.0,
             readings: [0.3, 5.1, 19.0, 21.5, 30.2, 44.9, 50.0, 59.7]
                 .iter()
                 .map(|&t| (t, pods(t)))
@@ -673,10 +707,17 @@ mod tests {
         let rate = LayerSeries {
             layer: "app".into(),
             kind: SeriesKind::Rate,
+            lag_s: 5.0,
             readings: (0..60).map(|t| (f64::from(t), 90.0)).collect(),
         };
         let a = layer_amplification(&rate, &record, (30.0, 50.0)).unwrap();
         assert!((a - 9.0).abs() < 1e-9, "{a}");
+        assert_eq!(
+            query_window_s("sum(rate(x{code=~\"5[0-9]+\"}[30s]))/sum(rate(y[1m]))"),
+            60.0
+        );
+        assert_eq!(query_window_s("max_over_time(rate(x[5s])[2m:10s])"), 120.0);
+        assert_eq!(query_window_s("sum(x)"), 0.0);
     }
 
     #[test]

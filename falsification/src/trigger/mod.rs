@@ -53,6 +53,7 @@ pub fn predict_recovery(
         max_duration: None,
         stack: Some(StackAmplification {
             a,
+            tau_out_s: None,
             files: Vec::new(),
         }),
     })?;

@@ -38,6 +38,9 @@ pub struct PlanInput {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StackAmplification {
     pub a: f64,
+    /// The wait that fails an attempt at the service: the stack's shortest per-try timeout (a
+    /// gateway's 200 ms fails tries long before the client's 800 ms does).
+    pub tau_out_s: Option<f64>,
     /// The files, as given.
     pub files: Vec<String>,
 }
@@ -47,7 +50,12 @@ pub struct StackAmplification {
 pub struct Plan {
     pub rho: f64,
     pub rate: Option<f64>,
+    /// The clients' per-attempt timeout.
     pub timeout_s: f64,
+    /// The wait that fails an attempt at the service (`tau_out` of the laws): the stack's
+    /// (`check`) when given, else the clients' timeout. The spike, the trigger-size law and the
+    /// predictions use it.
+    pub service_timeout_s: f64,
     pub retries: u32,
     pub retry_budget: Option<f64>,
     pub amplification: f64,
@@ -116,7 +124,7 @@ fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
         rate_per_pod: Some(capacity),
         rho: Some(p.rho),
         spike: Some(Spike::new(Multiple::new(p.k)?, span(p.spike_s))?),
-        timeout: Some(span(p.timeout_s)),
+        timeout: Some(span(p.service_timeout_s)),
         retries: Some(retries),
         retry_budget,
         retry_budget_min_per_s: retry_budget.map(|_| 0.0),
@@ -224,19 +232,25 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         bail!("stack: A = {} must be at least 1", s.a);
     }
     let a = input.stack.as_ref().map_or(client_amplification, |s| s.a);
+    let service_timeout_s = match input.stack.as_ref().and_then(|s| s.tau_out_s) {
+        Some(t) if t > 0.0 && t.is_finite() => t.min(timeout_s),
+        Some(t) => bail!("stack: the service's timeout {t} s must be positive"),
+        None => timeout_s,
+    };
     let SpikePlan {
         k,
         spike_s,
         given,
         excess_s,
         warnings,
-    } = spike(input.spike, rho, timeout_s)?;
+    } = spike(input.spike, rho, service_timeout_s)?;
     let trapped = laws::trapped(a, rho);
-    let recovery_closed_s = laws::recovery_time(a, k, rho, spike_s, timeout_s);
+    let recovery_closed_s = laws::recovery_time(a, k, rho, spike_s, service_timeout_s);
     let mut p = Plan {
         rho,
         rate,
         timeout_s,
+        service_timeout_s,
         retries: input.retries,
         retry_budget: input.retry_budget,
         amplification: a,
@@ -259,8 +273,8 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         max_rate: rate.map(|r| r * k.max(1.0)),
     };
     // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
-    let fluid_horizon = spike_s + 2.0 * recovery_closed_s.unwrap_or(0.0) + 10.0 * timeout_s;
-    p.recovery_fluid_s = if fluid_horizon > MAX_FLUID_HORIZON_TIMEOUTS * timeout_s {
+    let fluid_horizon = spike_s + 2.0 * recovery_closed_s.unwrap_or(0.0) + 10.0 * service_timeout_s;
+    p.recovery_fluid_s = if fluid_horizon > MAX_FLUID_HORIZON_TIMEOUTS * service_timeout_s {
         p.warnings.push(format!(
             "the fluid model is not run: {fluid_horizon:.0} s to simulate is more than {} \
              timeouts; the closed form stands alone",
@@ -444,6 +458,7 @@ pub(super) mod tests {
         let mut i = input(0.2);
         i.stack = Some(StackAmplification {
             a: 9.0,
+            tau_out_s: None,
             files: vec!["haproxy.cfg".into()],
         });
         let p = plan(&i).unwrap();
@@ -453,6 +468,7 @@ pub(super) mod tests {
         // A = 3.6 (a 20% budget behind a gateway's 3 tries): the closed form only.
         i.stack = Some(StackAmplification {
             a: 3.6,
+            tau_out_s: None,
             files: Vec::new(),
         });
         let p = plan(&i).unwrap();
@@ -464,9 +480,29 @@ pub(super) mod tests {
         );
         i.stack = Some(StackAmplification {
             a: 0.5,
+            tau_out_s: None,
             files: Vec::new(),
         });
         assert!(plan(&i).unwrap_err().to_string().starts_with("stack:"));
+    }
+
+    #[test]
+    fn a_gateways_per_try_timeout_is_the_services() {
+        // nginx tries 3 times for 200 ms each behind a client of 800 ms (A = 9).
+        let mut i = input(0.05);
+        i.timeout = Duration::from_millis(800);
+        i.stack = Some(StackAmplification {
+            a: 9.0,
+            tau_out_s: Some(0.2),
+            files: Vec::new(),
+        });
+        let p = plan(&i).unwrap();
+        assert_eq!((p.timeout_s, p.service_timeout_s), (0.8, 0.2));
+        // The planned spike: to twice the capacity for twice the service's timeout.
+        assert!((p.spike_s - 0.4).abs() < 1e-9, "{}", p.spike_s);
+        assert!(p.recovery_closed_s.is_some() && p.warnings.is_empty());
+        // Judged at the client's 800 ms, the same spike would not even trigger.
+        assert!(!laws::spike_triggers(p.k, 0.05, p.spike_s, 0.8));
     }
 
     #[test]

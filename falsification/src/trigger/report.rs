@@ -24,11 +24,20 @@ pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
     );
     let _ = writeln!(
         t,
-        "  retry policy:     {} retries{}, timeout {} s",
+        "  retry policy:     {} retries{}, timeout {} s{}",
         p.retries,
         p.retry_budget
             .map_or(String::new(), |b| format!(", budget {b}")),
-        p.timeout_s
+        p.timeout_s,
+        if p.service_timeout_s < p.timeout_s {
+            format!(
+                "; the service's attempts fail at {} s (the stack's per-try timeout), which the \
+                 spike and the predictions use",
+                p.service_timeout_s
+            )
+        } else {
+            String::new()
+        }
     );
     let _ = writeln!(
         t,
@@ -52,7 +61,7 @@ pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
     );
     let _ = writeln!(
         t,
-        "  spike:            {:.3}x for {:.3} s{} ((k rho - 1) Delta = {:.3} s, timeout {} s)",
+        "  spike:            {:.3}x for {:.3} s{} ((k rho - 1) Delta = {:.3} s, tau_out {} s)",
         p.k,
         p.spike_s,
         if p.spike_given {
@@ -61,7 +70,7 @@ pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
             " (planned)"
         },
         p.trigger_excess_s,
-        p.timeout_s
+        p.service_timeout_s
     );
     if let Some(m) = p.max_rate {
         let _ = writeln!(t, "  highest rate:     {m:.1}/s");
@@ -160,25 +169,42 @@ fn amplification_rows(t: &mut String, p: &Plan, m: &Measured) {
         ),
         p.client_amplification
     );
-    let configured = match &p.stack {
+    let stack_a = match &p.stack {
         Some(s) => format!("{:.3} (the stack's files, `check`)", s.a),
         None => format!(
             "{:.3}, or that times a gateway's tries in front of the service",
             p.client_amplification
         ),
     };
-    for l in &m.layers {
+    let n = m.layers.len();
+    for (i, l) in m.layers.iter().enumerate() {
+        // The innermost layer is the service: the stack's A; the ones in front of it see the
+        // client's attempts times the tries of the layers in front of them.
+        let configured = if i + 1 == n {
+            stack_a.clone()
+        } else {
+            format!("at least the client's {:.3}", p.client_amplification)
+        };
+        let measured = l.per_first_attempt.map_or_else(
+            || {
+                format!(
+                    "n/a ({:.0} s of failed phase after the reading's lag, under 3 s)",
+                    l.over_s
+                )
+            },
+            |a| format!("{a:.3}"),
+        );
         let _ = writeln!(
             *t,
-            "| arrivals at {} per first attempt, same phase | {:.3} | {configured} |",
-            l.layer, l.per_first_attempt
+            "| arrivals at {} per first attempt, same phase | {measured} | {configured} |",
+            l.layer
         );
     }
     if m.layers.is_empty() {
         let _ = writeln!(
             *t,
             "| amplification at the service | not measured (give --arrivals-query or --pods) | \
-             {configured} |"
+             {stack_a} |"
         );
     }
 }
@@ -270,7 +296,7 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityP
         t,
         "| triggered | {} | {} |",
         m.outcome.triggered,
-        laws::spike_triggers(p.k, p.rho, p.spike_s, p.timeout_s)
+        laws::spike_triggers(p.k, p.rho, p.spike_s, p.service_timeout_s)
     );
     let _ = writeln!(
         t,

@@ -184,6 +184,7 @@ fn empty_layers(w: &Watching) -> Vec<LayerSeries> {
         .map(|q| LayerSeries {
             layer: q.layer.clone(),
             kind: SeriesKind::Rate,
+            lag_s: measure::query_window_s(&q.promql),
             readings: Vec::new(),
         })
         .collect();
@@ -191,6 +192,7 @@ fn empty_layers(w: &Watching) -> Vec<LayerSeries> {
         layers.push(LayerSeries {
             layer: format!("pods ({})", w.arrivals_metric),
             kind: SeriesKind::Count,
+            lag_s: 0.0,
             readings: Vec::new(),
         });
     }
@@ -328,8 +330,9 @@ async fn watch(
                     break Ended::Aborted;
                 }
                 if t > p.spike_s {
-                    let rec = measured_record(&snapshot, p, layers.last());
-                    if measure::decided(&rec, p).is_some() {
+                    let service = layers.last();
+                    let rec = measured_record(&snapshot, p, service);
+                    if measure::decided(&rec, p, service.map_or(0.0, |s| s.lag_s)).is_some() {
                         break Ended::Decided;
                     }
                 }

@@ -1,0 +1,119 @@
+"""The staging stack's web app: a tiny WSGI app under waitress with one worker thread.
+
+Each request to /work keeps the worker spinning on the CPU for --cpu-ms (a busy loop, not a sleep;
+by the wall clock, so the capacity does not depend on what else the cores run, or with
+``--clock thread`` by this thread's CPU time), then answers 200: the one worker is a FIFO queue
+serving about 1000 / (cpu-ms + overhead) requests a second (85-96/s measured at 10 ms).
+
+waitress queues what the worker has not taken yet. With its default
+``channel_request_lookahead = 0`` it does not read a connection again while a request on it is
+queued, so it never learns that the client has gone and runs the app for abandoned requests too
+(the publication's FIFO that finishes abandoned work; measured: every abandoned request served).
+``--lookahead 1`` lets waitress see a disconnect before it starts the request and skip it (the
+reversal condition); measured, it skipped only some of them (README.md beside this file).
+
+The request counter is the official prometheus_client's ``http_requests_total{handler, method,
+code}``, counted when the app answers. Like any server's own counter it counts requests served,
+not requests queued. /metrics is served by prometheus_client's own HTTP server on another port
+and thread, so it answers while the worker is saturated (the busy loop gives up the GIL at the
+interpreter's switch interval).
+
+    python app.py --listen "127.0.0.1:8001 127.0.0.1:8002" --metrics 127.0.0.1:9001
+"""
+
+import argparse
+import logging
+import sys
+import time
+
+from prometheus_client import Counter, start_http_server
+from waitress import serve
+
+REQUESTS = Counter(
+    "http_requests",
+    "HTTP requests answered by the app, by handler, method and status code.",
+    ["handler", "method", "code"],
+)
+
+
+def burn(seconds, clock):
+    """Spin on the CPU until `clock` has advanced by `seconds`."""
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
+def make_app(cpu_s, clock):
+    work = REQUESTS.labels(handler="/work", method="get", code="200")
+
+    def app(environ, start_response):
+        method = environ["REQUEST_METHOD"]
+        if environ.get("PATH_INFO") != "/work":
+            REQUESTS.labels(handler="other", method=method.lower(), code="404").inc()
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found\n"]
+        burn(cpu_s, clock)
+        if method == "GET":
+            work.inc()
+        else:
+            REQUESTS.labels(handler="/work", method=method.lower(), code="200").inc()
+        body = b"ok\n"
+        start_response(
+            "200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+    return app
+
+
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--listen", required=True, help='waitress listen: "HOST:PORT [HOST:PORT...]"')
+    p.add_argument("--metrics", required=True, help="HOST:PORT of /metrics")
+    p.add_argument("--cpu-ms", type=float, default=10.0, help="CPU time per request, ms")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "thread"],
+        default="wall",
+        help="what --cpu-ms counts: wall time spent spinning (a capacity that does not depend on "
+        "what else the cores run), or this thread's CPU time",
+    )
+    p.add_argument("--threads", type=int, default=1, help="waitress worker threads")
+    p.add_argument(
+        "--lookahead",
+        type=int,
+        default=0,
+        help="waitress channel_request_lookahead (0: abandoned work is served)",
+    )
+    p.add_argument(
+        "--connection-limit",
+        type=int,
+        default=4000,
+        help="waitress connection_limit: connections held (queued requests) before it stops accepting",
+    )
+    a = p.parse_args()
+    host, _, port = a.metrics.rpartition(":")
+    # The series exists (at 0) before the first request, so rate() sees the first ones.
+    REQUESTS.labels(handler="/work", method="get", code="200")
+    start_http_server(int(port), addr=host)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    # One line per queued request under load otherwise.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    serve(
+        make_app(a.cpu_ms / 1000.0, CLOCKS[a.clock]),
+        listen=a.listen,
+        threads=a.threads,
+        channel_request_lookahead=a.lookahead,
+        connection_limit=a.connection_limit,
+        backlog=2048,
+        # select() stops at 1024 descriptors; poll() does not.
+        asyncore_use_poll=True,
+        ident="staging-app",
+    )
+
+
+if __name__ == "__main__":
+    main()
