@@ -271,6 +271,51 @@ async fn check_rules(
     (checks, asked, failed)
 }
 
+/// The live status line on a terminal (quiet otherwise, as in CI).
+struct Status(Option<indicatif::ProgressBar>);
+
+impl Status {
+    fn new() -> Status {
+        use std::io::IsTerminal as _;
+        Status(std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
+            bar
+        }))
+    }
+
+    /// The last closed second at the clients, each layer's latest reading, the state.
+    fn update(&self, t: f64, last: Option<&LoadRow>, layers: &[LayerSeries], state: &str) {
+        let Some(bar) = &self.0 else { return };
+        let row = last.copied().unwrap_or_default();
+        let layers: String = layers
+            .iter()
+            .filter_map(|l| {
+                let (_, v) = l.readings.last()?;
+                Some(format!(
+                    "  {} {v:.0}{}",
+                    l.layer,
+                    if l.kind == SeriesKind::Rate { "/s" } else { "" }
+                ))
+            })
+            .collect();
+        bar.set_message(format!(
+            "t {t:+.0} s  first {:.0}/s  answered {:.0}/s  failed {:.0}/s{layers}  {state}",
+            row.first_attempts, row.successes, row.failed_attempts
+        ));
+        bar.tick();
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// What the watch saw: the rows, the layers, how it ended, the rule that fired.
 struct Seen {
     rows: Vec<LoadRow>,
@@ -302,6 +347,7 @@ async fn watch(
     let mut stop = StopWatch::new(settings.stop.rules.clone(), settings.stop.on_metrics_loss);
     let mut health_before = None;
     let mut fired = None;
+    let status = Status::new();
     let t_now = || started.elapsed().as_secs_f64() - p.before_s;
     let ended = loop {
         tokio::select! {
@@ -329,6 +375,8 @@ async fn watch(
                     fired = Some(f);
                     break Ended::Aborted;
                 }
+                let phase = if t < 0.0 { "base" } else if t < p.spike_s { "SPIKE" } else { "watching" };
+                status.update(t, snapshot.last(), &layers, phase);
                 if t > p.spike_s {
                     let service = layers.last();
                     let rec = measured_record(&snapshot, p, service);
@@ -349,6 +397,7 @@ async fn watch(
             _ = interrupt.changed() => break Ended::Interrupted,
         }
     };
+    status.finish();
     eprintln!(
         "{}",
         match ended {
