@@ -116,6 +116,10 @@ struct Pod(Child, String);
 
 impl Pod {
     fn start() -> Pod {
+        Pod::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Pod {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -124,6 +128,7 @@ impl Pod {
         let child = Command::new(bin_dir().join("service"))
             .args(["--listen", &format!("127.0.0.1:{port}"), "--rate", "100"])
             .args(["--ready-after", "0s"])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -217,9 +222,18 @@ fn a_target_that_does_not_answer_gets_no_spike() {
 /// A live run against a fresh pod at `rate`/s of its 100/s, its arrivals read from its own
 /// counter; the exit status, the record and the run's directory.
 fn live(rate: &str, extra: &[&str]) -> (Output, tempfile::TempDir, serde_json::Value) {
+    live_on(&[], rate, extra)
+}
+
+/// [`live`] against a pod started with `pod_args`.
+fn live_on(
+    pod_args: &[&str],
+    rate: &str,
+    extra: &[&str],
+) -> (Output, tempfile::TempDir, serde_json::Value) {
     ensure_binaries();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let pod = Pod::start();
+    let pod = Pod::start_with(pod_args);
     let out_dir = tempfile::tempdir().unwrap();
     let base = pod.1.trim_end_matches("/work").to_string();
     let mut args = vec!["--pods", &base];
@@ -257,6 +271,20 @@ fn trapped_case_is_decided_trapped_with_the_configured_amplification() {
     for f in ["report.md", "plan.json", "trigger.svg"] {
         assert!(dir.path().join(f).is_file(), "{f}");
     }
+}
+
+#[test]
+fn a_target_that_drops_abandoned_work_is_not_the_models_fifo() {
+    // The trapped case's A rho 1.5 against a pod that skips work whose client disconnected:
+    // no debt builds, it keeps answering, and the report says the prediction does not apply.
+    let (out, _dir, r) = live_on(&["--abandoned", "drop-disconnected"], "50", &[]);
+    assert!(out.status.success(), "{out:?}");
+    let m = &r["measured"];
+    assert_eq!(m["decision"], "recovered", "{m}");
+    assert_eq!(r["plan"]["trapped"], true);
+    assert_eq!(m["discipline"]["kind"], "keeps-answering", "{m}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("not the models' assumption"), "{report}");
 }
 
 #[test]

@@ -9,9 +9,17 @@ use loadgen::config::RetryOn;
 
 use crate::check::{self, CheckInput};
 use crate::trigger::{
-    self, ArrivalsQuery, MetricSelector, OnMetricsLoss, PlanInput, ProbeSettings, Rule, RunEnd,
-    RunSettings, StackAmplification, StopSettings, TriggerConfig, Watching,
+    self, ArrivalsQuery, ClusterTarget, MetricSelector, OnMetricsLoss, PlanInput, ProbeSettings,
+    Rule, RunEnd, RunSettings, StackAmplification, StopSettings, TriggerConfig, Watching,
 };
+
+/// Where the loadgen runs: here (the default), or in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadPlace {
+    /// As a Job in a namespace of its own in the cluster the kubeconfig reaches (deleted and
+    /// checked gone at the end, on Ctrl-C and on an abort); --target is then an in-cluster URL.
+    Kube,
+}
 use falsification_model::experiment::Spike;
 
 /// The exit code of a run a stop rule ended: neither success (0) nor failure (1), nor clap's
@@ -154,6 +162,23 @@ pub struct TriggerArgs {
     /// the A that `check` computes for timeouts from it and the `--config` files.
     #[arg(long, value_name = "STACK.toml", env = "FALSIFICATION_TRIGGER_STACK")]
     pub stack: Option<PathBuf>,
+    /// Run the loadgen inside the cluster: `kube`.
+    #[arg(long, value_enum, env = "FALSIFICATION_TRIGGER_CLUSTER")]
+    pub cluster: Option<LoadPlace>,
+    /// Loadgen shards in the cluster [default: as many as the peak rate's sockets need].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64),
+          env = "FALSIFICATION_TRIGGER_SHARDS")]
+    pub shards: Option<u32>,
+    /// The kit's image in the cluster [default: the one the cluster records, else
+    /// retry-debt-kit:dev].
+    #[arg(long, env = "FALSIFICATION_IMAGE")]
+    pub image: Option<String>,
+    /// Kubeconfig file [default: KUBECONFIG, ~/.kube/config, or in-cluster].
+    #[arg(long, env = "FALSIFICATION_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context [default: the current one].
+    #[arg(long, env = "FALSIFICATION_CONTEXT")]
+    pub context: Option<String>,
     /// A configuration file of the stack (Kubernetes YAML, HAProxy, nginx, Envoy), as `check`
     /// reads it; repeat for several.
     #[arg(
@@ -235,6 +260,12 @@ impl From<TriggerArgs> for TriggerConfig {
                 capacity_probe: (a.capacity == Some(Capacity::Auto)).then_some(ProbeSettings {
                     concurrency: a.probe_concurrency,
                     duration: a.probe_duration,
+                }),
+                cluster: a.cluster.map(|LoadPlace::Kube| ClusterTarget {
+                    shards: a.shards,
+                    image: a.image,
+                    kubeconfig: a.kubeconfig,
+                    context: a.context,
                 }),
             },
         }

@@ -661,17 +661,25 @@ pub fn loadgen_job(v: &Values) -> Job {
         ..l.invocation.clone()
     }
     .args();
+    loadgen_job_for(&v.namespace, &v.image, l.shards, args)
+}
+
+/// The loadgen Job itself: `shards` pods of `image` in `namespace`, each running `loadgen` with
+/// `args` (which set `--instances` and `--stdout-rows`) and its completion index as
+/// `LOADGEN_INSTANCE_INDEX`; a failed pod is not retried. Shared by a case's Job
+/// ([`loadgen_job`]) and the trigger test's (`kube::load`).
+pub fn loadgen_job_for(namespace: &str, image: &str, shards: u32, args: Vec<String>) -> Job {
     Job {
         metadata: ObjectMeta {
             name: Some("loadgen".into()),
-            namespace: Some(v.namespace.clone()),
+            namespace: Some(namespace.into()),
             labels: Some(loadgen_labels()),
             ..ObjectMeta::default()
         },
         spec: Some(JobSpec {
             completion_mode: Some("Indexed".into()),
-            completions: Some(l.shards as i32),
-            parallelism: Some(l.shards as i32),
+            completions: Some(shards as i32),
+            parallelism: Some(shards as i32),
             backoff_limit: Some(0),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
@@ -682,7 +690,7 @@ pub fn loadgen_job(v: &Values) -> Job {
                     restart_policy: Some("Never".into()),
                     containers: vec![Container {
                         name: "loadgen".into(),
-                        image: Some(v.image.clone()),
+                        image: Some(image.into()),
                         image_pull_policy: Some("IfNotPresent".into()),
                         command: Some(vec!["/usr/local/bin/loadgen".into()]),
                         args: Some(args),

@@ -6,10 +6,12 @@
 //!
 //! Layout: [`manifests`] renders and sets the objects, [`scale`] checks a time scale against
 //! the cluster's controller and the pods' open-files limit, [`shards`] merges the shards' logs.
-//! This file does the I/O.
+//! This file does the I/O, and [`load`] the trigger test's: a loadgen Job alone in a namespace
+//! of its own (`falsification trigger --cluster kube`).
 
 pub mod books;
 pub mod gateway;
+pub mod load;
 pub mod manifests;
 pub mod scale;
 pub mod shards;
@@ -174,14 +176,7 @@ pub async fn facts(client: &Client, t: &KubeTarget) -> anyhow::Result<ClusterFac
         ),
         None => None,
     };
-    let (image, image_source) = match (&t.image, record.get("image")) {
-        (Some(i), _) => (i.clone(), "--image".to_string()),
-        (None, Some(i)) => (
-            i.trim().to_string(),
-            format!("ConfigMap {}/{} (image)", RECORD.0, RECORD.1),
-        ),
-        (None, None) => (DEFAULT_IMAGE.into(), "default".into()),
-    };
+    let (image, image_source) = pick_image(t.image.as_deref(), record.get("image"));
     Ok(ClusterFacts {
         server: version.git_version,
         platform: version.platform,
@@ -196,6 +191,35 @@ pub async fn facts(client: &Client, t: &KubeTarget) -> anyhow::Result<ClusterFac
         image,
         image_source,
     })
+}
+
+/// The kit's image and where it came from: `--image`, else the one the cluster records in
+/// its ConfigMap, else [`DEFAULT_IMAGE`].
+fn pick_image(flag: Option<&str>, recorded: Option<&String>) -> (String, String) {
+    match (flag, recorded) {
+        (Some(i), _) => (i.to_string(), "--image".to_string()),
+        (None, Some(i)) => (
+            i.trim().to_string(),
+            format!("ConfigMap {}/{} (image)", RECORD.0, RECORD.1),
+        ),
+        (None, None) => (DEFAULT_IMAGE.into(), "default".into()),
+    }
+}
+
+/// The image as [`pick_image`] chooses it, for a loadgen run without a case's [`facts`]. A
+/// cluster that lets its user not read kube-system records nothing for it.
+async fn image(client: &Client, flag: Option<&str>) -> (String, String) {
+    if flag.is_some() {
+        return pick_image(flag, None);
+    }
+    let record = Api::<ConfigMap>::namespaced(client.clone(), RECORD.0)
+        .get_opt(RECORD.1)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|c| c.data)
+        .unwrap_or_default();
+    pick_image(None, record.get("image"))
 }
 
 /// What the runner assumes with no cluster to ask (`manifests` without a kubeconfig): the

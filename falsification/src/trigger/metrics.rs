@@ -150,12 +150,10 @@ struct ApiAnswer {
 }
 
 #[derive(Deserialize)]
-#[serde(tag = "resultType", content = "result", rename_all = "lowercase")]
-enum ApiData {
-    Vector(Vec<ApiSample>),
-    Scalar((f64, String)),
-    Matrix(serde_json::Value),
-    String(serde_json::Value),
+#[serde(rename_all = "camelCase")]
+struct ApiData {
+    result_type: String,
+    result: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -189,8 +187,11 @@ fn parse_answer(body: &str) -> Result<Vec<Series>, String> {
     if a.status != "success" {
         return Err(a.error.unwrap_or_else(|| format!("status {}", a.status)));
     }
-    match a.data {
-        Some(ApiData::Vector(v)) => v
+    let data = a.data.ok_or("no data")?;
+    let bad = |e: serde_json::Error| format!("its {} result: {e}", data.result_type);
+    match data.result_type.as_str() {
+        "vector" => serde_json::from_value::<Vec<ApiSample>>(data.result.clone())
+            .map_err(bad)?
             .into_iter()
             .map(|s| {
                 let labels: Vec<String> =
@@ -201,14 +202,14 @@ fn parse_answer(body: &str) -> Result<Vec<Series>, String> {
                 })
             })
             .collect(),
-        Some(ApiData::Scalar((_, v))) => Ok(vec![Series {
-            labels: "scalar".into(),
-            value: sample_value(&v)?,
-        }]),
-        Some(ApiData::Matrix(_) | ApiData::String(_)) => {
-            Err("a range vector or string, not an instant vector or scalar".into())
+        "scalar" => {
+            let (_, v): (f64, String) = serde_json::from_value(data.result.clone()).map_err(bad)?;
+            Ok(vec![Series {
+                labels: "scalar".into(),
+                value: sample_value(&v)?,
+            }])
         }
-        None => Err("no data".into()),
+        other => Err(format!("a {other} result, not an instant vector or scalar")),
     }
 }
 

@@ -13,6 +13,7 @@
 //! `plan.json`, `record.json`, `report.md` and `trigger.svg`.
 
 mod capacity;
+mod cluster;
 mod measure;
 mod metrics;
 mod plan;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use anyhow::bail;
 use loadgen::config::RetryOn;
 
+pub use cluster::ClusterTarget;
 pub use metrics::{ArrivalsQuery, MetricSelector};
 pub use plan::{PlanInput, StackAmplification};
 pub use run::run;
@@ -97,6 +99,8 @@ pub struct RunSettings {
     pub stop: StopSettings,
     /// `--capacity auto`: the probe that measures the capacity before the plan.
     pub capacity_probe: Option<ProbeSettings>,
+    /// `--cluster kube`: the loadgen runs as a Job in a namespace of its own there.
+    pub cluster: Option<ClusterTarget>,
 }
 
 /// What the run reads every second besides its clients.

@@ -292,30 +292,36 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         ));
         None
     };
+    observation(&mut p, input)?;
+    Ok(p)
+}
+
+/// The observation the prediction needs, the planned length, and the bound on the load.
+fn observation(p: &mut Plan, input: &PlanInput) -> anyhow::Result<()> {
     p.observe_s = input.observe.map_or_else(
         || {
-            if trapped {
-                6.0 * timeout_s
+            if p.trapped {
+                6.0 * p.timeout_s
             } else {
-                let predicted = recovery_closed_s
+                let predicted = p
+                    .recovery_closed_s
                     .unwrap_or(0.0)
                     .max(p.recovery_fluid_s.unwrap_or(0.0));
-                1.5 * predicted + 3.0 * timeout_s
+                1.5 * predicted + 3.0 * p.timeout_s
             }
         },
         |d| d.as_secs_f64(),
     );
-    let s = scenario(&p, p.spike_s + p.observe_s)?;
+    let s = scenario(p, p.spike_s + p.observe_s)?;
     p.length_s = p.before_s + s.end();
-    let max = input.max_duration.map_or_else(
-        || invocation::run_duration(2.0 * p.length_s + p.lost_after_s()),
-        |d| d,
-    );
+    let max = input
+        .max_duration
+        .unwrap_or_else(|| invocation::run_duration(2.0 * p.length_s + p.lost_after_s()));
     if max.is_zero() {
         bail!("max-duration: {} s must be positive", max.as_secs_f64());
     }
     p.max_duration_s = max.as_secs_f64();
-    Ok(p)
+    Ok(())
 }
 
 /// The loadgen schedule of a plan (the runner's, from the same scenario): base load to the

@@ -223,11 +223,11 @@ fn discipline_text(p: &Plan, m: &Measured) -> Option<String> {
     Some(match d.kind {
         DisciplineKind::FinishesAbandoned => format!(
             "**What the target behaved like:** the models' FIFO that finishes abandoned work: \
-             {share:.0}% of its capacity reached clients while it failed.{first}"
+             {share:.0}% of what it could answer reached clients while it failed.{first}"
         ),
         DisciplineKind::KeepsAnswering => format!(
             "**What the target behaved like: not the models' assumption.** It kept answering \
-             {share:.0}% of its capacity while attempts failed: it drops work whose client left, \
+             ({share:.0}% of what it could answer) while attempts failed: it drops work whose client left, \
              or serves newer requests first, so the debt the models predict did not build. The \
              predicted recovery ({}) assumes a FIFO that finishes abandoned work and does not \
              apply to it; the measured one is its own.{first}",
@@ -239,8 +239,8 @@ fn discipline_text(p: &Plan, m: &Measured) -> Option<String> {
             }
         ),
         DisciplineKind::Partly => format!(
-            "**What the target behaved like:** partly the models' FIFO: {share:.0}% of its \
-             capacity reached clients while it failed (the models assume none does); expect a \
+            "**What the target behaved like:** partly the models' FIFO: {share:.0}% of what \
+             it could answer reached clients while it failed (the models assume none does); expect a \
              measured recovery shorter than predicted.{first}"
         ),
     })

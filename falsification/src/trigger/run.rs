@@ -1,7 +1,7 @@
 //! The trigger test's I/O: the capacity probe, the plan on stdout, the load (a local loadgen
-//! child) and its stdout rows, the layers' arrivals, the stop rules, the stop once the state is
-//! decided (or at the maximum duration, or on Ctrl-C), the read-only watch after an abort, and
-//! the record's files and plot.
+//! child, or a Job in a namespace of its own with `--cluster kube`) and its rows, the layers'
+//! arrivals, the stop rules, the stop once the state is decided (or at the maximum duration, or
+//! on Ctrl-C), the read-only watch after an abort, and the record's files and plot.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use super::capacity::{self, CapacityProbe};
+use super::cluster::ClusterLoad;
 use super::measure::{
     self, Ended, LayerSeries, LoadRow, Measured, SeriesKind, Watched, base_health, load_row,
     measured_record,
@@ -25,6 +26,7 @@ use super::plan::{self, LoadgenRun, Plan};
 use super::report::{after_abort_text, plan_text, report_md};
 use super::stop::{Check, Fired, Rule, StopWatch};
 use super::{RunEnd, TriggerConfig, Watching};
+use crate::kube::shards::MergeCheck;
 use crate::process::{self, Binaries};
 use crate::runner::{self, plot, record};
 use falsification_model::outcome::Record;
@@ -110,10 +112,10 @@ async fn preflight(reader: &Reader, config: &TriggerConfig) -> anyhow::Result<()
     metrics::preflight(reader, &w.arrivals_queries, &rule_queries, pods).await
 }
 
-/// The loadgen ready to start.
-struct Launch {
-    command: Command,
-    binary: PathBuf,
+/// The loadgen ready to start: here, or in the cluster.
+enum Launch {
+    Local { command: Command, binary: PathBuf },
+    Cluster(loadgen::Invocation),
 }
 
 /// Everything checked and written before any load: the schedule, the binary, the record's
@@ -121,7 +123,6 @@ struct Launch {
 fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Launch> {
     let settings = &config.run;
     let schedule = plan::schedule(p)?;
-    let binary = Binaries::find(settings.bin_dir.as_deref(), "loadgen")?;
     let out = &settings.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     record::write(out, "plan.json", &record::json(p))?;
@@ -140,9 +141,118 @@ fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Laun
             out: &out.join("loadgen"),
         },
     );
+    if settings.cluster.is_some() {
+        return Ok(Launch::Cluster(invocation));
+    }
+    let binary = Binaries::find(settings.bin_dir.as_deref(), "loadgen")?;
     let mut command = Command::new(&binary);
     command.args(invocation.args());
-    Ok(Launch { command, binary })
+    Ok(Launch::Local { command, binary })
+}
+
+/// The load, running.
+enum Load {
+    Local(Child),
+    Cluster(ClusterLoad),
+}
+
+/// Where the cluster's load ran, for the record.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterRun {
+    pub namespace: String,
+    pub shards: u32,
+    pub image: String,
+    pub image_source: String,
+    /// The merged seconds against the shards' own summaries.
+    pub merge: MergeCheck,
+}
+
+impl Load {
+    /// Resolves when the load has ended by itself (at its bound): an error if it failed.
+    async fn wait(&mut self, out: &Path) -> anyhow::Result<()> {
+        match self {
+            Load::Local(child) => {
+                let status = child.wait().await?;
+                if !status.success() {
+                    let log = out.join("loadgen.log");
+                    bail!("loadgen failed ({status}): see {}", log.display());
+                }
+                Ok(())
+            }
+            Load::Cluster(c) => c.wait().await,
+        }
+    }
+
+    /// Stops all load at once; attempts in flight are abandoned.
+    async fn stop(&mut self) {
+        match self {
+            // The loadgen has no drain: it stops at once and writes its files.
+            Load::Local(child) => process::stop(child, Duration::from_secs(5)).await,
+            Load::Cluster(c) => c.stop(Duration::from_secs(1)).await,
+        }
+    }
+
+    /// The shards' logs into `out/loadgen/`, and the namespace deleted and checked gone.
+    async fn finish(self, out: &Path) -> anyhow::Result<Option<ClusterRun>> {
+        let Load::Cluster(c) = self else {
+            return Ok(None);
+        };
+        let logs = c.write_logs(&out.join("loadgen"));
+        let (image, image_source) = c.image();
+        let run = ClusterRun {
+            namespace: c.namespace().to_string(),
+            shards: c.shards(),
+            image: image.to_string(),
+            image_source: image_source.to_string(),
+            merge: c.merge_check(),
+        };
+        let namespace = run.namespace.clone();
+        c.cleanup()
+            .await
+            .with_context(|| format!("deleting namespace {namespace}"))?;
+        eprintln!("namespace {namespace} deleted and gone");
+        logs?;
+        Ok(Some(run))
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Starts the load; with the rows it prints and the instant its second 0 begins (a cluster's
+/// shards start together a lead after their Job is applied).
+async fn start_load(
+    launch: Launch,
+    config: &TriggerConfig,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(Load, Rows, tokio::time::Instant)> {
+    match launch {
+        Launch::Local { command, binary } => {
+            let (child, rows) = spawn_loadgen(command, &binary, &config.run.out)?;
+            Ok((Load::Local(child), rows, tokio::time::Instant::now()))
+        }
+        Launch::Cluster(invocation) => {
+            let target = config.run.cluster.as_ref().context("no cluster")?;
+            let rows = Rows::default();
+            // Dropping the start on Ctrl-C deletes what it created.
+            let load = tokio::select! {
+                load = ClusterLoad::start(target, invocation, rows.clone()) => load?,
+                _ = interrupt.changed() => bail!("interrupted while starting the load in the cluster: nothing was sent"),
+            };
+            let (image, source) = load.image();
+            eprintln!(
+                "load: {} loadgen shard(s) in namespace {} (image {image}, from {source})",
+                load.shards(),
+                load.namespace()
+            );
+            let lead = (load.start_unix() - unix_now()).max(0.0);
+            let zero = tokio::time::Instant::now() + Duration::from_secs_f64(lead);
+            Ok((Load::Cluster(load), rows, zero))
+        }
+    }
 }
 
 /// The rows the loadgen has printed so far, shared with the task that reads them.
@@ -153,12 +263,12 @@ fn rows_now(rows: &Rows) -> Vec<LoadRow> {
 }
 
 /// Starts the loadgen, its log in `loadgen.log`, and a task collecting its stdout rows.
-fn spawn_loadgen(launch: Launch, out: &Path) -> anyhow::Result<(Child, Rows)> {
+fn spawn_loadgen(command: Command, binary: &Path, out: &Path) -> anyhow::Result<(Child, Rows)> {
     let log_path = out.join("loadgen.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
-    let mut child = process::spawn_child_to(launch.command, log, Stdio::piped())
-        .with_context(|| format!("starting {}", launch.binary.display()))?;
+    let mut child = process::spawn_child_to(command, log, Stdio::piped())
+        .with_context(|| format!("starting {}", binary.display()))?;
     let rows = Rows::default();
     if let Some(stdout) = child.stdout.take() {
         let rows = rows.clone();
@@ -316,12 +426,14 @@ impl Status {
     }
 }
 
-/// What the watch saw: the rows, the layers, how it ended, the rule that fired.
+/// What the watch saw: the rows, the layers, how it ended, the rule that fired, where the
+/// cluster's load ran.
 struct Seen {
     rows: Vec<LoadRow>,
     watched: Watched,
     fired: Option<Fired>,
     after_abort: Option<AfterAbort>,
+    cluster: Option<ClusterRun>,
 }
 
 /// Runs the load until the state is decided, a stop rule fires, the target is unhealthy at base
@@ -333,15 +445,16 @@ async fn watch(
     reader: &Reader,
 ) -> anyhow::Result<Seen> {
     let settings = &config.run;
-    let (mut child, rows) = spawn_loadgen(launch, &settings.out)?;
     let mut interrupt = runner::interrupt_signal();
-    let started = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let (mut load, rows, started) = start_load(launch, config, &mut interrupt).await?;
+    let mut tick = tokio::time::interval_at(started, Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The loadgen stops itself at the bound; this is the backstop.
-    let expiry = tokio::time::sleep(Duration::from_secs_f64(p.max_duration_s + 2.0));
+    let expiry =
+        tokio::time::sleep_until(started + Duration::from_secs_f64(p.max_duration_s + 2.0));
     // Half a second before the spike: the seconds closed by then are the base phase's.
-    let check = tokio::time::sleep(Duration::from_secs_f64((p.before_s - 0.5).max(0.0)));
+    let check =
+        tokio::time::sleep_until(started + Duration::from_secs_f64((p.before_s - 0.5).max(0.0)));
     tokio::pin!(expiry, check);
     let mut layers = empty_layers(&settings.watching);
     let mut stop = StopWatch::new(settings.stop.rules.clone(), settings.stop.on_metrics_loss);
@@ -351,11 +464,10 @@ async fn watch(
     let t_now = || started.elapsed().as_secs_f64() - p.before_s;
     let ended = loop {
         tokio::select! {
-            status = child.wait() => {
-                let status = status?;
-                if !status.success() {
-                    let log = settings.out.join("loadgen.log");
-                    bail!("loadgen failed ({status}): see {}", log.display());
+            ended = load.wait(&settings.out) => {
+                if let Err(e) = ended {
+                    load.finish(&settings.out).await?;
+                    return Err(e);
                 }
                 break Ended::MaxDuration;
             }
@@ -398,30 +510,14 @@ async fn watch(
         }
     };
     status.finish();
-    eprintln!(
-        "{}",
-        match ended {
-            Ended::Decided => "the state is decided: stopping all load".to_string(),
-            Ended::MaxDuration => format!(
-                "max duration {} s reached: all load stopped",
-                p.max_duration_s
-            ),
-            Ended::Interrupted => "interrupted: stopping all load, keeping the record".into(),
-            Ended::Aborted => format!(
-                "stop rule fired: {}; stopping all load now",
-                fired.as_ref().map_or("", |f| f.rule.as_str())
-            ),
-            Ended::Unhealthy =>
-                "the target is not healthy at base load: stopping before the spike".into(),
-        }
-    );
-    // The loadgen has no drain: it stops at once and writes its files.
-    process::stop(&mut child, Duration::from_secs(5)).await;
+    eprintln!("{}", stop_message(ended, p, fired.as_ref()));
+    load.stop().await;
+    let rows = rows_now(&rows);
+    let cluster = load.finish(&settings.out).await?;
     let after_abort = match fired {
         Some(_) => Some(after_abort(p, config, reader, &mut layers, &mut interrupt, started).await),
         None => None,
     };
-    let rows = rows_now(&rows);
     Ok(Seen {
         rows,
         watched: Watched {
@@ -431,7 +527,27 @@ async fn watch(
         },
         fired,
         after_abort,
+        cluster,
     })
+}
+
+/// What the run says when the load stops.
+fn stop_message(ended: Ended, p: &Plan, fired: Option<&Fired>) -> String {
+    match ended {
+        Ended::Decided => "the state is decided: stopping all load".to_string(),
+        Ended::MaxDuration => format!(
+            "max duration {} s reached: all load stopped",
+            p.max_duration_s
+        ),
+        Ended::Interrupted => "interrupted: stopping all load, keeping the record".into(),
+        Ended::Aborted => format!(
+            "stop rule fired: {}; stopping all load now",
+            fired.map_or("", |f| f.rule.as_str())
+        ),
+        Ended::Unhealthy => {
+            "the target is not healthy at base load: stopping before the spike".into()
+        }
+    }
 }
 
 /// What the read-only watch after an abort saw, second by second.
@@ -508,6 +624,7 @@ fn finish(
         plan: &'a Plan,
         stop_rules: Vec<String>,
         capacity_probe: Option<&'a CapacityProbe>,
+        cluster: Option<&'a ClusterRun>,
         measured: &'a Measured,
         abort: Option<&'a Fired>,
         after_abort: Option<&'a AfterAbort>,
@@ -526,6 +643,7 @@ fn finish(
             .map(ToString::to_string)
             .collect(),
         capacity_probe: probed.as_ref(),
+        cluster: seen.cluster.as_ref(),
         measured: &m,
         abort: seen.fired.as_ref(),
         after_abort: seen.after_abort.as_ref(),
