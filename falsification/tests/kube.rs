@@ -130,9 +130,154 @@ fn f4_without_a_step_on_the_upstream_hpa_leaves_nothing_behind() {
     );
 }
 
+/// `kubectl --kubeconfig K ARGS` (split at spaces; none has one): its stdout, trimmed.
+fn kubectl(kubeconfig: &Path, args: &str) -> String {
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let o = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "kubectl {args:?}: {err}");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The trigger's namespaces (labelled as kube::load::SELECTOR says).
+fn trigger_namespaces(kubeconfig: &Path) -> Vec<String> {
+    kubectl(
+        kubeconfig,
+        "get namespace -o name -l app.kubernetes.io/managed-by=retry-debt-kit,\
+         app.kubernetes.io/component=trigger-load",
+    )
+    .lines()
+    .map(String::from)
+    .collect()
+}
+
+/// A target in the cluster: one of the kit's pods at 100/s behind a Service, in a namespace of
+/// its own, deleted however the test ends.
+struct Target {
+    kubeconfig: PathBuf,
+    ns: String,
+}
+
+impl Target {
+    fn deploy(kubeconfig: &Path, dir: &Path) -> Target {
+        let image = kubectl(
+            kubeconfig,
+            "-n kube-system get configmap retry-debt-kit-cluster --ignore-not-found \
+             -o jsonpath={.data.image}",
+        );
+        let image = if image.is_empty() {
+            "retry-debt-kit:dev".into()
+        } else {
+            image
+        };
+        let ns = format!("rdk-trigger-target-{}", std::process::id());
+        let yaml = dir.join("target.yaml");
+        std::fs::write(
+            &yaml,
+            format!(
+                r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: {ns}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: service
+  namespace: {ns}
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: service
+  template:
+    metadata:
+      labels:
+        app: service
+    spec:
+      containers:
+        - name: service
+          image: "{image}"
+          imagePullPolicy: IfNotPresent
+          command: [/usr/local/bin/service]
+          args: ["--listen=0.0.0.0:8080", "--rate=100", "--ready-after=0s"]
+          ports:
+            - containerPort: 8080
+          readinessProbe:
+            httpGet:
+              path: /readyz
+              port: 8080
+            periodSeconds: 1
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: service
+  namespace: {ns}
+spec:
+  selector:
+    app: service
+  ports:
+    - port: 80
+      targetPort: 8080
+"#
+            ),
+        )
+        .unwrap();
+        let target = Target {
+            kubeconfig: kubeconfig.to_path_buf(),
+            ns,
+        };
+        kubectl(kubeconfig, &format!("apply -f {}", yaml.display()));
+        kubectl(
+            kubeconfig,
+            &format!(
+                "-n {} rollout status deploy/service --timeout=180s",
+                target.ns
+            ),
+        );
+        target
+    }
+
+    fn url(&self) -> String {
+        format!("http://service.{}.svc.cluster.local/work", self.ns)
+    }
+
+    /// `trigger --cluster kube` against it at `rate`/s of its 100/s: the exit code and record.
+    fn trigger(&self, rate: &str, extra: &[&str], out: &Path) -> (Option<i32>, Value) {
+        let status = Command::new(env!("CARGO_BIN_EXE_falsification"))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["trigger", "--cluster", "kube", "--target", &self.url()])
+            .args(["--rate", rate, "--capacity", "100", "--timeout", "1s"])
+            .args(["--retries", "2", "--yes", "--out"])
+            .arg(out)
+            .args(extra)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap();
+        (status.code(), read_json(&out.join("record.json")))
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", "namespace", &self.ns, "--ignore-not-found"])
+            .status();
+    }
+}
+
 /// `trigger --cluster kube`: the loadgen as a Job in a namespace of its own against a service in
-/// the cluster (one of the kit's pods at 100/s, deployed by the test in a namespace it removes
-/// after), its rows streamed back into the record, and no trigger namespace left.
+/// the cluster, its rows streamed back into the record; a recovering case that stops once decided
+/// and a trapped one a stop rule ends; no trigger namespace left after either.
 #[test]
 fn trigger_in_the_cluster_records_rows_and_leaves_no_namespace() {
     let kubeconfig = match reachable() {
@@ -142,94 +287,28 @@ fn trigger_in_the_cluster_records_rows_and_leaves_no_namespace() {
             return;
         }
     };
-    // Arguments split at spaces (none has one).
-    let kubectl = |args: &str| -> String {
-        let args: Vec<&str> = args.split_whitespace().collect();
-        let o = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "kubectl {args:?}: {err}");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    let before = trigger_namespaces(&kubeconfig);
+    let dir = tempfile::tempdir().unwrap();
+    let target = Target::deploy(&kubeconfig, dir.path());
+    let left_behind = || -> Vec<String> {
+        trigger_namespaces(&kubeconfig)
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .collect()
     };
-    // The trigger's namespaces carry these labels (kube::load::SELECTOR).
-    let trigger_namespaces = || {
-        kubectl(
-            "get namespace -o name -l app.kubernetes.io/managed-by=retry-debt-kit,\
-             app.kubernetes.io/component=trigger-load",
-        )
-    };
-    let before = trigger_namespaces();
-    let image = kubectl(
-        "-n kube-system get configmap retry-debt-kit-cluster --ignore-not-found \
-         -o jsonpath={.data.image}",
-    );
-    let image = if image.is_empty() {
-        "retry-debt-kit:dev".into()
-    } else {
-        image
-    };
-    let ns = format!("rdk-trigger-target-{}", std::process::id());
-    let out = tempfile::tempdir().unwrap();
-    let yaml = out.path().join("target.yaml");
-    let app = "{matchLabels: {app: service}}";
-    let args = r#"["--listen=0.0.0.0:8080", "--rate=100", "--ready-after=0s"]"#;
-    std::fs::write(
-        &yaml,
-        format!(
-            "{{apiVersion: v1, kind: Namespace, metadata: {{name: {ns}}}}}\n---\n\
-             {{apiVersion: apps/v1, kind: Deployment, metadata: {{name: service, namespace: {ns}}},\
-             spec: {{replicas: 1, selector: {app}, template: {{metadata: {{labels: {{app: service}}}},\
-             spec: {{containers: [{{name: service, image: '{image}', imagePullPolicy: IfNotPresent,\
-             command: [/usr/local/bin/service], args: {args}, ports: [{{containerPort: 8080}}],\
-             readinessProbe: {{httpGet: {{path: /readyz, port: 8080}}, periodSeconds: 1}}}}]}}}}}}}}\n---\n\
-             {{apiVersion: v1, kind: Service, metadata: {{name: service, namespace: {ns}}},\
-             spec: {{selector: {{app: service}}, ports: [{{port: 80, targetPort: 8080}}]}}}}\n"
-        ),
-    )
-    .unwrap();
-    /// Deletes the target's namespace however the test ends.
-    struct Remove(PathBuf, String);
-    impl Drop for Remove {
-        fn drop(&mut self) {
-            let _ = Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(&self.0)
-                .args(["delete", "namespace", &self.1, "--ignore-not-found"])
-                .status();
-        }
-    }
-    let _remove = Remove(kubeconfig.clone(), ns.clone());
-    kubectl(&format!("apply -f {}", yaml.display()));
-    kubectl(&format!(
-        "-n {ns} rollout status deploy/service --timeout=180s"
-    ));
 
-    let target = format!("http://service.{ns}.svc.cluster.local/work");
-    let status = Command::new(env!("CARGO_BIN_EXE_falsification"))
-        .env("KUBECONFIG", &kubeconfig)
-        .args(["trigger", "--cluster", "kube", "--target", &target])
-        .args(["--rate", "20", "--capacity", "100", "--timeout", "1s"])
-        .args(["--retries", "2", "--yes", "--out"])
-        .arg(out.path().join("run"))
-        .stdin(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "trigger --cluster kube: {status}");
-    let record = read_json(&out.path().join("run").join("record.json"));
-    let rows = record["record"]["rows"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    assert!(!rows.is_empty(), "record.json has no rows: {record}");
     // rho 0.2, A rho 0.6: the spike's failure ends by itself, and the load stops once decided.
+    let (code, record) = target.trigger("20", &[], &dir.path().join("recovers"));
+    assert_eq!(code, Some(0), "{}", record["measured"]);
     let m = &record["measured"];
     assert_eq!(m["decision"], "recovered", "{m}");
     assert_eq!(m["ended"], "decided", "{m}");
+    assert!(
+        record["record"]["rows"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty()),
+        "no rows: {record}"
+    );
     let cluster = &record["cluster"];
     assert!(
         cluster["namespace"]
@@ -238,10 +317,16 @@ fn trigger_in_the_cluster_records_rows_and_leaves_no_namespace() {
         "{cluster}"
     );
     assert_eq!(cluster["merge"]["equal"], true, "{cluster}");
-    let after = trigger_namespaces();
-    let left: Vec<&str> = after
-        .lines()
-        .filter(|n| !before.lines().any(|b| b == *n))
-        .collect();
-    assert!(left.is_empty(), "trigger namespaces left behind: {left:?}");
+    assert_eq!(left_behind(), Vec::<String>::new());
+
+    // rho 0.5, A rho 1.5: trapped, until the stop rule stops the Job's pods mid-run.
+    let (code, record) = target.trigger(
+        "50",
+        &["--abort-if", "goodput<0.5 for 2s", "--after-abort", "3s"],
+        &dir.path().join("aborted"),
+    );
+    assert_eq!(code, Some(3), "{}", record["measured"]);
+    assert_eq!(record["measured"]["decision"], "aborted");
+    assert_eq!(record["abort"]["rule"], "goodput<0.5 for 2s");
+    assert_eq!(left_behind(), Vec::<String>::new());
 }
