@@ -2,7 +2,13 @@
 # An off-the-shelf staging stack on loopback, for proving the trigger test on a stack the kit did
 # not write (issue 29): a Python WSGI app under waitress with ONE worker thread (a FIFO of about
 # 95 requests/s that finishes abandoned work), behind nginx retrying timed-out tries with
-# proxy_next_upstream, both counted by Prometheus (Debian's) scraping every second.
+# proxy_next_upstream, both counted by Prometheus (Debian's) scraping every second. Its series
+# follow the label conventions of the kit's retry-debt rules (k8s/prometheus/README.md), in
+# namespace "staging": nginx logs each request's x-request-id, x-attempt and tries, and its
+# exporter counts every try as http_requests_total{job="app", attempt} (the nginx job scrapes
+# with honor_labels); nginx sets X-Request-Start, from which the app measures its queue time,
+# beside its busy time and readiness. falsification/tests/data/stack/retry-debt-mapping.yaml
+# maps the rest; pass it after the kit's rule file to get the alert.
 #
 #   scripts/staging-stack.sh up DIR [RULE_FILE...]   start it (idempotent), write DIR/stack.env
 #   scripts/staging-stack.sh down DIR                stop it, check nothing is left
@@ -14,8 +20,8 @@
 # configurations into DIR, starts the four processes on free loopback ports, waits until each
 # answers and Prometheus has scraped both targets, and writes DIR/stack.env:
 #   APP_URL (the app direct), APP_METRICS_URL, NGINX_URL (the target: nginx in front of the app),
-#   NGINX_STATUS_URL, NGINX_EXPORTER_URL, PROMETHEUS_URL, the stack's settings (NGINX_TRIES,
-#   NGINX_TRY_TIMEOUT_MS, APP_CPU_MS, APP_THREADS) and the processes' PIDs.
+#   NGINX_STATUS_URL, NGINX_EXPORTER_URL, PROMETHEUS_URL, NAMESPACE, the stack's settings
+#   (NGINX_TRIES, NGINX_TRY_TIMEOUT_MS, APP_CPU_MS, APP_THREADS) and the processes' PIDs.
 # RULE_FILEs are loaded by Prometheus (rule_files), evaluated every second.
 #
 # Settings, from the environment: STACK_APP_CPU_MS (10: how long the worker spins per request),
@@ -216,6 +222,7 @@ up() {
   py=$(venv)
 
   local cpu_ms=${STACK_APP_CPU_MS:-10} tries=${STACK_NGINX_TRIES:-3} try_ms=${STACK_NGINX_TRY_TIMEOUT_MS:-200}
+  local namespace=staging
   [[ $tries =~ ^[1-9][0-9]?$ ]] || die "STACK_NGINX_TRIES: $tries is not 1-99"
   [[ $try_ms =~ ^[1-9][0-9]*$ ]] || die "STACK_NGINX_TRY_TIMEOUT_MS: $try_ms is not a positive integer"
   local ports app app_metrics ngx status exporter prom
@@ -223,8 +230,10 @@ up() {
   echo "$ports" >"$dir/ports"
   read -r app app_metrics ngx status exporter prom <<<"$ports"
 
-  # The app and the exporter run from DIR, so their command lines name it.
+  # The app and the exporter run from DIR, so their command lines name it. A fresh access log:
+  # the exporter counts it from the start.
   cp "$data/app.py" "$data/nginx_exporter.py" "$dir/"
+  rm -f "$dir/nginx-access.log"
   mkdir -p "$dir/nginx-tmp" "$dir/prometheus-data"
 
   local servers="" i
@@ -244,8 +253,10 @@ error_log $dir/nginx-error.log warn;
 worker_rlimit_nofile 10000;
 events { worker_connections 4096; }
 http {
-    # One line per client request, its tries last: the exporter counts them.
-    log_format tries '\$msec \$status \$request_time "\$upstream_status" "\$upstream_addr"';
+    # One line per client request, its tries last: the exporter counts them, as
+    # http_requests_total{job=<upstream group>, attempt} by the client's request id and attempt.
+    log_format tries '\$msec \$status \$request_time "\$upstream_status" '
+                     '"\$proxy_host" "\$http_x_request_id" "\$http_x_attempt" "\$upstream_addr"';
     access_log $dir/nginx-access.log tries;
     client_body_temp_path $dir/nginx-tmp/body;
     proxy_temp_path $dir/nginx-tmp/proxy;
@@ -263,6 +274,8 @@ $servers    }
             proxy_read_timeout ${try_ms}ms;
             proxy_next_upstream error timeout http_502 http_503 http_504;
             proxy_next_upstream_tries $tries;
+            # When nginx sent the request on (unix seconds): the app's queue-time histogram.
+            proxy_set_header X-Request-Start "t=\${msec}";
         }
     }
     server {
@@ -283,11 +296,15 @@ EOF
       echo "rule_files:"
       for f in "${rules[@]}"; do echo "  - \"$f\""; done
     fi
+    echo "# Both targets in one namespace, as the retry-debt rules aggregate by (namespace, job)."
     echo "scrape_configs:"
     echo "  - job_name: app"
-    echo "    static_configs: [{targets: [\"127.0.0.1:$app_metrics\"]}]"
+    echo "    static_configs: [{targets: [\"127.0.0.1:$app_metrics\"], labels: {namespace: $namespace}}]"
+    echo "  # honor_labels: the exporter's http_requests_total{job=\"app\", attempt} counts the tries"
+    echo "  # nginx sent to the app, and belongs to the app's job; nginx's own series get job nginx."
     echo "  - job_name: nginx"
-    echo "    static_configs: [{targets: [\"127.0.0.1:$exporter\"]}]"
+    echo "    honor_labels: true"
+    echo "    static_configs: [{targets: [\"127.0.0.1:$exporter\"], labels: {namespace: $namespace}}]"
   } >"$dir/prometheus.yml"
 
   start app "$py" "$dir/app.py" --listen "127.0.0.1:$app" --metrics "127.0.0.1:$app_metrics" \
@@ -321,6 +338,7 @@ NGINX_URL=http://127.0.0.1:$ngx/work
 NGINX_STATUS_URL=http://127.0.0.1:$status/stub_status
 NGINX_EXPORTER_URL=http://127.0.0.1:$exporter/metrics
 PROMETHEUS_URL=http://127.0.0.1:$prom
+NAMESPACE=$namespace
 APP_CPU_MS=$cpu_ms
 APP_THREADS=1
 NGINX_TRIES=$tries

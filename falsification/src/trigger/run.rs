@@ -77,15 +77,13 @@ pub fn run(config: &TriggerConfig) -> anyhow::Result<RunEnd> {
         return Ok(RunEnd::Judged);
     }
     let target = config.confirmed_target()?;
-    let launch = launch(&p, target, config)?;
     let reader = Reader::new(
         config.run.watching.prometheus.clone(),
         Duration::from_millis(800),
     )?;
-    let seen = rt.block_on(async {
-        preflight(&reader, config).await?;
-        watch(&p, launch, config, &reader).await
-    })?;
+    rt.block_on(preflight(&reader, config))?;
+    let launch = launch(&p, target, config)?;
+    let seen = rt.block_on(watch(&p, launch, config, &reader))?;
     finish(&p, target, config, seen, probed)
 }
 

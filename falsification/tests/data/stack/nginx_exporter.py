@@ -14,11 +14,26 @@ log's new lines at each scrape. A line is written when the client's request ends
 last try. The app's own counter cannot stand in for it: it counts what the app served, which in a
 failed state is the app's capacity whatever arrives.
 
+The same tries in the retry-debt kit's label convention (k8s/prometheus/README.md), when the log's
+last four quoted fields are ``"$proxy_host" "$http_x_request_id" "$http_x_attempt"
+"$upstream_addr"``: ``http_requests_total{job, attempt}``, one count per try, where ``job`` is the
+upstream group the tries went to (nginx's ``$proxy_host``: scrape with ``honor_labels: true`` so
+the series belong to the service, not to nginx) and ``attempt`` is the try's number among the
+arrivals of its logical request at that group: the tries of the same ``x-request-id`` that came
+before it, over the client's attempts and nginx's own tries (a request without an id: the client's
+``x-attempt`` plus the try's index). So ``attempt="0"`` counts each logical request once, at its
+first arrival, and every other try is a retry, whichever layer sent it: first attempts counted at
+the outermost layer, ingress at the service, as the kit's README asks behind a retrying proxy (the
+client's ``x-attempt`` alone would count nginx's retries of a first attempt as first attempts).
+Counted when the line is written, so late by the request's time in nginx (at most its tries times
+the try timeout).
+
     python nginx_exporter.py --status http://127.0.0.1:8081/stub_status --listen 127.0.0.1:9113 \
         [--access-log /var/log/nginx/tries.log]
 """
 
 import argparse
+import collections
 import re
 import threading
 import urllib.request
@@ -32,6 +47,18 @@ STATUS = re.compile(
 )
 
 
+QUOTED = re.compile(rb'"([^"]*)"')
+
+# Request ids remembered for the attempt numbers: far more than the requests of a retry's
+# lifetime at any rate the stack takes.
+REMEMBERED = 100_000
+
+
+def by_job_and_number(item):
+    (job, attempt), _ = item
+    return job, int(attempt)
+
+
 class TriesLog:
     """Upstream tries from the access log's new lines, read on each scrape."""
 
@@ -40,6 +67,9 @@ class TriesLog:
         self.offset = 0
         self.partial = b""
         self.tries = 0
+        # (job, attempt) -> tries, and (job, request id) -> tries seen, oldest first.
+        self.by_attempt = collections.Counter()
+        self.seen = collections.OrderedDict()
         self.lock = threading.Lock()
 
     def read(self):
@@ -57,21 +87,53 @@ class TriesLog:
             lines = (self.partial + data).split(b"\n")
             self.partial = lines.pop()
             for line in lines:
-                # The last quoted field: "127.0.0.1:8001, 127.0.0.1:8001" ("-": no upstream).
-                parts = line.rsplit(b'"', 2)
-                if len(parts) == 3:
-                    addrs = parts[1].strip()
-                    if addrs and addrs != b"-":
-                        self.tries += addrs.count(b",") + addrs.count(b" : ") + 1
-            return self.tries
+                self.count(line)
+            return self.tries, dict(self.by_attempt)
+
+    def count(self, line):
+        fields = QUOTED.findall(line)
+        if not fields:
+            return
+        # The last quoted field: "127.0.0.1:8001, 127.0.0.1:8001" ("-": no upstream).
+        addrs = fields[-1].strip()
+        if not addrs or addrs == b"-":
+            return
+        n = addrs.count(b",") + addrs.count(b" : ") + 1
+        self.tries += n
+        if len(fields) < 4:
+            return
+        job, request_id, attempt = (f.decode("ascii", "replace") for f in fields[-4:-1])
+        try:
+            # Bounded: a client's header does not make label values without end.
+            first = min(max(int(attempt), 0), 99)
+        except ValueError:  # "-": no x-attempt
+            first = 0
+        if request_id not in ("", "-"):
+            key = (job, request_id)
+            first = max(first, self.seen.pop(key, 0))
+            self.seen[key] = first + n
+            while len(self.seen) > REMEMBERED:
+                self.seen.popitem(last=False)
+        for i in range(n):
+            self.by_attempt[(job, str(first + i))] += 1
 
     def collect(self):
+        tries, by_attempt = self.read()
         yield CounterMetricFamily(
             "nginx_upstream_tries",
             "Tries nginx sent to its upstreams (the arrivals at the app), from the access log's "
             "$upstream_addr, counted when the client's request ends.",
-            value=self.read(),
+            value=tries,
         )
+        arrivals = CounterMetricFamily(
+            "http_requests",
+            "Requests arriving at the service (job: nginx's upstream group), one per nginx try, "
+            "by attempt: the try's number among its request's (x-request-id) arrivals there.",
+            labels=["job", "attempt"],
+        )
+        for (job, attempt), value in sorted(by_attempt.items(), key=by_job_and_number):
+            arrivals.add_metric([job, attempt], value)
+        yield arrivals
 
 
 class StubStatus:
