@@ -20,7 +20,8 @@ pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
         t,
         "  rho:              {:.3}{}",
         p.rho,
-        p.rate.map_or(String::new(), |r| format!(" (base {r}/s)"))
+        p.rate
+            .map_or(String::new(), |r| format!(" (base {r:.3}/s)"))
     );
     let _ = writeln!(
         t,
@@ -285,10 +286,10 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityP
             },
         },
         if m.failing_at_end {
-            "**still failing** (attempts in its last timeout's worth of load timed out): let it \
+            "**still failing** (attempts in its last timeout's worth of load failed): let it \
              drain before another run"
         } else {
-            "answering (no attempt of the last timeout's worth of load timed out)"
+            "answering (no attempt of the last timeout's worth of load failed)"
         }
     );
     let _ = writeln!(t, "| | measured | predicted |\n|---|---|---|");
