@@ -139,7 +139,8 @@ pub struct TriggerArgs {
     pub arrivals_queries: Vec<ArrivalsQuery>,
     /// Stop all load when a rule holds, checked every second: 'goodput<0.5 for 30s' (share of
     /// the clients' requests that succeed), 'p99>2s for 10s' (the clients' attempt p99),
-    /// 'query:PROMQL' (returns a non-zero value), 'health:URL' (not 2xx within a second); repeat.
+    /// 'query:PROMQL' (returns a series, as an alerting rule), 'health:URL' (not 2xx within 0.8 s),
+    /// 'command:CMD' (exits non-zero); each may end with ' for DURATION'; repeat.
     #[arg(long = "abort-if", value_name = "RULE", value_parser = clap::value_parser!(Rule))]
     pub abort_if: Vec<Rule>,
     /// A team's alarm: stop all load when the command (run with `sh -c` every second, at most
@@ -286,6 +287,8 @@ pub fn trigger(args: TriggerArgs) -> anyhow::Result<ExitCode> {
     Ok(match trigger::run(&config)? {
         RunEnd::Judged => ExitCode::SUCCESS,
         RunEnd::Aborted => ExitCode::from(EXIT_ABORTED),
+        // As a shell reports a command Ctrl-C ended.
+        RunEnd::Interrupted => ExitCode::from(130),
     })
 }
 

@@ -363,7 +363,8 @@ impl std::fmt::Display for Created {
     }
 }
 
-fn unix_now() -> f64 {
+/// Now, in Unix seconds (the loadgen shards' common start is one).
+pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())

@@ -77,8 +77,11 @@ pub async fn probe(
             let (answered, failed) = (answered.clone(), failed.clone());
             tokio::spawn(async move {
                 while tokio::time::Instant::now() < end {
-                    let ok = matches!(client.get(&target).send().await,
-                        Ok(r) if r.status().is_success());
+                    // The body read to its end, so the connection is reused.
+                    let ok = match client.get(&target).send().await {
+                        Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
+                        _ => false,
+                    };
                     let second = start.elapsed().as_secs() as usize;
                     match (ok, answered.get(second)) {
                         (true, Some(n)) => {

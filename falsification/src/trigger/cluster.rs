@@ -21,6 +21,7 @@ use super::measure::{LoadRow, load_row};
 use crate::kube::load::{LoadCluster, LoadJob, OnEvent, ShardEvent};
 use crate::kube::scale::SOCKETS_PER_SHARD;
 use crate::kube::shards::{self, MergeCheck, ShardLog};
+use crate::kube::unix_now;
 use crate::runner::record;
 
 /// Where the loadgen runs in the cluster.
@@ -323,12 +324,6 @@ impl LiveMerge {
     }
 }
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// The loadgen running in the cluster: its namespace, its shards, their merged rows.
 pub struct ClusterLoad {
     job: LoadJob,
@@ -392,10 +387,22 @@ impl ClusterLoad {
         };
         let within = Duration::from_secs_f64(LEAD_S + 120.0);
         let deadline = active_deadline_s(&inv, LEAD_S);
-        if let Err(e) = job
+        let ran = job
             .run(shards, inv.args(), deadline, on_event, within)
             .await
-        {
+            .and_then(|()| {
+                // Shards that came up after the common start would shift every second of the
+                // record against the plan's schedule: refused, not measured wrong.
+                let late = unix_now() - start_unix;
+                anyhow::ensure!(
+                    late <= 0.0,
+                    "the loadgen's pods ran {late:.1} s after their common start ({LEAD_S} s after \
+                     the Job was applied; pulling the image?): nothing is judged from a shifted \
+                     schedule; run again once the image is on the nodes"
+                );
+                Ok(())
+            });
+        if let Err(e) = ran {
             let ns = job.namespace().to_string();
             if let Err(c) = job.delete(CLEANUP_WITHIN).await {
                 return Err(e.context(format!("and cleaning up namespace {ns}: {c:#}")));

@@ -180,19 +180,26 @@ impl LayerSeries {
 
 /// The measured record, `t` from the spike's start: failed attempts moved back by one timeout
 /// (an attempt fails at most a timeout after it was sent; an error that came sooner shifts the
-/// failed stretch earlier by at most that), failed requests back by (R + 1) timeouts. Only rows
-/// that sent load and whose requests have their outcome: the loadgen stops without a drain, so
-/// the last (R + 1) timeouts of rows (or of the rows seen so far) are cut. `attempts` are the
-/// arrivals at the service where `service` read them (what the service is offered), else the
-/// client's.
+/// failed stretch earlier by at most that, so a fast failure's recovery reads up to that much
+/// early), failed requests back by (R + 1) timeouts. Only rows that sent load and whose requests
+/// have their outcome: the loadgen stops without a drain, so the last (R + 1) timeouts of rows
+/// (or of the rows seen so far) are cut. `attempts` are what the service is offered: the larger
+/// of the client's attempts and the arrivals `service` read (a gateway's tries add to them);
+/// with `service`, the record ends at its last reading, so the two are never mixed.
 pub fn measured_record(rows: &[LoadRow], p: &Plan, service: Option<&LayerSeries>) -> Record {
     let lost_after = p.lost_after_s();
     // The last sending row may be partial (arrivals stopped inside it).
-    let n = rows
+    let mut n = rows
         .iter()
         .rposition(|r| r.first_attempts > 0.0)
         .unwrap_or(0)
         .min(rows.len().saturating_sub(lost_after.ceil() as usize + 1));
+    if let Some(s) = service {
+        let read = rows[..n]
+            .iter()
+            .rposition(|r| s.arrivals(r.second - p.before_s, 1.0).is_some());
+        n = read.map_or(0, |i| i + 1);
+    }
     let mut out: Vec<Row> = rows[..n]
         .iter()
         .map(|r| {
@@ -202,7 +209,7 @@ pub fn measured_record(rows: &[LoadRow], p: &Plan, service: Option<&LayerSeries>
                 first_attempts: r.first_attempts,
                 attempts: service
                     .and_then(|s| s.arrivals(t, 1.0))
-                    .unwrap_or(r.attempts),
+                    .map_or(r.attempts, |a| a.max(r.attempts)),
                 // The target counts as one pod of the capacity the plan assumes.
                 pods_ready: 1,
                 pods_desired: 1,
@@ -411,6 +418,8 @@ pub enum Ended {
     /// The state was decided: the load stopped then.
     Decided,
     MaxDuration,
+    /// The loadgen (or a shard) failed.
+    LoadFailed,
     Interrupted,
     /// A stop rule fired.
     Aborted,
@@ -422,6 +431,8 @@ pub enum Ended {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Watched {
     pub ended: Ended,
+    /// What the run decided while it went, when it stopped on a decision.
+    pub decided: Option<Decision>,
     /// The target at base load, when the run got as far as the check.
     pub health_before: Option<BaseHealth>,
     /// Each layer's arrivals, outermost first (the last is the service itself).
@@ -432,20 +443,20 @@ pub struct Watched {
 const LAYER_PHASE_MIN_S: f64 = 3.0;
 
 /// Arrivals at a layer per first attempt over `phase`, from its lag on (a rate over a window
-/// still holds the spike's tries for that long).
-fn layer_amplification(s: &LayerSeries, record: &Record, phase: (f64, f64)) -> Option<f64> {
+/// still holds the spike's tries for that long), over the rows it has a reading for; and the
+/// seconds that covers.
+fn layer_amplification(s: &LayerSeries, record: &Record, phase: (f64, f64)) -> (Option<f64>, f64) {
     let from = phase.0 + s.lag_s;
-    if phase.1 - from < LAYER_PHASE_MIN_S {
-        return None;
-    }
-    let mut rows = record
+    let (arrivals, first, seconds) = record
         .rows
         .iter()
-        .filter(|r| r.t >= from && r.t + record.step_s <= phase.1 + 1e-9);
-    let (arrivals, first) = rows.try_fold((0.0, 0.0), |(a, f), r| {
-        Some((a + s.arrivals(r.t, record.step_s)?, f + r.first_attempts))
-    })?;
-    (first > 0.0).then(|| arrivals / first)
+        .filter(|r| r.t >= from && r.t + record.step_s <= phase.1 + 1e-9)
+        .filter_map(|r| Some((s.arrivals(r.t, record.step_s)?, r.first_attempts)))
+        .fold((0.0, 0.0, 0.0), |(a, f, n), (ra, rf)| {
+            (a + ra, f + rf, n + record.step_s)
+        });
+    let figure = (seconds >= LAYER_PHASE_MIN_S && first > 0.0).then(|| arrivals / first);
+    (figure, seconds)
 }
 
 /// Judges a run: the record from its rows, the outcome and decision, the amplification at the
@@ -456,6 +467,10 @@ pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measur
     let outcome = outcome::evaluate(&record, &criteria(&record, p));
     let decision = match watched.ended {
         Ended::Aborted => Decision::Aborted,
+        // The decision the run stopped on is the one reported.
+        Ended::Decided if watched.decided.is_some() => {
+            watched.decided.unwrap_or(Decision::Undecided)
+        }
         // A recovery without the hold after it stands when the run went to its bound.
         _ => {
             decided(&record, p, service.map_or(0.0, |s| s.lag_s)).unwrap_or(match outcome.state() {
@@ -494,10 +509,13 @@ pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measur
             watched
                 .layers
                 .iter()
-                .map(|s| LayerAmplification {
-                    layer: s.layer.clone(),
-                    per_first_attempt: layer_amplification(s, &record, ph),
-                    over_s: (ph.1 - ph.0 - s.lag_s).max(0.0),
+                .map(|s| {
+                    let (per_first_attempt, over_s) = layer_amplification(s, &record, ph);
+                    LayerAmplification {
+                        layer: s.layer.clone(),
+                        per_first_attempt,
+                        over_s,
+                    }
                 })
                 .collect()
         }),
@@ -543,6 +561,7 @@ mod tests {
     fn watched(ended: Ended) -> Watched {
         Watched {
             ended,
+            decided: None,
             health_before: None,
             layers: Vec::new(),
         }
@@ -711,17 +730,24 @@ mod tests {
                 .collect(),
         };
         // Whole rows 31..49: 190 first attempts, 1,710 arrivals.
-        let a = layer_amplification(&count, &record, (30.2, 50.0)).unwrap();
-        assert!((a - 9.0).abs() < 1e-9, "{a}");
-        // Outside the readings: nothing to say.
-        assert_eq!(layer_amplification(&count, &record, (0.0, 50.0)), None);
+        let (a, seconds) = layer_amplification(&count, &record, (30.2, 50.0));
+        assert!((a.unwrap() - 9.0).abs() < 1e-9, "{a:?}");
+        assert_eq!(seconds, 19.0);
+        // Rows without a reading are left out, not guessed.
+        let (a, seconds) = layer_amplification(&count, &record, (0.0, 50.0));
+        assert!(a.is_some() && seconds < 50.0, "{a:?} over {seconds} s");
+        // Too few seconds read: nothing to say.
+        assert_eq!(
+            layer_amplification(&count, &record, (70.0, 80.0)),
+            (None, 0.0)
+        );
         let rate = LayerSeries {
             layer: "app".into(),
             kind: SeriesKind::Rate,
             lag_s: 5.0,
             readings: (0..60).map(|t| (f64::from(t), 90.0)).collect(),
         };
-        let a = layer_amplification(&rate, &record, (30.0, 50.0)).unwrap();
+        let a = layer_amplification(&rate, &record, (30.0, 50.0)).0.unwrap();
         assert!((a - 9.0).abs() < 1e-9, "{a}");
         assert_eq!(
             query_window_s("sum(rate(x{code=~\"5[0-9]+\"}[30s]))/sum(rate(y[1m]))"),

@@ -107,14 +107,6 @@ impl FromStr for MetricSelector {
 }
 
 impl MetricSelector {
-    /// The kit's own pod's counter.
-    pub fn kit_pod() -> MetricSelector {
-        MetricSelector {
-            name: service::metrics::ARRIVALS_TOTAL.to_string(),
-            labels: Vec::new(),
-        }
-    }
-
     /// The sum of the matching series of one exposition body; `None` when none matches.
     pub fn read(&self, body: &str) -> Result<Option<f64>, String> {
         let samples = exposition::parse(body).map_err(|e| e.to_string())?;
@@ -205,7 +197,7 @@ fn parse_answer(body: &str) -> Result<Vec<Series>, String> {
         "scalar" => {
             let (_, v): (f64, String) = serde_json::from_value(data.result.clone()).map_err(bad)?;
             Ok(vec![Series {
-                labels: "scalar".into(),
+                labels: SCALAR.into(),
                 value: sample_value(&v)?,
             }])
         }
@@ -233,11 +225,18 @@ pub fn one_value(series: &[Series], promql: &str) -> Result<f64, String> {
     }
 }
 
-/// Whether a rule's query holds: some series with a non-zero value (a comparison that holds
-/// keeps its series; one that does not returns none).
+/// Whether a rule's query holds, as an alerting rule's does: it returned some series (a
+/// comparison that does not hold returns none; `up == 0` holds with the value 0); a scalar holds
+/// when it is not zero.
 pub fn query_holds(series: &[Series]) -> bool {
-    series.iter().any(|s| s.value != 0.0 && !s.value.is_nan())
+    match series {
+        [s] if s.labels == SCALAR => s.value != 0.0 && !s.value.is_nan(),
+        _ => !series.is_empty(),
+    }
 }
+
+/// The labels a scalar answer is given.
+const SCALAR: &str = "scalar";
 
 impl Reader {
     pub fn new(prometheus: Option<String>, timeout: Duration) -> anyhow::Result<Reader> {
@@ -297,6 +296,9 @@ impl Reader {
     }
 }
 
+/// How long an arrivals query with no series yet is asked again before the run is refused.
+const PREFLIGHT_WAIT: Duration = Duration::from_secs(15);
+
 /// Checks, before any load, that every arrivals query gives one value and every rule's query
 /// answers: a clear error naming the query otherwise.
 pub async fn preflight(
@@ -306,12 +308,22 @@ pub async fn preflight(
     pods: Option<(&[String], &MetricSelector)>,
 ) -> anyhow::Result<()> {
     for q in arrivals {
-        let series = reader
-            .query(&q.promql)
-            .await
-            .map_err(|e| anyhow::anyhow!("--arrivals-query {}: {e}", q.layer))?;
-        one_value(&series, &q.promql)
-            .map_err(|e| anyhow::anyhow!("--arrivals-query {}: {e}", q.layer))?;
+        // A series that is not there yet (a rate over a window needs two scrapes in it) is
+        // waited for a while; a query Prometheus refuses is not.
+        let deadline = tokio::time::Instant::now() + PREFLIGHT_WAIT;
+        loop {
+            let series = reader
+                .query(&q.promql)
+                .await
+                .map_err(|e| anyhow::anyhow!("--arrivals-query {}: {e}", q.layer))?;
+            match one_value(&series, &q.promql) {
+                Ok(_) => break,
+                Err(_) if series.is_empty() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => bail!("--arrivals-query {}: {e}", q.layer),
+            }
+        }
     }
     for q in rule_queries {
         reader
@@ -379,6 +391,9 @@ mod tests {
         let s = parse_answer(one).unwrap();
         assert_eq!(one_value(&s, "q"), Ok(42.5));
         assert!(query_holds(&s));
+        // `up == 0` holding: its series, with the value 0.
+        let zero = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"job":"app"},"value":[1.5,"0"]}]}}"#;
+        assert!(query_holds(&parse_answer(zero).unwrap()));
         let none = r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
         let s = parse_answer(none).unwrap();
         assert!(one_value(&s, "q").unwrap_err().contains("no series"));

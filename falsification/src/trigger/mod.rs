@@ -82,6 +82,8 @@ pub enum RunEnd {
     Judged,
     /// A stop rule stopped the load.
     Aborted,
+    /// Ctrl-C stopped it.
+    Interrupted,
 }
 
 /// How a confirmed run goes.

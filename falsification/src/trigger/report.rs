@@ -262,6 +262,7 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityP
             super::measure::Ended::Interrupted => "The run was interrupted (Ctrl-C).",
             super::measure::Ended::Aborted => "A stop rule stopped the load (below).",
             super::measure::Ended::Unhealthy => "No spike was sent.",
+            super::measure::Ended::LoadFailed => "The load failed (the error is below the report).",
         }
     );
     if let Some(c) = probed {
@@ -352,7 +353,6 @@ pub fn after_abort_text(
     a: &AfterAbort,
     rules: &[Rule],
     layers: &[LayerSeries],
-    p: &Plan,
 ) -> String {
     let mut t = String::new();
     let _ = writeln!(
@@ -396,7 +396,6 @@ pub fn after_abort_text(
         };
         let _ = writeln!(t, "- `{rule}`: {line}");
     }
-    let capacity = p.rate.map(|r| r / p.rho);
     for l in layers {
         let rates: Vec<(f64, f64)> = a
             .samples
@@ -406,21 +405,22 @@ pub fn after_abort_text(
         let Some(&(_, first)) = rates.first() else {
             continue;
         };
-        // The service goes on serving its queue of abandoned work after the load stops.
-        let quiet = capacity.map_or(0.1 * first, |c| 0.1 * c);
+        let quiet = 0.1 * first;
         let fell = rates.iter().find(|(_, r)| *r <= quiet);
+        // A counter of arrivals falls as the load stops (after its reading's lag); one of
+        // requests served goes on while the service works off its queue of abandoned requests.
         let _ = writeln!(
             t,
-            "- arrivals at {}: {first:.1}/s when the load stopped; {}",
+            "- {}: {first:.1}/s when the load stopped; {} (a `rate()` over its window lags {:.0} s)",
             l.layer,
             match fell {
                 Some((s, _)) => format!(
-                    "under {quiet:.1}/s {:.0} s after the stop (what it served meanwhile was \
-                     the debt)",
+                    "under a tenth of that {:.0} s after the stop",
                     s - a.stopped_at_s
                 ),
-                None => format!("still over {quiet:.1}/s at the end of the watch"),
-            }
+                None => "still over a tenth of that at the end of the watch".to_string(),
+            },
+            l.lag_s
         );
     }
     t

@@ -18,15 +18,16 @@ use tokio::process::{Child, Command};
 use super::capacity::{self, CapacityProbe};
 use super::cluster::ClusterLoad;
 use super::measure::{
-    self, Ended, LayerSeries, LoadRow, Measured, SeriesKind, Watched, base_health, load_row,
-    measured_record,
+    self, Decision, Ended, LayerSeries, LoadRow, Measured, SeriesKind, Watched, base_health,
+    load_row, measured_record,
 };
 use super::metrics::{self, Reader};
-use super::plan::{self, LoadgenRun, Plan};
+use super::plan::{self, LoadgenRun, Plan, PlanInput};
 use super::report::{after_abort_text, plan_text, report_md};
 use super::stop::{Check, Fired, Rule, StopWatch};
 use super::{RunEnd, TriggerConfig, Watching};
 use crate::kube::shards::MergeCheck;
+use crate::kube::unix_now;
 use crate::process::{self, Binaries};
 use crate::runner::{self, plot, record};
 use falsification_model::outcome::Record;
@@ -36,22 +37,47 @@ use loadgen::record::StdoutLine;
 /// `--yes`, runs it and reports.
 pub fn run(config: &TriggerConfig) -> anyhow::Result<RunEnd> {
     let rt = tokio::runtime::Runtime::new()?;
+    let reader = Reader::new(
+        config.run.watching.prometheus.clone(),
+        Duration::from_millis(800),
+    )?;
     let mut input = config.plan.clone();
+    let probe = config.run.capacity_probe;
+    if probe.is_some() && config.run.cluster.is_some() {
+        bail!(
+            "--capacity auto: the probe runs from here, where an in-cluster --target does not \
+             resolve; give --capacity (measured in the cluster) with --cluster kube"
+        );
+    }
+    if let (Some(probe), true) = (probe, config.dry_run) {
+        say(&format!(
+            "capacity: auto (measured before the test by a closed-loop probe of {} workers for \
+             {} s; nothing is sent in a dry run)\n",
+            probe.concurrency,
+            probe.duration.as_secs_f64()
+        ))?;
+        if input.rho.is_none() {
+            say("the plan follows from the measured capacity: give --rho to see it now\n")?;
+            return Ok(RunEnd::Judged);
+        }
+    }
     let mut probed = None;
-    if let Some(probe) = &config.run.capacity_probe {
-        if config.dry_run {
-            say(&format!(
-                "capacity: auto (measured before the test by a closed-loop probe of {} workers \
-                 for {} s; nothing is sent in a dry run)\n",
-                probe.concurrency,
-                probe.duration.as_secs_f64()
-            ))?;
-            if input.rho.is_none() {
-                say("the plan follows from the measured capacity: give --rho to see it now\n")?;
-                return Ok(RunEnd::Judged);
-            }
-        } else {
-            let target = config.confirmed_target()?;
+    if !config.dry_run {
+        // Everything that can be refused is refused before the first request, the probe's too.
+        let target = config.confirmed_target()?;
+        if probe.is_some() {
+            // The plan's other inputs, with a stand-in for the capacity the probe will give.
+            let stand_in = input.rate.map_or(1.0, |r| 2.0 * r);
+            plan::plan(&PlanInput {
+                capacity: Some(stand_in),
+                ..input.clone()
+            })?;
+        }
+        if config.run.cluster.is_none() {
+            Binaries::find(config.run.bin_dir.as_deref(), "loadgen")?;
+        }
+        rt.block_on(preflight(&reader, config))?;
+        if let Some(probe) = probe {
             say(&format!(
                 "probing the capacity of {target}: {} workers back to back for {} s\n",
                 probe.concurrency,
@@ -77,11 +103,6 @@ pub fn run(config: &TriggerConfig) -> anyhow::Result<RunEnd> {
         return Ok(RunEnd::Judged);
     }
     let target = config.confirmed_target()?;
-    let reader = Reader::new(
-        config.run.watching.prometheus.clone(),
-        Duration::from_millis(800),
-    )?;
-    rt.block_on(preflight(&reader, config))?;
     let launch = launch(&p, target, config)?;
     let seen = rt.block_on(watch(&p, launch, config, &reader))?;
     finish(&p, target, config, seen, probed)
@@ -148,9 +169,9 @@ fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Laun
     Ok(Launch::Local { command, binary })
 }
 
-/// The load, running.
+/// The load, running: a local loadgen and the task reading its stdout, or the cluster's Job.
 enum Load {
-    Local(Child),
+    Local(Child, tokio::task::JoinHandle<()>),
     Cluster(ClusterLoad),
 }
 
@@ -169,7 +190,7 @@ impl Load {
     /// Resolves when the load has ended by itself (at its bound): an error if it failed.
     async fn wait(&mut self, out: &Path) -> anyhow::Result<()> {
         match self {
-            Load::Local(child) => {
+            Load::Local(child, _) => {
                 let status = child.wait().await?;
                 if !status.success() {
                     let log = out.join("loadgen.log");
@@ -184,8 +205,12 @@ impl Load {
     /// Stops all load at once; attempts in flight are abandoned.
     async fn stop(&mut self) {
         match self {
-            // The loadgen has no drain: it stops at once and writes its files.
-            Load::Local(child) => process::stop(child, Duration::from_secs(5)).await,
+            // The loadgen has no drain: it stops at once and writes its files; its last rows
+            // are read before the record is made.
+            Load::Local(child, reading) => {
+                process::stop(child, Duration::from_secs(5)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), reading).await;
+            }
             Load::Cluster(c) => c.stop(Duration::from_secs(1)).await,
         }
     }
@@ -214,12 +239,6 @@ impl Load {
     }
 }
 
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
 /// Starts the load; with the rows it prints and the instant its second 0 begins (a cluster's
 /// shards start together a lead after their Job is applied).
 async fn start_load(
@@ -229,8 +248,12 @@ async fn start_load(
 ) -> anyhow::Result<(Load, Rows, tokio::time::Instant)> {
     match launch {
         Launch::Local { command, binary } => {
-            let (child, rows) = spawn_loadgen(command, &binary, &config.run.out)?;
-            Ok((Load::Local(child), rows, tokio::time::Instant::now()))
+            let (child, reading, rows) = spawn_loadgen(command, &binary, &config.run.out)?;
+            Ok((
+                Load::Local(child, reading),
+                rows,
+                tokio::time::Instant::now(),
+            ))
         }
         Launch::Cluster(invocation) => {
             let target = config.run.cluster.as_ref().context("no cluster")?;
@@ -261,14 +284,19 @@ fn rows_now(rows: &Rows) -> Vec<LoadRow> {
 }
 
 /// Starts the loadgen, its log in `loadgen.log`, and a task collecting its stdout rows.
-fn spawn_loadgen(command: Command, binary: &Path, out: &Path) -> anyhow::Result<(Child, Rows)> {
+fn spawn_loadgen(
+    command: Command,
+    binary: &Path,
+    out: &Path,
+) -> anyhow::Result<(Child, tokio::task::JoinHandle<()>, Rows)> {
     let log_path = out.join("loadgen.log");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let mut child = process::spawn_child_to(command, log, Stdio::piped())
         .with_context(|| format!("starting {}", binary.display()))?;
     let rows = Rows::default();
-    if let Some(stdout) = child.stdout.take() {
+    let stdout = child.stdout.take().context("the loadgen's stdout")?;
+    let reading = {
         let rows = rows.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
@@ -279,9 +307,9 @@ fn spawn_loadgen(command: Command, binary: &Path, out: &Path) -> anyhow::Result<
                         .push(load_row(&r.row));
                 }
             }
-        });
-    }
-    Ok((child, rows))
+        })
+    };
+    Ok((child, reading, rows))
 }
 
 /// The layers read every second, outermost first: the PromQL queries, then the pods' counter.
@@ -307,22 +335,34 @@ fn empty_layers(w: &Watching) -> Vec<LayerSeries> {
     layers
 }
 
-/// One second's reading of every layer (`None` where the read failed), and why every
-/// Prometheus read failed when all did.
-async fn read_layers(reader: &Reader, w: &Watching) -> (Vec<Option<f64>>, Option<String>) {
-    let queries = w.arrivals_queries.iter().map(|q| async move {
-        let series = reader.query(&q.promql).await?;
-        metrics::one_value(&series, &q.promql)
-    });
+/// One second's reading of every layer (`None` where it gave no value), and what the
+/// Prometheus reads came to: `None` when there were none, `Err` when every one failed to get an
+/// answer (an answer without the series is an answer: the metrics are not lost).
+async fn read_layers(
+    reader: &Reader,
+    w: &Watching,
+) -> (Vec<Option<f64>>, Option<Result<(), String>>) {
+    let queries = w
+        .arrivals_queries
+        .iter()
+        .map(|q| async move { reader.query(&q.promql).await });
     let answers = futures::future::join_all(queries).await;
-    let mut failures = answers.iter().filter_map(|a| a.as_ref().err()).peekable();
-    let all_failed = (!answers.is_empty() && answers.iter().all(Result::is_err))
-        .then(|| failures.peek().map(|e| e.to_string()).unwrap_or_default());
-    let mut values: Vec<Option<f64>> = answers.into_iter().map(Result::ok).collect();
+    let prometheus = (!answers.is_empty()).then(|| match answers.iter().find(|a| a.is_ok()) {
+        Some(_) => Ok(()),
+        None => Err(answers
+            .iter()
+            .find_map(|a| a.as_ref().err().cloned())
+            .unwrap_or_default()),
+    });
+    let mut values: Vec<Option<f64>> = answers
+        .iter()
+        .zip(&w.arrivals_queries)
+        .map(|(a, q)| metrics::one_value(a.as_ref().ok()?, &q.promql).ok())
+        .collect();
     if !w.pods.is_empty() {
         values.push(reader.pods_counter(&w.pods, &w.arrivals_metric).await.ok());
     }
-    (values, all_failed)
+    (values, prometheus)
 }
 
 /// A team's alarm command: holds when it exits non-zero; unknown when it runs past 5 s.
@@ -341,42 +381,50 @@ async fn run_command(command: &str) -> Check {
     }
 }
 
-/// One second's check of every rule that reads the world (the clients' rules read `last`).
-async fn check_rules(
+/// One second's check of every rule that reads the world, all at once (the clients' rules are
+/// `None` here: they read each second of the loadgen once); and what the Prometheus reads came
+/// to, as [`read_layers`] says.
+async fn check_world(
     reader: &Reader,
     rules: &[Rule],
-    last: Option<&LoadRow>,
-) -> (Vec<Option<Check>>, usize, usize) {
-    let (mut checks, mut asked, mut failed) = (Vec::new(), 0, 0);
-    for rule in rules {
-        let check = match rule {
-            Rule::Goodput { .. } | Rule::P99 { .. } => last.and_then(|r| rule.check_row(r)),
-            Rule::Query { promql, .. } => {
-                asked += 1;
-                Some(match reader.query(promql).await {
-                    Ok(series) => Check::new(
-                        metrics::query_holds(&series),
-                        series
-                            .iter()
-                            .map(|s| format!("{}={}", s.labels, s.value))
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                    ),
-                    Err(e) => {
-                        failed += 1;
-                        Check::unknown(&e)
-                    }
-                })
-            }
-            Rule::Health { url, .. } => Some(match reader.healthy(url).await {
-                Ok(()) => Check::new(false, "2xx".into()),
-                Err(e) => Check::new(true, e),
-            }),
-            Rule::Command { command, .. } => Some(run_command(command).await),
-        };
-        checks.push(check);
-    }
-    (checks, asked, failed)
+) -> (Vec<Option<Check>>, Option<Result<(), String>>) {
+    let checks = futures::future::join_all(rules.iter().map(|rule| async move {
+        match rule {
+            Rule::Goodput { .. } | Rule::P99 { .. } => (None, None),
+            Rule::Query { promql, .. } => match reader.query(promql).await {
+                Ok(series) => {
+                    let value = series
+                        .iter()
+                        .map(|s| format!("{}={}", s.labels, s.value))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    (
+                        Some(Check::new(metrics::query_holds(&series), value)),
+                        Some(Ok(())),
+                    )
+                }
+                Err(e) => (Some(Check::unknown(&e)), Some(Err(e))),
+            },
+            Rule::Health { url, .. } => (
+                Some(match reader.healthy(url).await {
+                    Ok(()) => Check::new(false, "2xx".into()),
+                    Err(e) => Check::new(true, e),
+                }),
+                None,
+            ),
+            Rule::Command { command, .. } => (Some(run_command(command).await), None),
+        }
+    }))
+    .await;
+    let reads: Vec<&Result<(), String>> = checks.iter().filter_map(|(_, r)| r.as_ref()).collect();
+    let prometheus = (!reads.is_empty()).then(|| match reads.iter().find(|r| r.is_ok()) {
+        Some(_) => Ok(()),
+        None => Err(reads
+            .iter()
+            .find_map(|r| r.as_ref().err().cloned())
+            .unwrap_or_default()),
+    });
+    (checks.into_iter().map(|(c, _)| c).collect(), prometheus)
 }
 
 /// The live status line on a terminal (quiet otherwise, as in CI).
@@ -432,6 +480,9 @@ struct Seen {
     fired: Option<Fired>,
     after_abort: Option<AfterAbort>,
     cluster: Option<ClusterRun>,
+    /// Why the load failed, or its namespace could not be deleted: the record is written, then
+    /// this is the command's error.
+    error: Option<String>,
 }
 
 /// Runs the load until the state is decided, a stop rule fires, the target is unhealthy at base
@@ -454,45 +505,32 @@ async fn watch(
     let check =
         tokio::time::sleep_until(started + Duration::from_secs_f64((p.before_s - 0.5).max(0.0)));
     tokio::pin!(expiry, check);
-    let mut layers = empty_layers(&settings.watching);
-    let mut stop = StopWatch::new(settings.stop.rules.clone(), settings.stop.on_metrics_loss);
-    let mut health_before = None;
-    let mut fired = None;
+    let mut w = Seconds {
+        layers: empty_layers(&settings.watching),
+        stop: StopWatch::new(settings.stop.rules.clone(), settings.stop.on_metrics_loss),
+        rows_read: 0,
+        fired: None,
+        decided: None,
+    };
+    let (mut health_before, mut error) = (None, None);
     let status = Status::new();
     let t_now = || started.elapsed().as_secs_f64() - p.before_s;
     let ended = loop {
         tokio::select! {
             ended = load.wait(&settings.out) => {
                 if let Err(e) = ended {
-                    load.finish(&settings.out).await?;
-                    return Err(e);
+                    error = Some(format!("{e:#}"));
+                    break Ended::LoadFailed;
                 }
                 break Ended::MaxDuration;
             }
             _ = tick.tick() => {
                 let t = t_now();
-                let (values, prometheus_lost) = read_layers(reader, &settings.watching).await;
-                for (series, v) in layers.iter_mut().zip(values) {
-                    if let Some(v) = v {
-                        series.readings.push((t, v));
-                    }
-                }
                 let snapshot = rows_now(&rows);
-                let (checks, asked, failed) =
-                    check_rules(reader, stop.rules(), snapshot.last()).await;
-                let rules_lost = (asked > 0 && failed == asked).then(|| "rule queries failed".to_string());
-                if let Some(f) = stop.observe(t, &checks, prometheus_lost.or(rules_lost)) {
-                    fired = Some(f);
-                    break Ended::Aborted;
-                }
                 let phase = if t < 0.0 { "base" } else if t < p.spike_s { "SPIKE" } else { "watching" };
-                status.update(t, snapshot.last(), &layers, phase);
-                if t > p.spike_s {
-                    let service = layers.last();
-                    let rec = measured_record(&snapshot, p, service);
-                    if measure::decided(&rec, p, service.map_or(0.0, |s| s.lag_s)).is_some() {
-                        break Ended::Decided;
-                    }
+                status.update(t, snapshot.last(), &w.layers, phase);
+                if let Some(ended) = w.second(p, reader, &settings.watching, &snapshot, t).await {
+                    break ended;
                 }
             }
             _ = &mut check, if health_before.is_none() => {
@@ -508,30 +546,118 @@ async fn watch(
         }
     };
     status.finish();
-    eprintln!("{}", stop_message(ended, p, fired.as_ref()));
+    eprintln!(
+        "{}",
+        stop_message(ended, p, w.fired.as_ref(), error.as_deref())
+    );
     load.stop().await;
+    let stopped_at_s = t_now();
     let rows = rows_now(&rows);
-    let cluster = load.finish(&settings.out).await?;
-    let after_abort = match fired {
-        Some(_) => Some(after_abort(p, config, reader, &mut layers, &mut interrupt, started).await),
+    // The watch after an abort starts as the load stops; the namespace goes after it.
+    let after_abort = match w.fired {
+        Some(_) => Some(
+            after_abort(
+                p,
+                config,
+                reader,
+                &mut w.layers,
+                &mut interrupt,
+                started,
+                stopped_at_s,
+            )
+            .await,
+        ),
         None => None,
+    };
+    let cluster = match load.finish(&settings.out).await {
+        Ok(c) => c,
+        Err(e) => {
+            error = Some(error.map_or_else(|| format!("{e:#}"), |first| format!("{first}; {e:#}")));
+            None
+        }
     };
     Ok(Seen {
         rows,
         watched: Watched {
             ended,
+            decided: w.decided,
             health_before,
-            layers,
+            layers: w.layers,
         },
-        fired,
+        fired: w.fired,
         after_abort,
         cluster,
+        error,
     })
 }
 
+/// What the watch keeps from second to second.
+struct Seconds {
+    layers: Vec<LayerSeries>,
+    stop: StopWatch,
+    /// The loadgen's seconds the clients' rules have read.
+    rows_read: usize,
+    fired: Option<Fired>,
+    decided: Option<Decision>,
+}
+
+impl Seconds {
+    /// One second: the layers read, every stop rule checked (the clients' rules on each new
+    /// second of the loadgen, once), the state decided if it can be; why the load stops, if it
+    /// does.
+    async fn second(
+        &mut self,
+        p: &Plan,
+        reader: &Reader,
+        watching: &Watching,
+        snapshot: &[LoadRow],
+        t: f64,
+    ) -> Option<Ended> {
+        let ((values, layers_read), (checks, rules_read)) = tokio::join!(
+            read_layers(reader, watching),
+            check_world(reader, self.stop.rules()),
+        );
+        for (series, v) in self.layers.iter_mut().zip(values) {
+            if let Some(v) = v {
+                series.readings.push((t, v));
+            }
+        }
+        for row in &snapshot[self.rows_read.min(snapshot.len())..] {
+            let checks: Vec<Option<Check>> =
+                self.stop.rules().iter().map(|r| r.check_row(row)).collect();
+            let fired = self.stop.observe(row.second - p.before_s, &checks, None);
+            self.fired = self.fired.take().or(fired);
+        }
+        self.rows_read = snapshot.len();
+        let prometheus = match (layers_read, rules_read) {
+            (Some(Ok(())), _) | (_, Some(Ok(()))) => Some(Ok(())),
+            (Some(Err(e)), _) | (_, Some(Err(e))) => Some(Err(e)),
+            (None, None) => None,
+        };
+        let fired = self.stop.observe(t, &checks, prometheus);
+        self.fired = self.fired.take().or(fired);
+        if self.fired.is_some() {
+            return Some(Ended::Aborted);
+        }
+        if t > p.spike_s {
+            let service = self.layers.last();
+            let rec = measured_record(snapshot, p, service);
+            self.decided = measure::decided(&rec, p, service.map_or(0.0, |s| s.lag_s));
+            if self.decided.is_some() {
+                return Some(Ended::Decided);
+            }
+        }
+        None
+    }
+}
+
 /// What the run says when the load stops.
-fn stop_message(ended: Ended, p: &Plan, fired: Option<&Fired>) -> String {
+fn stop_message(ended: Ended, p: &Plan, fired: Option<&Fired>, error: Option<&str>) -> String {
     match ended {
+        Ended::LoadFailed => format!(
+            "the load failed: {}; stopping, keeping the record",
+            error.unwrap_or("")
+        ),
         Ended::Decided => "the state is decided: stopping all load".to_string(),
         Ended::MaxDuration => format!(
             "max duration {} s reached: all load stopped",
@@ -568,9 +694,9 @@ async fn after_abort(
     layers: &mut [LayerSeries],
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
     started: tokio::time::Instant,
+    stopped_at_s: f64,
 ) -> AfterAbort {
     let t_now = || started.elapsed().as_secs_f64() - p.before_s;
-    let stopped_at_s = t_now();
     let length = config.run.stop.after_abort;
     eprintln!(
         "watching the target without load for {} s (read-only; Ctrl-C ends it)",
@@ -592,7 +718,7 @@ async fn after_abort(
                         series.readings.push((t, v));
                     }
                 }
-                let (checks, _, _) = check_rules(reader, &config.run.stop.rules, None).await;
+                let (checks, _) = check_world(reader, &config.run.stop.rules).await;
                 samples.push((t, checks));
             }
             _ = interrupt.changed() => break,
@@ -657,19 +783,21 @@ fn finish(
             a,
             &config.run.stop.rules,
             &seen.watched.layers,
-            p,
         ));
     }
     record::write(out, "report.md", &md)?;
     draw(out, &seen.rows, &seen.watched.layers, p)?;
     say(&md)?;
+    if let Some(e) = seen.error {
+        bail!("{e} (the record is in {})", out.display());
+    }
     if let Some(problem) = m.health_before.and_then(|h| h.problem) {
         bail!("stopped before the spike, nothing more sent: {problem}");
     }
-    Ok(if seen.fired.is_some() {
-        RunEnd::Aborted
-    } else {
-        RunEnd::Judged
+    Ok(match m.ended {
+        Ended::Aborted => RunEnd::Aborted,
+        Ended::Interrupted => RunEnd::Interrupted,
+        _ => RunEnd::Judged,
     })
 }
 

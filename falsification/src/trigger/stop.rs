@@ -19,9 +19,10 @@ pub enum Rule {
     Goodput { floor: f64, for_s: f64 },
     /// The clients' attempt p99 per second over `bound_s`.
     P99 { bound_s: f64, for_s: f64 },
-    /// A PromQL query against `--prometheus` returns a non-zero value (a comparison that holds).
+    /// A PromQL query against `--prometheus` returns a series (a comparison that holds, as in an
+    /// alerting rule), or a non-zero scalar.
     Query { promql: String, for_s: f64 },
-    /// An HTTP GET of the URL fails or answers other than 2xx (within one second).
+    /// An HTTP GET of the URL fails or answers other than 2xx (within 0.8 s).
     Health { url: String, for_s: f64 },
     /// A team's alarm: the command (run with `sh -c`) exits non-zero.
     Command { command: String, for_s: f64 },
@@ -53,10 +54,15 @@ impl Rule {
                 None => Check::unknown("no request ended"),
                 Some(g) => Check::new(g < *floor, format!("goodput {g:.3}")),
             }),
-            Rule::P99 { bound_s, .. } => Some(Check::new(
-                row.attempt_p99_s > *bound_s,
-                format!("p99 {:.3} s", row.attempt_p99_s),
-            )),
+            Rule::P99 { bound_s, .. } => Some(if row.successes + row.failed_attempts > 0.0 {
+                Check::new(
+                    row.attempt_p99_s > *bound_s,
+                    format!("p99 {:.3} s", row.attempt_p99_s),
+                )
+            } else {
+                // A second in which no attempt ended has no p99.
+                Check::unknown("no attempt ended")
+            }),
             _ => None,
         }
     }
@@ -95,9 +101,19 @@ fn split_for(s: &str) -> (&str, f64) {
 impl FromStr for Rule {
     type Err = String;
 
-    /// `goodput<0.5 for 30s`, `p99>2s for 10s`, `query:PROMQL [for D]`, `health:URL [for D]`.
+    /// `goodput<0.5 for 30s`, `p99>2s for 10s`, `query:PROMQL [for D]`, `health:URL [for D]`,
+    /// `command:CMD [for D]`.
     fn from_str(s: &str) -> Result<Rule, String> {
         let (rule, for_s) = split_for(s);
+        if let Some(command) = rule.strip_prefix("command:") {
+            if command.trim().is_empty() {
+                return Err(format!("{s:?}: command: needs a command to run"));
+            }
+            return Ok(Rule::Command {
+                command: command.trim().to_string(),
+                for_s,
+            });
+        }
         if let Some(promql) = rule.strip_prefix("query:") {
             if promql.trim().is_empty() {
                 return Err(format!("{s:?}: query: needs a PromQL expression"));
@@ -138,8 +154,8 @@ impl FromStr for Rule {
             });
         }
         Err(format!(
-            "{s:?}: not a stop rule (goodput<SHARE, p99>DURATION, query:PROMQL or health:URL, \
-             each optionally followed by ` for DURATION`)"
+            "{s:?}: not a stop rule (goodput<SHARE, p99>DURATION, query:PROMQL, health:URL or \
+             command:CMD, each optionally followed by ` for DURATION`)"
         ))
     }
 }
@@ -217,18 +233,20 @@ impl StopWatch {
         &self.rules
     }
 
-    /// One second's checks, one per rule in order (`None`: not read this second, which leaves
-    /// its count as it was), and whether every Prometheus read this second failed (`Some(why)`):
-    /// the first rule to have held for its duration, or the metrics lost.
+    /// One second's checks, one per rule in order (`None`: not read this time, which leaves its
+    /// count as it was), and what this second's Prometheus reads came to (`None`: none made,
+    /// `Err(why)`: every one failed to get an answer): the first rule to have held for its
+    /// duration, or the metrics lost.
     pub fn observe(
         &mut self,
         t: f64,
         checks: &[Option<Check>],
-        metrics_failed: Option<String>,
+        prometheus: Option<Result<(), String>>,
     ) -> Option<Fired> {
-        match metrics_failed {
-            Some(why) => self.metrics_failed.push(why),
-            None => self.metrics_failed.clear(),
+        match prometheus {
+            Some(Err(why)) => self.metrics_failed.push(why),
+            Some(Ok(())) => self.metrics_failed.clear(),
+            None => {}
         }
         if self.on_metrics_loss == OnMetricsLoss::Abort
             && self.metrics_failed.len() >= METRICS_LOST_AFTER as usize
@@ -291,6 +309,13 @@ mod tests {
                 },
             ),
             (
+                "command:test -e /tmp/alarm for 2s",
+                Rule::Command {
+                    command: "test -e /tmp/alarm".into(),
+                    for_s: 2.0,
+                },
+            ),
+            (
                 "health:http://127.0.0.1:8080/healthz for 3s",
                 Rule::Health {
                     url: "http://127.0.0.1:8080/healthz".into(),
@@ -346,11 +371,13 @@ mod tests {
     #[test]
     fn lost_metrics_stop_the_load_unless_told_to_continue() {
         let mut w = StopWatch::new(Vec::new(), OnMetricsLoss::Abort);
-        let lost = || Some("connection refused".to_string());
+        let lost = || Some(Err("connection refused".to_string()));
         assert_eq!(w.observe(0.0, &[], lost()), None);
-        assert_eq!(w.observe(1.0, &[], None), None);
+        assert_eq!(w.observe(1.0, &[], Some(Ok(()))), None);
         assert_eq!(w.observe(2.0, &[], lost()), None);
         assert_eq!(w.observe(3.0, &[], lost()), None);
+        // A call that read nothing from Prometheus (the clients' rules) leaves the count.
+        assert_eq!(w.observe(3.5, &[], None), None);
         let fired = w.observe(4.0, &[], lost()).expect("three in a row");
         assert!(fired.rule.starts_with("metrics-loss"), "{}", fired.rule);
         let mut w = StopWatch::new(Vec::new(), OnMetricsLoss::Continue);
@@ -360,6 +387,8 @@ mod tests {
     #[test]
     fn the_clients_rules_read_the_last_closed_second() {
         let row = LoadRow {
+            successes: 30.0,
+            failed_attempts: 70.0,
             requests_succeeded: 30.0,
             requests_failed: 70.0,
             attempt_p99_s: 2.5,
