@@ -636,7 +636,9 @@ impl Seconds {
         };
         let fired = self.stop.observe(t, &checks, prometheus);
         self.fired = self.fired.take().or(fired);
-        if self.fired.is_some() {
+        if let Some(f) = &mut self.fired {
+            // When the load stops: a clients' rule reads a second after it has closed.
+            f.at_s = t;
             return Some(Ended::Aborted);
         }
         if t > p.spike_s {

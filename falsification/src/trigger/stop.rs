@@ -203,7 +203,8 @@ pub const METRICS_LOST_AFTER: u32 = 3;
 pub struct Fired {
     /// The rule as given (or `metrics-loss`).
     pub rule: String,
-    /// Seconds from the spike's start.
+    /// Seconds from the spike's start at which the load was stopped (a rule on the clients'
+    /// seconds holds once its last second has closed and been read: up to 2 s before).
     pub at_s: f64,
     /// What each second of its duration saw, oldest first.
     pub values: Vec<String>,
