@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::table::Table;
-use falsification_model::experiment::Gateway;
+use falsification_model::experiment::{Balance, Gateway};
 
 /// What a gateway has done so far (cumulative).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -84,11 +84,20 @@ pub fn haproxy_config(g: &Gateway, listen: SocketAddr, socket: &Path, slots: usi
          \x20   maxconn {MAX_CONNECTIONS}\n\
          \x20   default_backend pods\n\
          backend pods\n\
-         \x20   balance roundrobin\n\
+         \x20   balance {balance}\n\
          \x20   server-template pod 1-{slots} 127.0.0.1:1 disabled\n",
         socket = socket.display(),
         defaults = haproxy_defaults(g),
+        balance = haproxy_balance(g),
     )
+}
+
+/// HAProxy's `balance` for the gateway's choice of pod.
+pub fn haproxy_balance(g: &Gateway) -> &'static str {
+    match g.balance {
+        Balance::RoundRobin => "roundrobin",
+        Balance::LeastConnections => "leastconn",
+    }
 }
 
 /// nginx's configuration: one worker, the upstream of `pods` (a placeholder marked `down` while
@@ -116,6 +125,7 @@ pub fn nginx_config(g: &Gateway, listen: SocketAddr, dir: &Path, pods: &[SocketA
          \x20   client_body_temp_path {dir};\n\
          \x20   proxy_temp_path {dir};\n\
          \x20   upstream pods {{\n\
+         {least_conn}\
          {servers}\
          \x20       keepalive 64;\n\
          \x20   }}\n\
@@ -138,6 +148,10 @@ pub fn nginx_config(g: &Gateway, listen: SocketAddr, dir: &Path, pods: &[SocketA
         files = 2 * MAX_CONNECTIONS + 100,
         connect = ms(g.timeout_s.min(1.0)),
         server = ms(g.timeout_s),
+        least_conn = match g.balance {
+            Balance::RoundRobin => "",
+            Balance::LeastConnections => "        least_conn;\n",
+        },
         tries = g.retries + 1,
     )
 }
@@ -253,6 +267,7 @@ mod tests {
             retries: 2,
             timeout_s: 0.15,
             abort_on_close: false,
+            balance: Balance::RoundRobin,
         }
     }
 
@@ -281,6 +296,7 @@ mod tests {
         assert!(!text.contains("abortonclose"));
         let g = Gateway {
             abort_on_close: true,
+            balance: Balance::RoundRobin,
             ..gw(GatewayKind::Haproxy)
         };
         assert!(haproxy_config(&g, addr(9000), Path::new("/s"), 4).contains("option abortonclose"));

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use falsification_model::experiment::{
-    Abandoned as ModelAbandoned, LoadEvent, Scenario, ServiceTime as ModelServiceTime,
-};
+use falsification_model::experiment::{Abandoned as ModelAbandoned, LoadEvent, Scenario};
 use loadgen::config::RetryOn;
 use loadgen::policy::Backoff;
 use loadgen::schedule::Step;
@@ -61,10 +59,7 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> Result<Schedule, ScheduleErr
 pub fn pod_flags(rs: &Scenario) -> PodFlags {
     PodFlags {
         rate: Some(rs.rate_per_pod),
-        service_time: Some(match rs.service {
-            ModelServiceTime::Exponential => service::ServiceTime::Exponential,
-            ModelServiceTime::Deterministic => service::ServiceTime::Deterministic,
-        }),
+        service_time: Some(rs.service),
         abandoned: Some(match rs.abandoned {
             ModelAbandoned::Serve => service::Abandoned::Finish,
             ModelAbandoned::Drop => service::Abandoned::DropExpired,

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::LoadgenError;
 use crate::policy::{Backoff, RetryBudget, RetryPolicy, RetryQuota};
 use crate::record::{AttemptOutcome, ErrorKind};
-use crate::schedule::{ArrivalKind, Schedule};
+use crate::schedule::{ArrivalKind, Arrivals, Schedule};
+use crate::trace::{Replay, Selection, TraceShard};
 
 /// Open-loop HTTP load with per-attempt timeouts and retries, recorded per second.
 ///
@@ -38,7 +39,7 @@ pub struct Config {
     /// Constant first-attempt rate, per second (same as `--schedule 0s:RATE`).
     #[arg(long, value_name = "PER_SEC", env = "LOADGEN_RATE", value_parser = positive_rate,
           allow_negative_numbers = true,
-          conflicts_with = "schedule", required_unless_present = "schedule")]
+          conflicts_with = "schedule", required_unless_present_any = ["schedule", "trace"])]
     pub rate: Option<f64>,
 
     /// Piecewise-constant first-attempt rates per second, `0s:200,60s:1000,360s:200,660s:end`,
@@ -49,6 +50,27 @@ pub struct Config {
     /// How first attempts are spread in time.
     #[arg(long, value_enum, env = "LOADGEN_ARRIVALS", default_value_t = ArrivalKind::Poisson)]
     pub arrivals: ArrivalKind,
+
+    /// Replay the first attempts' send times from FILE instead of a rate: one time a line,
+    /// seconds from the start of the run (`0.013`), non-decreasing; `#` comments and blank
+    /// lines skipped; or CSV with a header whose first column is `t_s` or `time_s`. The run
+    /// ends at the last arrival (then drains). At most 50,000,000 arrivals.
+    #[arg(long, value_name = "FILE", env = "LOADGEN_TRACE",
+          conflicts_with_all = ["rate", "schedule", "arrivals"])]
+    pub trace: Option<PathBuf>,
+
+    /// Replay the trace X times as fast: its time `t` is sent at `t / X`.
+    #[arg(long, value_name = "X", env = "LOADGEN_TRACE_SPEED", default_value_t = 1.0,
+          value_parser = positive_speed, allow_negative_numbers = true, requires = "trace",
+          conflicts_with_all = ["rate", "schedule"])]
+    pub trace_speed: f64,
+
+    /// Keep each arrival of the trace with probability P (in (0, 1]), decided by `--seed` and
+    /// the arrival's index: the same seed keeps the same arrivals.
+    #[arg(long, value_name = "P", env = "LOADGEN_TRACE_SAMPLE", default_value_t = 1.0,
+          value_parser = probability, allow_negative_numbers = true, requires = "trace",
+          conflicts_with_all = ["rate", "schedule"])]
+    pub trace_sample: f64,
 
     /// Per-attempt timeout, from the start of the attempt (connect included) to the whole
     /// response. A timed-out attempt is abandoned and its connection closed.
@@ -139,7 +161,8 @@ pub struct Config {
 
     /// This loadgen is one of N that share the schedule (as the pods of a Kubernetes Indexed
     /// Job): it sends 1/N of every rate (the schedule's and the retry budget's minimum), with
-    /// the seed `--seed` + `--instance-index`, so the N together send the schedule.
+    /// the seed `--seed` + `--instance-index`, so the N together send the schedule. Of a
+    /// `--trace` it sends every N-th arrival (those whose index is `--instance-index` mod N).
     #[arg(long, value_name = "N", env = "LOADGEN_INSTANCES", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub instances: u32,
@@ -296,6 +319,22 @@ fn answer_gather(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+fn positive_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(_) => Err("must be a positive number (2 replays twice as fast)".into()),
+        Err(_) => Err("not a number".into()),
+    }
+}
+
+fn probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        Ok(_) => Err("must be a probability above 0 and at most 1".into()),
+        Err(_) => Err("not a number".into()),
+    }
+}
+
 fn positive_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
@@ -309,11 +348,74 @@ fn positive_rate(s: &str) -> Result<f64, String> {
 /// cut (counted unfinished, with no outcome) instead of timing out.
 const DRAIN_MARGIN: Duration = Duration::from_secs(1);
 
+/// Where this loadgen's first attempts' send times come from.
+#[derive(Debug, Clone)]
+pub enum ArrivalSource {
+    /// Generated from this loadgen's share of the schedule, spread by `kind`.
+    Schedule {
+        schedule: Schedule,
+        kind: ArrivalKind,
+    },
+    /// Replayed from `--trace`.
+    Trace(Replay),
+}
+
+impl ArrivalSource {
+    /// The arrival process named in the records.
+    pub fn kind(&self) -> ArrivalKind {
+        match self {
+            ArrivalSource::Schedule { kind, .. } => *kind,
+            ArrivalSource::Trace(_) => ArrivalKind::Trace,
+        }
+    }
+
+    /// Shard `k` of `n`'s arrivals before `stop`: every n-th, from the k-th.
+    pub fn shard(&self, seed: u64, stop: f64, k: usize, n: usize) -> ShardArrivals {
+        match self {
+            ArrivalSource::Schedule { schedule, kind } => ShardArrivals::Schedule(
+                Arrivals::new(schedule, *kind, seed, stop)
+                    .skip(k)
+                    .step_by(n.max(1)),
+            ),
+            ArrivalSource::Trace(replay) => ShardArrivals::Trace(replay.shard(k, n)),
+        }
+    }
+}
+
+impl std::fmt::Display for ArrivalSource {
+    /// The schedule's step syntax, or the trace (`trace FILE (SENT of N arrivals, ...)`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArrivalSource::Schedule { schedule, .. } => schedule.fmt(f),
+            ArrivalSource::Trace(replay) => replay.fmt(f),
+        }
+    }
+}
+
+/// One shard's arrival times, seconds from the start.
+pub enum ShardArrivals {
+    Schedule(std::iter::StepBy<std::iter::Skip<Arrivals>>),
+    Trace(TraceShard),
+}
+
+impl Iterator for ShardArrivals {
+    type Item = f64;
+
+    fn next(&mut self) -> Option<f64> {
+        match self {
+            ShardArrivals::Schedule(a) => a.next(),
+            ShardArrivals::Trace(t) => t.next(),
+        }
+    }
+}
+
 /// A validated configuration: what `run` executes.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub schedule: Schedule,
-    /// Seconds after the start at which arrivals stop.
+    /// This loadgen's arrivals: its share of the schedule, or of the trace.
+    pub arrivals: ArrivalSource,
+    /// Seconds after the start at which arrivals stop (a trace's: its last arrival, or
+    /// `--duration` when earlier).
     pub stop: f64,
     /// Wait for requests in flight at the natural end of the run.
     pub drain_at_end: Duration,
@@ -331,13 +433,8 @@ impl Plan {
 }
 
 impl Config {
-    /// Checks what clap cannot: a bounded run, a consistent retry policy.
+    /// Checks what clap cannot: a bounded run, a consistent retry policy; reads `--trace`.
     pub fn plan(&self) -> Result<Plan, LoadgenError> {
-        let whole = match (&self.schedule, self.rate) {
-            (Some(s), _) => s.clone(),
-            (None, Some(rate)) => Schedule::constant(rate)?,
-            (None, None) => return Err(LoadgenError::Config("give --rate or --schedule".into())),
-        };
         if self.instance_index >= self.instances {
             return Err(LoadgenError::Config(format!(
                 "--instance-index {} is not below --instances {}",
@@ -351,19 +448,6 @@ impl Config {
                 "--start-at {t}: a Unix time in seconds"
             )));
         }
-        let share = 1.0 / f64::from(self.instances);
-        let schedule = whole.scaled(share);
-        let stop = match (self.duration, schedule.end()) {
-            (Some(d), Some(end)) => d.as_secs_f64().min(end),
-            (Some(d), None) => d.as_secs_f64(),
-            (None, Some(end)) => end,
-            (None, None) => {
-                return Err(LoadgenError::Config(
-                    "unbounded run refused: give --duration or end the schedule with `TIME:end`"
-                        .into(),
-                ));
-            }
-        };
         if self.http2 && self.connections > 0 {
             return Err(LoadgenError::Config(format!(
                 "--connections {}: applies to HTTP/1.1; with --http2 each thread keeps one \
@@ -371,6 +455,7 @@ impl Config {
                 self.connections
             )));
         }
+        let share = 1.0 / f64::from(self.instances);
         let budget = self
             .retry_budget
             .map(|ratio| {
@@ -378,8 +463,10 @@ impl Config {
             })
             .transpose()
             .map_err(LoadgenError::Config)?;
+        let seed = self.seed.unwrap_or_else(rand::random);
+        let (arrivals, stop) = self.arrival_source(share, seed)?;
         Ok(Plan {
-            schedule,
+            arrivals,
             stop,
             drain_at_end: self.drain.unwrap_or_else(|| {
                 let attempts = self.timeout * (self.retries + 1);
@@ -389,16 +476,61 @@ impl Config {
                 attempts + backoffs + DRAIN_MARGIN
             }),
             drain_on_signal: self.drain.unwrap_or(self.timeout + DRAIN_MARGIN),
-            seed: self
-                .seed
-                .unwrap_or_else(rand::random)
-                .wrapping_add(u64::from(self.instance_index)),
+            seed: seed.wrapping_add(u64::from(self.instance_index)),
             policy: RetryPolicy {
                 backoff: self.backoff,
                 budget,
                 quota: self.retry_quota.clone(),
             },
             retry_on: self.retry_on.clone(),
+        })
+    }
+
+    /// This loadgen's arrivals (its share of the schedule, or of the trace, read here) and
+    /// the time they stop; `seed` is the `--seed` every instance shares.
+    fn arrival_source(&self, share: f64, seed: u64) -> Result<(ArrivalSource, f64), LoadgenError> {
+        let duration = self.duration.map(|d| d.as_secs_f64());
+        Ok(match &self.trace {
+            None => {
+                let whole = match (&self.schedule, self.rate) {
+                    (Some(s), _) => s.clone(),
+                    (None, Some(rate)) => Schedule::constant(rate)?,
+                    (None, None) => {
+                        return Err(LoadgenError::Config(
+                            "give --rate, --schedule or --trace".into(),
+                        ));
+                    }
+                };
+                let schedule = whole.scaled(share);
+                let stop = match (duration, schedule.end()) {
+                    (Some(d), Some(end)) => d.min(end),
+                    (Some(d), None) => d,
+                    (None, Some(end)) => end,
+                    (None, None) => {
+                        return Err(LoadgenError::Config(
+                            "unbounded run refused: give --duration or end the schedule with \
+                         `TIME:end`"
+                                .into(),
+                        ));
+                    }
+                };
+                let kind = self.arrivals;
+                (ArrivalSource::Schedule { schedule, kind }, stop)
+            }
+            Some(file) => {
+                // The sample is decided by the seed every instance shares, so N instances with
+                // one `--seed` keep together what one loadgen keeps.
+                let selection = Selection {
+                    speed: self.trace_speed,
+                    sample: self.trace_sample,
+                    seed,
+                    instances: self.instances,
+                    instance_index: self.instance_index,
+                };
+                let replay = Replay::load(file, selection, duration)?;
+                let stop = duration.map_or(replay.last, |d| d.min(replay.last));
+                (ArrivalSource::Trace(replay), stop)
+            }
         })
     }
 }
@@ -500,7 +632,7 @@ mod tests {
         )
         .unwrap();
         let p = c.plan().unwrap();
-        assert_eq!(p.schedule.to_string(), "0s:100,10s:300,20s:end");
+        assert_eq!(p.arrivals.to_string(), "0s:100,10s:300,20s:end");
         assert_eq!(p.seed, 9);
         assert_eq!(p.stop, 20.0);
         let whole = parse("--target http://h/ --schedule 0s:300,20s:end --seed 7")
@@ -508,7 +640,7 @@ mod tests {
             .plan()
             .unwrap();
         assert_eq!(
-            (whole.seed, whole.schedule.to_string()),
+            (whole.seed, whole.arrivals.to_string()),
             (7, "0s:300,20s:end".into())
         );
         let e = parse("--target http://h/ --rate 5 --duration 1s --instances 2 --instance-index 2")
@@ -518,6 +650,140 @@ mod tests {
             .to_string();
         assert!(
             e.contains("--instance-index 2 is not below --instances 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_trace_excludes_rate_schedule_and_arrivals_and_its_options_need_it() {
+        let c = parse("--target http://h/ --trace t.txt").unwrap();
+        assert_eq!(
+            (c.trace, c.trace_speed, c.trace_sample, c.rate),
+            (Some(PathBuf::from("t.txt")), 1.0, 1.0, None)
+        );
+        let error = |args: &str| {
+            parse(&format!("--target http://h/ {args}"))
+                .unwrap_err()
+                .to_string()
+        };
+        for (args, other) in [
+            ("--trace t.txt --rate 5", "--rate <PER_SEC>"),
+            ("--rate 5 --trace t.txt", "--rate <PER_SEC>"),
+            ("--trace t.txt --schedule 0s:5,1s:end", "--schedule <STEPS>"),
+            ("--trace t.txt --arrivals constant", "--arrivals <ARRIVALS>"),
+        ] {
+            let e = error(args);
+            assert!(
+                e.contains("cannot be used with")
+                    && e.contains("--trace <FILE>")
+                    && e.contains(other),
+                "{args}: {e}"
+            );
+        }
+        for (args, needle) in [
+            ("--trace t.txt --arrivals trace", "invalid value 'trace'"),
+            (
+                "--rate 5 --duration 1s --trace-speed 2",
+                "cannot be used with",
+            ),
+            (
+                "--schedule 0s:1,1s:end --trace-sample 0.5",
+                "cannot be used with",
+            ),
+            (
+                "--trace-speed 2",
+                "required arguments were not provided:\n  --trace <FILE>",
+            ),
+            (
+                "--trace-sample 0.5",
+                "required arguments were not provided:\n  --trace <FILE>",
+            ),
+            ("--trace t.txt --trace-speed 0", "--trace-speed"),
+            (
+                "--trace t.txt --trace-speed -2",
+                "must be a positive number",
+            ),
+            (
+                "--trace t.txt --trace-speed inf",
+                "must be a positive number",
+            ),
+            ("--trace t.txt --trace-sample 0", "a probability above 0"),
+            ("--trace t.txt --trace-sample 1.5", "a probability above 0"),
+            ("--trace t.txt --trace-sample NaN", "a probability above 0"),
+            ("--duration 1s", "--rate <PER_SEC>"),
+        ] {
+            let e = error(args);
+            assert!(e.contains(needle), "{args}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_trace_plan_reads_the_file_and_ends_at_its_last_arrival() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.csv");
+        std::fs::write(&file, "t_s,route\n0.5,/a\n1,/b\n1,/c\n4,/d\n").unwrap();
+        let plan = |extra: &str| {
+            parse(&format!(
+                "--target http://h/ --trace {} {extra}",
+                file.display()
+            ))
+            .unwrap()
+            .plan()
+        };
+        let times = |p: &Plan| match &p.arrivals {
+            ArrivalSource::Trace(r) => r.times.to_vec(),
+            ArrivalSource::Schedule { .. } => panic!("a trace plans a replay"),
+        };
+        let p = plan("--trace-speed 2").unwrap();
+        assert_eq!((times(&p), p.stop), (vec![0.25, 0.5, 0.5, 2.0], 2.0));
+        assert_eq!(p.arrivals.kind(), ArrivalKind::Trace);
+        assert_eq!(
+            p.arrivals.to_string(),
+            format!(
+                "trace {} (4 of 4 arrivals, speed 2, sample 1)",
+                file.display()
+            )
+        );
+        // Two shards: every other arrival each, all of them together.
+        let shard = |k| p.arrivals.shard(p.seed, p.stop, k, 2).collect::<Vec<_>>();
+        assert_eq!((shard(0), shard(1)), (vec![0.25, 0.5], vec![0.5, 2.0]));
+        // --duration cuts the replay: arrivals before it, as a schedule's.
+        let p = plan("--duration 1s").unwrap();
+        assert_eq!((times(&p), p.stop), (vec![0.5], 1.0));
+        let p = plan("--duration 1h").unwrap();
+        assert_eq!((times(&p).len(), p.stop), (4, 4.0));
+        // Instance 1 of 2 sends arrivals 1 and 3, with its own seed for the rest.
+        let p = plan("--instances 2 --instance-index 1 --seed 5").unwrap();
+        assert_eq!((times(&p), p.stop, p.seed), (vec![1.0, 4.0], 4.0, 6));
+        // A sample of the file, the same for the same seed.
+        let p = plan("--trace-sample 0.5 --seed 5").unwrap();
+        assert_eq!(
+            times(&plan("--trace-sample 0.5 --seed 5").unwrap()),
+            times(&p)
+        );
+        assert!(
+            p.arrivals
+                .to_string()
+                .contains("of 4 arrivals, speed 1, sample 0.5")
+        );
+
+        std::fs::write(&file, "0.5\n1\n0.75\n").unwrap();
+        let e = plan("").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "trace file {} line 3: time 0.75 is before the previous 1",
+                file.display()
+            )
+        );
+        let missing = dir.path().join("missing.txt");
+        let e = parse(&format!("--target http://h/ --trace {}", missing.display()))
+            .unwrap()
+            .plan()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("trace file {}: ", missing.display())),
             "{e}"
         );
     }

@@ -18,10 +18,14 @@ use crate::schedule::{ArrivalKind, Schedule};
 pub struct Invocation {
     /// `--target` (each URL) or `--targets-file`.
     pub targets: TargetSource,
-    /// `--rate` or `--schedule`.
+    /// `--rate` or `--schedule`; not rendered when `trace` is set (the trace is the load).
     pub load: Load,
-    /// `--arrivals`.
+    /// `--arrivals` (the binary refuses it with a trace). `ArrivalKind::Trace` is no choice of
+    /// it and renders nothing: `trace` says that.
     pub arrivals: Option<ArrivalKind>,
+    /// `--trace` with its `--trace-speed` and `--trace-sample`: replay a file's send times
+    /// instead of `load`.
+    pub trace: Option<TraceFlags>,
     /// `--timeout`, per attempt.
     pub timeout: Option<Duration>,
     /// `--retries`.
@@ -84,6 +88,17 @@ pub enum Load {
     Schedule(Schedule),
 }
 
+/// An arrival trace's flags: `--trace` (the file, as the loadgen's process will see it), and,
+/// left to the binary's defaults (1 and 1) when `None`, `--trace-speed` (> 0: trace time `t`
+/// is sent at `t / speed`) and `--trace-sample` (in `(0, 1]`: each arrival kept with this
+/// probability, by `--seed`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceFlags {
+    pub file: PathBuf,
+    pub speed: Option<f64>,
+    pub sample: Option<f64>,
+}
+
 /// The retry budget's flags: `--retry-budget` (retries per first attempt), and, left to the
 /// binary's defaults when `None`, `--retry-budget-min` (retries/s) and `--retry-budget-ttl`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,6 +122,7 @@ impl Invocation {
             targets,
             load,
             arrivals: None,
+            trace: None,
             timeout: None,
             retries: None,
             retry_on: None,
@@ -145,9 +161,13 @@ impl Invocation {
                 a.value("targets-file", path.display());
             }
         }
-        match &self.load {
-            Load::Rate(rate) => a.value("rate", rate),
-            Load::Schedule(s) => a.value("schedule", s),
+        match (&self.trace, &self.load) {
+            (Some(t), _) => a
+                .value("trace", t.file.display())
+                .opt("trace-speed", t.speed)
+                .opt("trace-sample", t.sample),
+            (None, Load::Rate(rate)) => a.value("rate", rate),
+            (None, Load::Schedule(s)) => a.value("schedule", s),
         };
         a.choice("arrivals", self.arrivals)
             .duration("timeout", self.timeout)
@@ -264,6 +284,9 @@ mod tests {
             rate: None,
             schedule: Some(schedule),
             arrivals: ArrivalKind::Constant,
+            trace: None,
+            trace_speed: 1.0,
+            trace_sample: 1.0,
             timeout: Duration::from_millis(2500),
             retries: 3,
             retry_on: vec![RetryOn::Timeout, RetryOn::Io, RetryOn::Status5xx],
@@ -309,6 +332,9 @@ mod tests {
             rate: Some(12.5),
             schedule: None,
             arrivals: ArrivalKind::Poisson,
+            trace: None,
+            trace_speed: 1.0,
+            trace_sample: 1.0,
             timeout: Duration::from_secs(10),
             retries: 2,
             retry_on: vec![RetryOn::Timeout, RetryOn::Connect],
@@ -349,6 +375,76 @@ mod tests {
             (c.retry_budget, c.retry_budget_min, c.retry_budget_ttl),
             (Some(0.1), 10.0, Duration::from_secs(10))
         );
+    }
+
+    #[test]
+    fn trace_flags_round_trip_and_replace_the_load() {
+        let file = PathBuf::from("/data/a trace.csv");
+        let inv = Invocation {
+            trace: Some(TraceFlags {
+                file: file.clone(),
+                speed: Some(2.5),
+                sample: Some(0.125),
+            }),
+            seed: Some(9),
+            instances: Some(2),
+            ..Invocation::new(
+                TargetSource::Urls(vec!["http://127.0.0.1:8080/work".into()]),
+                Load::Rate(100.0),
+            )
+        };
+        assert_eq!(
+            inv.args(),
+            [
+                "--target=http://127.0.0.1:8080/work",
+                "--trace=/data/a trace.csv",
+                "--trace-speed=2.5",
+                "--trace-sample=0.125",
+                "--seed=9",
+                "--instances=2",
+            ]
+        );
+        let c = parse(&inv);
+        assert_eq!(
+            (
+                c.trace.clone(),
+                c.trace_speed,
+                c.trace_sample,
+                c.rate,
+                c.schedule.clone()
+            ),
+            (Some(file.clone()), 2.5, 0.125, None, None)
+        );
+        assert_eq!((c.seed, c.instances), (Some(9), 2));
+        // Speed and sample left to the binary: 1 and 1.
+        let plain = Invocation {
+            trace: Some(TraceFlags {
+                file: file.clone(),
+                speed: None,
+                sample: None,
+            }),
+            ..inv
+        };
+        let c = parse(&plain);
+        assert_eq!(
+            (c.trace, c.trace_speed, c.trace_sample),
+            (Some(file), 1.0, 1.0)
+        );
+        // `--arrivals` with a trace is rendered and refused by the binary, not hidden.
+        let both = Invocation {
+            arrivals: Some(ArrivalKind::Constant),
+            ..plain.clone()
+        };
+        let e = Config::try_parse_from(std::iter::once("loadgen".to_string()).chain(both.args()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be used with"), "{e}");
+        // `Trace` is no `--arrivals` choice: it renders nothing.
+        let named = Invocation {
+            arrivals: Some(ArrivalKind::Trace),
+            ..plain.clone()
+        };
+        assert_eq!(named.args(), plain.args());
     }
 
     #[test]

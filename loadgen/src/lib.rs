@@ -1,11 +1,12 @@
-//! `loadgen`: the retry-debt kit's clients. Open-loop arrivals that follow a schedule, each a
-//! logical request of up to `retries + 1` attempts with a per-attempt timeout, recorded per
-//! second.
+//! `loadgen`: the retry-debt kit's clients. Open-loop arrivals that follow a schedule (or
+//! replay a trace's send times), each a logical request of up to `retries + 1` attempts with a
+//! per-attempt timeout, recorded per second.
 //!
 //! Layout:
 //! - [`config`]: the CLI / env flags ([`Config`], clap derive) and their validation ([`config::Plan`]).
 //! - [`invocation`]: [`Invocation`], the typed command line other processes start the loadgen with.
 //! - [`schedule`]: piecewise-constant rate schedules and the Poisson / constant arrival times.
+//! - [`trace`]: arrival traces (`--trace`): send times read from a file, sampled, sped up.
 //! - [`policy`]: retry policies as pure state machines (backoff, retry budget, AWS retry quota).
 //! - [`targets`]: target URLs, fixed or from a file reloaded when it changes.
 //! - [`client`]: one attempt, HTTP/1.1 or h2c (hyper's connection API), with `--bind`.
@@ -36,6 +37,7 @@ pub mod policy;
 pub mod record;
 pub mod schedule;
 pub mod targets;
+pub mod trace;
 
 use std::future::Future;
 use std::io::IsTerminal;
@@ -53,13 +55,14 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 pub use config::Config;
-pub use invocation::{BudgetFlags, Invocation, Load, QuotaKind, TargetSource};
+pub use invocation::{BudgetFlags, Invocation, Load, QuotaKind, TargetSource, TraceFlags};
 pub use record::metrics;
 pub use record::{Percentiles, Row, RunMeta, Summary};
 pub use schedule::{ArrivalKind, Schedule, ScheduleError};
+pub use trace::TraceError;
 
 use client::Client;
-use config::Plan;
+use config::{ArrivalSource, Plan};
 use policy::RetryPolicy;
 use record::{AttemptOutcome, ErrorKind, Recorder, RequestOutcome, StdoutLine};
 use targets::{Target, Targets};
@@ -71,6 +74,8 @@ pub enum LoadgenError {
     Config(String),
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
     #[error("{0}")]
     Targets(String),
     #[error("--metrics-listen {addr}: {source}")]
@@ -220,6 +225,32 @@ impl Ctx {
     }
 }
 
+/// What ran, for the records; says so at the start of a trace's replay.
+fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64) -> RunMeta {
+    if let ArrivalSource::Trace(replay) = &plan.arrivals {
+        tracing::info!(
+            "replaying {replay}: the last due at {:.3} s",
+            replay.times.last().copied().unwrap_or(0.0)
+        );
+        if replay.count() == 0 {
+            tracing::warn!(
+                "--trace {}: this loadgen keeps no arrival",
+                replay.file.display()
+            );
+        }
+    }
+    RunMeta {
+        schedule: plan.arrivals.to_string(),
+        arrival_process: plan.arrivals.kind(),
+        seed: plan.seed,
+        timeout_seconds: config.timeout.as_secs_f64(),
+        retries: config.retries,
+        retry_on: plan.retry_on.iter().map(|r| r.name().to_string()).collect(),
+        http2: config.http2,
+        open_files_limit,
+    }
+}
+
 /// Runs the load until the schedule or `--duration` ends or `shutdown` resolves, drains,
 /// writes `--out` files, and returns the summary.
 pub async fn run(
@@ -244,16 +275,7 @@ pub async fn run(
         None => None,
     };
 
-    let meta = RunMeta {
-        schedule: plan.schedule.to_string(),
-        arrival_process: config.arrivals,
-        seed: plan.seed,
-        timeout_seconds: config.timeout.as_secs_f64(),
-        retries: config.retries,
-        retry_on: plan.retry_on.iter().map(|r| r.name().to_string()).collect(),
-        http2: config.http2,
-        open_files_limit,
-    };
+    let meta = run_meta(&plan, &config, open_files_limit);
     // The shards open their --connections first; the schedule's clock starts once they have.
     // A signal meanwhile (the shutdown future installs its handlers when first polled) ends
     // the run before its first arrival, with its records.
@@ -413,10 +435,7 @@ impl Shards {
                 config.http2,
                 config.deadline.then_some(config.timeout),
             ));
-            let arrivals =
-                schedule::Arrivals::new(&plan.schedule, config.arrivals, plan.seed, plan.stop)
-                    .skip(k)
-                    .step_by(n);
+            let arrivals = plan.arrivals.shard(plan.seed, plan.stop, k, n);
             let connections =
                 config.connections as usize / n + usize::from(k < config.connections as usize % n);
             let (go, started) = tokio::sync::oneshot::channel();

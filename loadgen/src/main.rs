@@ -20,8 +20,12 @@ async fn main() -> ExitCode {
     let out = config.out.clone();
     match loadgen::run(config, stop_signal()).await {
         Ok(s) => {
+            let trace = match s.meta.arrival_process {
+                loadgen::ArrivalKind::Trace => format!("{}: ", s.meta.schedule),
+                _ => String::new(),
+            };
             eprintln!(
-                "loadgen: {} first attempts, {} attempts, {} succeeded, {} failed, {} unfinished, {} timeouts, {} shed{}",
+                "loadgen: {trace}{} first attempts, {} attempts, {} succeeded, {} failed, {} unfinished, {} timeouts, {} shed{}",
                 s.first_attempts,
                 s.attempts,
                 s.succeeded,

@@ -298,6 +298,10 @@ pub enum ArrivalKind {
     Poisson,
     /// Evenly spaced, 1/rate apart.
     Constant,
+    /// Replayed from a `--trace` file (what the records say; `--trace` sets it, it is no
+    /// `--arrivals` choice).
+    #[value(skip)]
+    Trace,
 }
 
 /// Arrival times (seconds from the start) generated from a schedule, up to `stop`.
@@ -311,7 +315,8 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
-    /// Arrivals of `schedule` in `[0, stop)` (and before the schedule's own end).
+    /// Arrivals of `schedule` in `[0, stop)` (and before the schedule's own end). A schedule
+    /// has no trace to replay: `Trace` spaces them evenly, as `Constant`.
     pub fn new(schedule: &Schedule, kind: ArrivalKind, seed: u64, stop: f64) -> Arrivals {
         Arrivals {
             steps: schedule.steps.clone(),
@@ -329,7 +334,7 @@ impl Iterator for Arrivals {
 
     fn next(&mut self) -> Option<f64> {
         let mut need = match self.kind {
-            ArrivalKind::Constant => 1.0,
+            ArrivalKind::Constant | ArrivalKind::Trace => 1.0,
             ArrivalKind::Poisson => Exp1.sample(&mut self.rng),
         };
         loop {

@@ -566,3 +566,134 @@ async fn metrics_endpoint_passes_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A trace file's times, `per_second[s]` arrivals in second `s`, each inside
+/// `[s + 0.05, s + 0.95)` so that a little send lag keeps it in its second; as CSV with a
+/// `t_s` header and another column.
+fn trace_csv(per_second: &[usize]) -> (String, Vec<f64>) {
+    let mut text = String::from("# replayed by the loopback tests\nt_s,route\n");
+    let mut times = Vec::new();
+    for (s, &n) in per_second.iter().enumerate() {
+        for i in 0..n {
+            let t = s as f64 + 0.05 + 0.9 * i as f64 / n as f64;
+            text.push_str(&format!("{t:.6},/work\n"));
+            times.push(t);
+        }
+    }
+    (text, times)
+}
+
+/// The `first_attempts` column of `timeseries.csv`, by second.
+fn first_attempts_per_second(csv: &str) -> Vec<u64> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = header.iter().position(|&c| c == "first_attempts").unwrap();
+    lines
+        .map(|l| l.split(',').nth(col).unwrap().parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_is_replayed_at_its_times_over_the_shards() {
+    let srv = server(|_| Reply::After(Duration::ZERO, 200)).await;
+    let per_second = [30, 120, 50];
+    let (text, times) = trace_csv(&per_second);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trace.csv");
+    std::fs::write(&file, text).unwrap();
+    let out = dir.path().join("out");
+    let began = Instant::now();
+    let s = run(&format!(
+        "--target {} --trace {} --threads 3 --timeout 1s --out {}",
+        srv.url(),
+        file.display(),
+        out.display()
+    ))
+    .await;
+    let n = times.len() as u64;
+    assert_eq!(n, 200);
+    assert_eq!((s.arrivals, s.first_attempts, s.shed), (n, n, 0));
+    assert_eq!((s.succeeded, s.attempts), (n, n));
+    assert_eq!(s.meta.arrival_process, loadgen::ArrivalKind::Trace);
+    assert_eq!(
+        s.meta.schedule,
+        format!(
+            "trace {} (200 of 200 arrivals, speed 1, sample 1)",
+            file.display()
+        )
+    );
+    // The run ends at the last arrival (2.95 s) and its answer.
+    let elapsed = began.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(2900) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut ids: Vec<String> = srv.seen().into_iter().map(|x| x.id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len() as u64, n, "each arrival sent once, over 3 shards");
+
+    let rows =
+        first_attempts_per_second(&std::fs::read_to_string(out.join("timeseries.csv")).unwrap());
+    assert!(rows.len() >= per_second.len(), "{rows:?}");
+    for (second, &sent) in rows.iter().enumerate() {
+        let expected = per_second.get(second).copied().unwrap_or(0) as u64;
+        assert!(
+            sent.abs_diff(expected) <= 1,
+            "second {second}: sent {sent}, the trace has {expected}: {rows:?}"
+        );
+    }
+    assert_eq!(rows.iter().sum::<u64>(), n);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["arrival_process"], "trace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_trace_sped_up_sends_the_seeds_sample_in_its_time() {
+    let srv = server(|_| Reply::After(Duration::ZERO, 200)).await;
+    // 2 s of trace at speed 2: 1 s of run.
+    let (text, times) = trace_csv(&[100, 100]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("trace.txt");
+    std::fs::write(&file, text).unwrap();
+    let kept = loadgen::trace::Selection {
+        speed: 2.0,
+        sample: 0.5,
+        seed: 11,
+        instances: 1,
+        instance_index: 0,
+    }
+    .apply(times.clone(), None);
+    assert!((70..=130).contains(&kept.len()), "{}", kept.len());
+    let out = dir.path().join("out");
+    let began = Instant::now();
+    let s = run(&format!(
+        "--target {} --trace {} --trace-speed 2 --trace-sample 0.5 --seed 11 --threads 2 --timeout 1s --out {}",
+        srv.url(),
+        file.display(),
+        out.display()
+    ))
+    .await;
+    let elapsed = began.elapsed();
+    assert_eq!(s.first_attempts, kept.len() as u64);
+    assert_eq!(s.succeeded, s.first_attempts);
+    assert!(
+        elapsed >= Duration::from_secs_f64(kept[kept.len() - 1])
+            && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    // Every kept arrival is due before 1 s of run.
+    let rows =
+        first_attempts_per_second(&std::fs::read_to_string(out.join("timeseries.csv")).unwrap());
+    assert!(rows[0] + 1 >= s.first_attempts, "{rows:?}");
+    assert!(
+        s.meta.schedule.ends_with(&format!(
+            "({} of 200 arrivals, speed 2, sample 0.5)",
+            kept.len()
+        )),
+        "{}",
+        s.meta.schedule
+    );
+}

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand_distr::{Distribution, Exp};
+
+pub use kit_dist::ServiceTime;
 
 /// Whoever waits for a queued request: lets the worker see whether the client
 /// is still there and hand it the answer.
@@ -31,36 +32,36 @@ pub enum Abandoned {
     DropExpired,
 }
 
-/// The distribution of one request's service time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ServiceTime {
-    /// Exactly `1 / rate` each.
-    Deterministic,
-    /// Exponential with mean `1 / rate`.
-    Exponential,
-}
-
-/// Draws service times for a given rate; seeded so runs are reproducible.
+/// Draws service times for a given rate; seeded so runs are reproducible. The distribution is
+/// [`kit_dist::ServiceTime`], the one the request-level model draws from too.
 #[derive(Debug)]
 pub struct ServiceTimes {
+    kind: ServiceTime,
     mean: Duration,
-    exp: Option<(Exp<f64>, SmallRng)>,
+    mean_s: f64,
+    rng: SmallRng,
 }
+
+/// The longest service time a draw gives. It only keeps the nanosecond bookkeeping (`u64`) from
+/// overflowing on an absurd `--service-cv`: a Pareto with CV 10 and mean 10 ms exceeds an hour
+/// with probability about 1e-12.
+pub const MAX_SERVICE: Duration = Duration::from_secs(3600);
 
 impl ServiceTimes {
     /// `rate` must be positive and finite (the CLI checks it).
     pub fn new(kind: ServiceTime, rate: f64, seed: u64) -> Self {
-        let exp = match kind {
-            ServiceTime::Deterministic => None,
-            ServiceTime::Exponential => Some((
-                Exp::new(rate).expect("rate is positive and finite"),
-                SmallRng::seed_from_u64(seed),
-            )),
-        };
+        let mean_s = 1.0 / rate;
         Self {
-            mean: Duration::from_secs_f64(1.0 / rate),
-            exp,
+            kind,
+            mean: Duration::from_secs_f64(mean_s),
+            mean_s,
+            rng: SmallRng::seed_from_u64(seed),
         }
+    }
+
+    /// The distribution drawn from.
+    pub fn kind(&self) -> ServiceTime {
+        self.kind
     }
 
     /// The mean service time, `1 / rate`.
@@ -68,12 +69,10 @@ impl ServiceTimes {
         self.mean
     }
 
-    /// The next service time.
+    /// The next service time (deterministic: exactly the mean, no draw).
     pub fn draw(&mut self) -> Duration {
-        match &mut self.exp {
-            None => self.mean,
-            Some((exp, rng)) => Duration::from_secs_f64(exp.sample(rng)),
-        }
+        let s = self.kind.sample(self.mean_s, &mut self.rng);
+        Duration::try_from_secs_f64(s).map_or(MAX_SERVICE, |d| d.min(MAX_SERVICE))
     }
 }
 
@@ -254,7 +253,7 @@ mod tests {
 
     fn backlog(mode: Abandoned, max: Option<usize>) -> (Instant, Backlog<Fake>) {
         let t0 = Instant::now();
-        let times = ServiceTimes::new(ServiceTime::Deterministic, 100.0, 1);
+        let times = ServiceTimes::new(ServiceTime::DETERMINISTIC, 100.0, 1);
         (t0, Backlog::new(t0, times, mode, max))
     }
 
@@ -385,13 +384,42 @@ mod tests {
     #[test]
     fn exponential_times_are_seeded_with_the_right_mean() {
         let draw = |seed| {
-            let mut t = ServiceTimes::new(ServiceTime::Exponential, 100.0, seed);
+            let mut t = ServiceTimes::new(ServiceTime::EXPONENTIAL, 100.0, seed);
             (0..20_000).map(|_| t.draw()).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
         let mean = draw(7).iter().sum::<Duration>().as_secs_f64() / 20_000.0;
         assert!((mean - 0.01).abs() < 0.0005, "mean {mean}");
+    }
+
+    #[test]
+    fn pareto_times_are_seeded_heavy_tailed_with_the_right_mean() {
+        let pareto = ServiceTime::new(kit_dist::Shape::Pareto, Some(3.0)).unwrap();
+        let draw = |seed| {
+            let mut t = ServiceTimes::new(pareto, 100.0, seed);
+            (0..200_000).map(|_| t.draw()).collect::<Vec<_>>()
+        };
+        let times = draw(7);
+        assert_eq!(times, draw(7));
+        assert_ne!(times[..100], draw(8)[..100]);
+        let mean = times.iter().sum::<Duration>().as_secs_f64() / 200_000.0;
+        assert!((mean - 0.01).abs() < 0.0005, "mean {mean}");
+        // The tail: x_m = mean (alpha - 1) / alpha ~ 5.1 ms is the floor, and about 450 of the
+        // draws are over 10 times the mean (P(X > 100 ms) = (x_m / 100 ms)^alpha ~ 2.2e-3).
+        let alpha = pareto.pareto_alpha().unwrap();
+        let floor = Duration::from_secs_f64(0.01 * (alpha - 1.0) / alpha);
+        assert!(times.iter().all(|&t| t + Duration::from_nanos(1) >= floor));
+        let long = times.iter().filter(|&&t| t > MS * 100).count();
+        assert!((300..600).contains(&long), "{long} draws over 100 ms");
+    }
+
+    #[test]
+    fn draws_are_capped() {
+        let wild = ServiceTime::new(kit_dist::Shape::Pareto, Some(1e12)).unwrap();
+        // Mean 1e9 s: every draw is past the cap (x_m = mean / 2 at alpha ~ 2).
+        let mut t = ServiceTimes::new(wild, 1e-9, 1);
+        assert!((0..1000).all(|_| t.draw() == MAX_SERVICE));
     }
 
     #[test]

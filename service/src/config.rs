@@ -3,8 +3,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::{ArgMatches, Args, FromArgMatches, Parser};
 use kit_argv::Argv;
+use kit_dist::Shape;
 
 use crate::backlog::{Abandoned, ServiceTime};
 use crate::queue::Work;
@@ -25,11 +27,12 @@ pub struct Config {
     #[arg(long, env = "SERVICE_RATE", default_value_t = defaults::RATE, value_parser = parse_rate)]
     pub rate: f64,
 
-    /// Distribution of service times, with mean 1 / rate.
-    #[arg(long, env = "SERVICE_SERVICE_TIME", value_enum, default_value_t = ServiceTime::Deterministic)]
-    pub service_time: ServiceTime,
+    /// `--service-time` and `--service-cv`, validated together.
+    #[command(flatten)]
+    pub service_time: ServiceTimeArg,
 
-    /// Seed for exponential service times (random if not set).
+    /// Seed for every random service-time shape (exponential, lognormal, pareto); random if not
+    /// set.
     #[arg(long, env = "SERVICE_SEED")]
     pub seed: Option<u64>,
 
@@ -92,7 +95,7 @@ impl Default for Config {
         Self {
             listen: defaults::LISTEN,
             rate: defaults::RATE,
-            service_time: ServiceTime::Deterministic,
+            service_time: ServiceTimeArg(ServiceTime::DETERMINISTIC),
             seed: None,
             abandoned: Abandoned::Finish,
             ready_after: defaults::ready_after(),
@@ -108,6 +111,57 @@ impl Default for Config {
     }
 }
 
+/// The pod's service-time distribution, from `--service-time` and `--service-cv` validated
+/// together while clap parses (so a bad pair fails like any bad flag, naming the flag and value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServiceTimeArg(pub ServiceTime);
+
+/// The two flags as given, before [`ServiceTime::new`] checks them against each other.
+#[derive(Debug, Args)]
+struct ServiceTimeFlags {
+    /// Distribution of service times, with mean 1 / rate: exactly 1 / rate, exponential (cv 1),
+    /// or lognormal / pareto with the --service-cv given.
+    #[arg(long, env = "SERVICE_SERVICE_TIME", value_enum, default_value_t = Shape::Deterministic)]
+    service_time: Shape,
+
+    /// Coefficient of variation (std dev / mean) of lognormal or pareto service times, a finite
+    /// number > 0 (pareto's tail index follows from it: alpha = 1 + sqrt(1 + 1/cv^2)).
+    #[arg(long, env = "SERVICE_SERVICE_CV", value_name = "CV")]
+    service_cv: Option<f64>,
+}
+
+impl ServiceTimeFlags {
+    fn validate(self) -> Result<ServiceTimeArg, clap::Error> {
+        ServiceTime::new(self.service_time, self.service_cv)
+            .map(ServiceTimeArg)
+            .map_err(|e| clap::Error::raw(ErrorKind::ValueValidation, e.to_string()))
+    }
+}
+
+impl Args for ServiceTimeArg {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        ServiceTimeFlags::augment_args(cmd)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        ServiceTimeFlags::augment_args_for_update(cmd)
+    }
+}
+
+impl FromArgMatches for ServiceTimeArg {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        ServiceTimeFlags::from_arg_matches(matches)?.validate()
+    }
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        let mut flags = ServiceTimeFlags {
+            service_time: self.0.shape(),
+            service_cv: self.0.given_cv(),
+        };
+        flags.update_from_arg_matches(matches)?;
+        *self = flags.validate()?;
+        Ok(())
+    }
+}
+
 /// The typed contract other processes use to start the pod binary: every flag a caller sets,
 /// rendered by [`PodFlags::args`] into the argv that [`Config`] parses. `None` leaves a flag
 /// to the binary's default (or its `SERVICE_*` / `POD_NAME` variable).
@@ -117,7 +171,7 @@ pub struct PodFlags {
     pub listen: Option<SocketAddr>,
     /// `--rate`, requests per second (the pod's capacity `c`).
     pub rate: Option<f64>,
-    /// `--service-time`.
+    /// `--service-time`, and `--service-cv` for the shapes that take one (lognormal, pareto).
     pub service_time: Option<ServiceTime>,
     /// `--seed`.
     pub seed: Option<u64>,
@@ -149,7 +203,8 @@ impl PodFlags {
         let mut a = Argv::new();
         a.opt("listen", self.listen)
             .opt("rate", self.rate)
-            .choice("service-time", self.service_time)
+            .choice("service-time", self.service_time.map(|st| st.shape()))
+            .opt("service-cv", self.service_time.and_then(|st| st.given_cv()))
             .opt("seed", self.seed)
             .choice("abandoned", self.abandoned)
             .duration("ready-after", self.ready_after)
@@ -255,7 +310,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.rate, 250.5);
-        assert_eq!(c.service_time, ServiceTime::Exponential);
+        assert_eq!(c.service_time.0, ServiceTime::EXPONENTIAL);
         assert_eq!(c.abandoned, Abandoned::DropExpired);
         assert_eq!(*c.ready_after, Duration::from_millis(1500));
         assert_eq!((c.work, c.cpu_limit), (Work::Spin, 0.02));
@@ -275,7 +330,7 @@ mod tests {
         let flags = PodFlags {
             listen: Some("127.0.0.1:9000".parse().unwrap()),
             rate: Some(250.5),
-            service_time: Some(ServiceTime::Exponential),
+            service_time: Some(ServiceTime::EXPONENTIAL),
             seed: Some(u64::MAX),
             abandoned: Some(Abandoned::DropExpired),
             ready_after: Some(Duration::from_micros(1_800_001)),
@@ -291,7 +346,7 @@ mod tests {
         let expected = Config {
             listen: "127.0.0.1:9000".parse().unwrap(),
             rate: 250.5,
-            service_time: ServiceTime::Exponential,
+            service_time: ServiceTimeArg(ServiceTime::EXPONENTIAL),
             seed: Some(u64::MAX),
             abandoned: Abandoned::DropExpired,
             ready_after: Duration::from_micros(1_800_001).into(),
@@ -308,14 +363,14 @@ mod tests {
         for drop in [Abandoned::DropDisconnected, Abandoned::Finish] {
             let flags = PodFlags {
                 abandoned: Some(drop),
-                service_time: Some(ServiceTime::Deterministic),
+                service_time: Some(ServiceTime::DETERMINISTIC),
                 work: Some(Work::Sleep),
                 ..flags.clone()
             };
             let c = parse_flags(&flags);
             assert_eq!(
-                (c.abandoned, c.service_time, c.work),
-                (drop, ServiceTime::Deterministic, Work::Sleep)
+                (c.abandoned, c.service_time.0, c.work),
+                (drop, ServiceTime::DETERMINISTIC, Work::Sleep)
             );
         }
 
@@ -323,6 +378,87 @@ mod tests {
         let mut c = parse_flags(&PodFlags::default());
         c.pod_name = defaults::POD_NAME.into(); // POD_NAME may be set where tests run
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn pareto_pod_flags_round_trip_with_their_cv() {
+        for (shape, cv) in [(Shape::Pareto, 3.0), (Shape::Lognormal, 0.25)] {
+            let st = ServiceTime::new(shape, Some(cv)).unwrap();
+            let flags = PodFlags {
+                rate: Some(50.0),
+                service_time: Some(st),
+                seed: Some(9),
+                ..PodFlags::default()
+            };
+            let args = flags.args();
+            assert_eq!(
+                args,
+                [
+                    "--rate=50".to_string(),
+                    format!("--service-time={shape}"),
+                    format!("--service-cv={cv}"),
+                    "--seed=9".to_string(),
+                ]
+            );
+            let c = parse_flags(&flags);
+            assert_eq!((c.service_time.0, c.seed, c.rate), (st, Some(9), 50.0));
+        }
+        // The shapes that fix their cv write none back.
+        let flags = PodFlags {
+            service_time: Some(ServiceTime::EXPONENTIAL),
+            ..PodFlags::default()
+        };
+        assert_eq!(flags.args(), ["--service-time=exponential"]);
+    }
+
+    #[test]
+    fn parses_heavy_tailed_service_times() {
+        let c =
+            Config::try_parse_from(["service", "--service-time=pareto", "--service-cv=3"]).unwrap();
+        assert_eq!(c.service_time.0.shape(), Shape::Pareto);
+        assert_eq!(c.service_time.0.cv(), 3.0);
+        assert_eq!(c.service_time.0.to_string(), "pareto (cv 3, alpha 2.05)");
+        let c = Config::try_parse_from([
+            "service",
+            "--service-time",
+            "lognormal",
+            "--service-cv",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.service_time.0,
+            ServiceTime::new(Shape::Lognormal, Some(0.5)).unwrap()
+        );
+        // Exponential's own cv is accepted.
+        let c = Config::try_parse_from(["service", "--service-time=exponential", "--service-cv=1"])
+            .unwrap();
+        assert_eq!(c.service_time.0, ServiceTime::EXPONENTIAL);
+    }
+
+    #[test]
+    fn rejects_bad_service_time_pairs_naming_the_flag_and_value() {
+        for (args, value) in [
+            (&["--service-time=pareto"][..], "pareto"),
+            (&["--service-time=lognormal", "--service-cv=0"], "0"),
+            (&["--service-time=pareto", "--service-cv=-2"], "-2"),
+            (&["--service-time=pareto", "--service-cv=NaN"], "NaN"),
+            (&["--service-time=exponential", "--service-cv=2"], "2"),
+            (&["--service-cv=0.5"], "0.5"), // deterministic by default
+        ] {
+            let err = Config::try_parse_from(std::iter::once(&"service").chain(args)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation, "{args:?}");
+            let msg = err.to_string();
+            let first = msg.lines().next().unwrap();
+            assert!(
+                first.contains("--service-cv") && first.contains(value),
+                "{args:?}: {msg}"
+            );
+        }
+        let msg = Config::try_parse_from(["service", "--service-cv=abc", "--service-time=pareto"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("--service-cv") && msg.contains("abc"), "{msg}");
     }
 
     #[test]

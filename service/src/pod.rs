@@ -32,7 +32,7 @@ impl Pod {
     pub fn new(config: &Config) -> Self {
         let now = Instant::now();
         let seed = config.seed.unwrap_or_else(rand::random);
-        let times = ServiceTimes::new(config.service_time, config.rate, seed);
+        let times = ServiceTimes::new(config.service_time.0, config.rate, seed);
         let metrics = Arc::new(Metrics::default());
         let backlog = Backlog::new(now, times, config.abandoned, config.max_queue);
         Self(Arc::new(Shared {

@@ -80,7 +80,7 @@ pub async fn run(listener: TcpListener, config: Config, shutdown: impl Future) -
         addr = ?server.listener.local_addr().ok(),
         pod = pod.name(),
         rate = config.rate,
-        service_time = ?config.service_time,
+        service_time = %config.service_time.0,
         abandoned = ?config.abandoned,
         work = ?config.work,
         ready_after = %config.ready_after,

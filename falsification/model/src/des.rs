@@ -1,5 +1,6 @@
 //! The request-level model: a seeded discrete-event simulation of individual requests. Poisson first
-//! attempts following the scenario's demand, exponential or deterministic service, each attempt timing
+//! attempts following the scenario's demand (its bursts too), service times drawn from the pods' own
+//! distribution (`kit_dist`: deterministic, exponential, lognormal, Pareto), each attempt timing
 //! out `tau_out` after it was sent (its retry follows after the backoff), the same retry budget and the
 //! same HPA module (through [`Control`]) as the fluid model.
 //! Behind a retrying gateway, a request's attempts at the pods are one chain
@@ -8,13 +9,16 @@
 //!
 //! Per pod, an attempt goes where a keep-alive HTTP/1.1 client sends it: on the connection answered
 //! last (a LIFO pool of idle connections, each to one pod), else on a new connection to a ready pod
-//! chosen at random; a connection whose attempt timed out is closed. Its FIFO fate is known on arrival
+//! chosen at random; a connection whose attempt timed out is closed. Through a proxy (the scenario's
+//! [`Routing`]) the proxy picks per attempt instead: the next pod in turn, or the pod with the fewest
+//! attempts in flight (each counts until it is answered or its client times out, ties in turn). Its
+//! FIFO fate is known on arrival
 //! (start = max(arrival, pod free), Lindley's recursion), so an arrival is one event, and an answer in
 //! time one more (its connection goes back to the pool). Pooled, one FIFO
 //! feeds every ready pod: attempts wait in a queue whose deadlines are in arrival order, so timeouts
 //! are found by scanning its head.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
 
 use rand::rngs::SmallRng;
@@ -23,7 +27,7 @@ use rand_distr::Exp1;
 
 use crate::budget::BudgetState;
 use crate::control::{Control, PodEvent, Totals};
-use crate::experiment::{Abandoned, Scenario, ServiceTime, Topology};
+use crate::experiment::{Abandoned, Routing, Scenario, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::Record;
 
@@ -68,6 +72,21 @@ impl Ord for Event {
     }
 }
 
+/// An instant ordered by `total_cmp`, for the heaps of attempts in flight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Until(f64);
+impl Eq for Until {}
+impl PartialOrd for Until {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Until {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Queued {
     arrived: f64,
@@ -86,6 +105,10 @@ struct Sim<'a> {
     next_pod: u64,
     /// Per pod: idle connections by pod id, the last answered on top.
     connections: Vec<u64>,
+    /// Per pod through a proxy: when each attempt in flight at each pod (as `free_at`) stops
+    /// counting, and whose turn is next.
+    in_flight: Vec<BinaryHeap<Reverse<Until>>>,
+    turn: usize,
     /// Pooled: the FIFO, how many at its head have timed out, idle servers, servers to retire.
     queue: VecDeque<Queued>,
     timed_out_head: usize,
@@ -118,6 +141,12 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         },
         next_pod: u64::from(s.pods),
         connections: Vec::new(),
+        in_flight: if pooled {
+            Vec::new()
+        } else {
+            vec![BinaryHeap::new(); s.pods as usize]
+        },
+        turn: 0,
         queue: VecDeque::new(),
         timed_out_head: 0,
         idle: if pooled { s.pods } else { 0 },
@@ -231,11 +260,9 @@ impl Sim<'_> {
     }
 
     fn service_time(&mut self) -> f64 {
-        let mean = 1.0 / self.s.rate_per_pod;
-        match self.s.service {
-            ServiceTime::Exponential => mean * self.rng.sample::<f64, _>(Exp1),
-            ServiceTime::Deterministic => mean,
-        }
+        self.s
+            .service
+            .sample(1.0 / self.s.rate_per_pod, &mut self.rng)
     }
 
     fn pod_change(&mut self, now: f64, e: PodEvent, pooled: bool) {
@@ -246,6 +273,7 @@ impl Sim<'_> {
             }
             (PodEvent::Ready, false) => {
                 self.free_at.push((self.next_pod, now));
+                self.in_flight.push(BinaryHeap::new());
                 self.next_pod += 1;
             }
             // Graceful stop: a busy pooled server leaves after its current request.
@@ -255,6 +283,7 @@ impl Sim<'_> {
             // idle connections are skipped when next taken).
             (PodEvent::Removed, false) => {
                 self.free_at.pop();
+                self.in_flight.pop();
             }
         }
     }
@@ -279,7 +308,11 @@ impl Sim<'_> {
             self.timed_out(now, now, start, attempt);
             return;
         }
-        let pod = self.pick_pod();
+        let pod = match self.s.routing {
+            Routing::KeepAlive => self.pick_pod(),
+            Routing::RoundRobin => self.next_in_turn(),
+            Routing::LeastConnections => self.least_in_flight(now),
+        };
         let begin = self.free_at[pod].1.max(now);
         let wait = begin - now;
         let row = self.record.row_mut(now);
@@ -293,6 +326,10 @@ impl Sim<'_> {
         if !dropped {
             self.free_at[pod].1 = done;
             self.totals.busy_s += done - begin;
+        }
+        if self.s.routing == Routing::LeastConnections {
+            let until = done.min(now + self.s.pod_timeout_s());
+            self.in_flight[pod].push(Reverse(Until(until)));
         }
         if done - now > self.s.pod_timeout_s() {
             self.timed_out(now + self.s.pod_timeout_s(), now, start, attempt);
@@ -315,6 +352,30 @@ impl Sim<'_> {
             }
         }
         self.rng.random_range(0..self.free_at.len())
+    }
+
+    /// Round robin over the ready pods.
+    fn next_in_turn(&mut self) -> usize {
+        self.turn = (self.turn + 1) % self.free_at.len();
+        self.turn
+    }
+
+    /// The pod with the fewest attempts in flight at `now`; ties go in turn.
+    fn least_in_flight(&mut self, now: f64) -> usize {
+        let n = self.in_flight.len();
+        let mut best = (usize::MAX, 0);
+        for k in 0..n {
+            let i = (self.turn + 1 + k) % n;
+            let heap = &mut self.in_flight[i];
+            while heap.peek().is_some_and(|Reverse(Until(t))| *t <= now) {
+                heap.pop();
+            }
+            if heap.len() < best.0 {
+                best = (heap.len(), i);
+            }
+        }
+        self.turn = best.1;
+        best.1
     }
 
     /// Attempt `attempt` sent at `sent` timed out at `at`: retry it or count the request lost.

@@ -19,7 +19,7 @@ use crate::outcome::Expect;
 
 /// The suite, as shipped in `falsification/model/experiments/`.
 /// The built-in experiments; the suite is F1-F4 ([`SUITE`]).
-pub const BUILTIN: [(&str, &str); 8] = [
+pub const BUILTIN: [(&str, &str); 11] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
         "F0-specimen",
@@ -34,6 +34,9 @@ pub const BUILTIN: [(&str, &str); 8] = [
         "F5-autoscaled",
         include_str!("../experiments/F5-autoscaled.toml"),
     ),
+    ("F6", include_str!("../experiments/F6.toml")),
+    ("F7", include_str!("../experiments/F7.toml")),
+    ("F8", include_str!("../experiments/F8.toml")),
 ];
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
@@ -274,11 +277,37 @@ pub enum Abandoned {
     Drop,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ServiceTime {
-    Exponential,
-    Deterministic,
+/// The pods' service-time distribution: one implementation for the pods and the request-level
+/// model. Written `service = "exponential"` (a shape with a fixed CV) or
+/// `service = { shape = "pareto", cv = 3 }`.
+pub use kit_dist::{ServiceTime, Shape as ServiceShape};
+
+/// `service` as files write it: a shape's name, or the shape with its CV.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+pub enum ServiceParams {
+    Shape(ServiceShape),
+    WithCv {
+        shape: ServiceShape,
+        cv: Option<f64>,
+    },
+}
+
+impl ServiceParams {
+    fn resolve(self, context: &str) -> Result<ServiceTime, ExperimentError> {
+        let (shape, cv) = match self {
+            ServiceParams::Shape(shape) => (shape, None),
+            ServiceParams::WithCv { shape, cv } => (shape, cv),
+        };
+        ServiceTime::new(shape, cv).map_err(|e| {
+            field_err(
+                context,
+                "service",
+                cv.map_or(shape.to_string(), |cv| format!("{shape} cv {cv}")),
+                &e.to_string(),
+            )
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -288,6 +317,98 @@ pub enum Topology {
     Pooled,
     /// A FIFO per pod, arrivals spread evenly (fluid) or at random (request level) over ready pods.
     PerPod,
+}
+
+/// How attempts reach the pods (per pod; a pooled queue has no routing).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// The clients' keep-alive pool: an attempt goes on the connection answered last, else on a
+    /// new connection to a ready pod at random (a Kubernetes Service picks per connection).
+    #[default]
+    KeepAlive,
+    /// A proxy's per-request round robin over the ready pods (HAProxy `balance roundrobin`).
+    RoundRobin,
+    /// A proxy sends each request to the pod with the fewest requests in flight from its side
+    /// (HAProxy `balance leastconn`): an attempt counts until it is answered or its client leaves.
+    LeastConnections,
+}
+
+impl std::fmt::Display for Routing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Routing::KeepAlive => "keep-alive",
+            Routing::RoundRobin => "round-robin",
+            Routing::LeastConnections => "least-connections",
+        })
+    }
+}
+
+/// Bursts on top of the demand: an on-off Markov-modulated Poisson process. Bursts start at the
+/// rate of one per `every_s` (exponential gaps, seeded), last an exponential `length_s` on average,
+/// and multiply the demand by `factor` while they last. The timeline is drawn once from `seed`, so
+/// the models and the loadgen's schedule see the same bursts.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstParams {
+    pub factor: f64,
+    pub length: Span,
+    pub every: Span,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// The resolved bursts: their timeline in experiment seconds, `[start, end)` each, ascending.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bursts {
+    pub factor: f64,
+    pub length_s: f64,
+    pub every_s: f64,
+    pub seed: u64,
+    pub windows: Vec<(f64, f64)>,
+}
+
+impl Bursts {
+    /// Draws the timeline over `[from, to)`.
+    fn draw(b: &BurstParams, from: f64, to: f64) -> Bursts {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(b.seed);
+        let (length_s, every_s) = (b.length.secs(), b.every.secs());
+        let mut windows = Vec::new();
+        let mut t = from;
+        loop {
+            t += every_s * rng.sample::<f64, _>(rand_distr::Exp1);
+            if t >= to {
+                break;
+            }
+            let end = (t + length_s * rng.sample::<f64, _>(rand_distr::Exp1)).min(to);
+            windows.push((t, end));
+            t = end;
+        }
+        Bursts {
+            factor: b.factor,
+            length_s,
+            every_s,
+            seed: b.seed,
+            windows,
+        }
+    }
+
+    fn factor_at(&self, t: f64) -> f64 {
+        let i = self.windows.partition_point(|w| w.1 <= t);
+        match self.windows.get(i) {
+            Some(&(start, _)) if start <= t => self.factor,
+            _ => 1.0,
+        }
+    }
+
+    /// Seconds spent in bursts.
+    pub fn time_in_bursts(&self) -> f64 {
+        self.windows.iter().map(|(a, b)| b - a).sum()
+    }
 }
 
 /// Which signal(s) the HPA scales on.
@@ -378,6 +499,18 @@ pub struct Gateway {
     /// Whether the gateway stops retrying when the client has gone. Measured: HAProxy 2.6 does only
     /// with `option abortonclose` (off by default); nginx does (`proxy_ignore_client_abort off`).
     pub abort_on_close: bool,
+    /// How it picks a pod for each request.
+    pub balance: Balance,
+}
+
+/// A proxy's choice of pod per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balance {
+    /// HAProxy `balance roundrobin`; nginx's default.
+    RoundRobin,
+    /// HAProxy `balance leastconn`; nginx `least_conn`.
+    LeastConnections,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -425,6 +558,10 @@ pub struct Scenario {
     pub service: ServiceTime,
     /// Topology of the request-level model (the fluid reports both).
     pub topology: Topology,
+    /// How attempts reach the pods in the per-pod models and on a cluster.
+    pub routing: Routing,
+    /// Bursts on top of the demand, if any.
+    pub bursts: Option<Bursts>,
     pub hpa: Option<HpaSetup>,
     pub warmup_s: f64,
     /// Accounting window after the event: lost demand counts requests started in `[0, horizon)`.
@@ -449,16 +586,23 @@ impl Scenario {
             LoadEvent::Step { k } if t >= 0.0 => k,
             _ => 1.0,
         };
-        k * self.base_rate()
+        let burst = self.bursts.as_ref().map_or(1.0, |b| b.factor_at(t));
+        k * burst * self.base_rate()
     }
 
     /// Times at which the demand changes, ascending.
     pub fn demand_changes(&self) -> Vec<f64> {
-        match self.event {
+        let mut changes = match self.event {
             LoadEvent::None => vec![],
             LoadEvent::Spike { duration_s, .. } => vec![0.0, duration_s],
             LoadEvent::Step { .. } => vec![0.0],
+        };
+        if let Some(b) = &self.bursts {
+            changes.extend(b.windows.iter().flat_map(|&(a, z)| [a, z]));
+            changes.sort_by(f64::total_cmp);
+            changes.dedup();
         }
+        changes
     }
 
     /// Recovery is counted from the end of a spike, or from the start of a step.
@@ -467,6 +611,25 @@ impl Scenario {
             LoadEvent::Spike { duration_s, .. } => duration_s,
             _ => 0.0,
         }
+    }
+
+    /// The proxy in front of the pods: the retrying gateway, or, for a proxy's routing, an HAProxy
+    /// that only routes (no retries, a server timeout the clients always reach first, and it stops
+    /// when its client leaves), so the models' chain of attempts is the clients' alone.
+    pub fn proxy(&self) -> Option<Gateway> {
+        let balance = match self.routing {
+            _ if self.gateway.is_some() => return self.gateway,
+            Routing::KeepAlive => return None,
+            Routing::RoundRobin => Balance::RoundRobin,
+            Routing::LeastConnections => Balance::LeastConnections,
+        };
+        Some(Gateway {
+            kind: GatewayKind::Haproxy,
+            retries: 0,
+            timeout_s: 2.0 * self.timeout_s,
+            abort_on_close: true,
+            balance,
+        })
     }
 
     /// Attempts a client attempt becomes at the pods: `gateway.retries + 1` when the gateway
@@ -622,6 +785,12 @@ impl Scenario {
             cpu_initialization_period_s: h.cpu_initialization_period_s / s,
             initial_readiness_delay_s: h.initial_readiness_delay_s / s,
             ..h.clone()
+        });
+        x.bursts = self.bursts.as_ref().map(|b| Bursts {
+            length_s: b.length_s / s,
+            every_s: b.every_s / s,
+            windows: b.windows.iter().map(|&(a, z)| (a / s, z / s)).collect(),
+            ..b.clone()
         });
         x.warmup_s /= s;
         x.horizon_s /= s;
@@ -819,8 +988,10 @@ pub struct Params {
     pub retry_budget_ttl: Option<Span>,
     pub gateway: Option<GatewayParams>,
     pub abandoned: Option<Abandoned>,
-    pub service: Option<ServiceTime>,
+    pub service: Option<ServiceParams>,
     pub topology: Option<Topology>,
+    pub routing: Option<Routing>,
+    pub bursts: Option<BurstParams>,
     pub warmup: Option<Span>,
     pub horizon: Option<Span>,
     pub drained_wait: Option<Span>,
@@ -871,6 +1042,7 @@ impl GatewayParams {
             retries,
             timeout_s,
             abort_on_close: self.abort_on_close.unwrap_or(kind == GatewayKind::Nginx),
+            balance: Balance::RoundRobin,
         };
         // A gateway that keeps trying after the client left overlaps the client's next attempt
         // with its own tries: the models' chain of attempts cannot hold that.
@@ -950,7 +1122,7 @@ impl Params {
             retry_budget_min_per_s: Some(0.0),
             retry_budget_ttl: Some(Span::from_secs(10)),
             abandoned: Some(Abandoned::Serve),
-            service: Some(ServiceTime::Exponential),
+            service: Some(ServiceParams::Shape(ServiceShape::Exponential)),
             topology: Some(Topology::Pooled),
             warmup: Some(Span::from_secs(60)),
             horizon: Some(Span::from_secs(3600)),
@@ -980,6 +1152,8 @@ impl Params {
             abandoned: self.abandoned.or(base.abandoned),
             service: self.service.or(base.service),
             topology: self.topology.or(base.topology),
+            routing: self.routing.or(base.routing),
+            bursts: self.bursts.or(base.bursts),
             warmup: self.warmup.or(base.warmup),
             horizon: self.horizon.or(base.horizon),
             drained_wait: self.drained_wait.or(base.drained_wait),
@@ -1049,6 +1223,18 @@ impl Params {
             "horizon",
             required(context, "horizon", p.horizon)?.secs(),
         )?;
+        let gateway = match &p.gateway {
+            Some(g) => Some(g.resolve(context, timeout_s)?),
+            None => None,
+        };
+        let (routing, bursts) = routing_and_bursts(
+            context,
+            p.routing,
+            p.bursts.as_ref(),
+            gateway.is_some(),
+            warmup_s,
+            horizon_s,
+        )?;
         let fluid_dt_s = match p.fluid_dt {
             Some(d) => positive(context, "fluid_dt", d.secs())?,
             // 1/200 of the timeout: the figures are the same from 1/5000 to 1/100 (README).
@@ -1064,13 +1250,15 @@ impl Params {
             retries: p.retries.unwrap_or(2),
             backoff: p.backoff.unwrap_or(Backoff::NONE),
             retry_budget,
-            gateway: match &p.gateway {
-                Some(g) => Some(g.resolve(context, timeout_s)?),
-                None => None,
-            },
+            gateway,
             abandoned: p.abandoned.unwrap_or(Abandoned::Serve),
-            service: p.service.unwrap_or(ServiceTime::Exponential),
+            service: match p.service {
+                Some(service) => service.resolve(context)?,
+                None => ServiceTime::EXPONENTIAL,
+            },
             topology: p.topology.unwrap_or(Topology::Pooled),
+            routing,
+            bursts,
             hpa,
             warmup_s,
             horizon_s,
@@ -1083,6 +1271,44 @@ impl Params {
             time_scale: 1.0,
         })
     }
+}
+
+/// The routing (not with a retrying gateway, whose own balance decides) and the bursts' timeline
+/// over the warm-up and the horizon.
+fn routing_and_bursts(
+    context: &str,
+    routing: Option<Routing>,
+    bursts: Option<&BurstParams>,
+    has_gateway: bool,
+    warmup_s: f64,
+    horizon_s: f64,
+) -> Result<(Routing, Option<Bursts>), ExperimentError> {
+    let routing = routing.unwrap_or_default();
+    if has_gateway && routing != Routing::KeepAlive {
+        return Err(field_err(
+            context,
+            "routing",
+            routing,
+            "cannot be combined with a retrying `gateway` (its own balance decides)",
+        ));
+    }
+    let bursts = match bursts {
+        None => None,
+        Some(b) => {
+            if !(b.factor.is_finite() && b.factor > 0.0) {
+                return Err(field_err(
+                    context,
+                    "bursts.factor",
+                    b.factor,
+                    "must be positive",
+                ));
+            }
+            positive(context, "bursts.length", b.length.secs())?;
+            positive(context, "bursts.every", b.every.secs())?;
+            Some(Bursts::draw(b, -warmup_s, horizon_s))
+        }
+    };
+    Ok((routing, bursts))
 }
 
 impl HpaParams {

@@ -1,11 +1,14 @@
 //! The fluid model: work as a continuous flow through FIFO queues, advanced in fixed steps.
 //!
 //! Pooled: one queue served at `C` = ready pods x `c`; the wait an arrival sees is backlog / `C`.
-//! Per pod: a queue per ready pod, and the clients' keep-alive connections deciding where an attempt
-//! (first or retry alike) goes ([`route`]): on the connection answered last, else a new connection to a
-//! ready pod at random, as a Kubernetes Service picks an endpoint per connection. So a pod keeps the
-//! attempts its answers bring back and, while no connection is idle, also takes its share of the new
-//! ones; a pod that answers nothing in time gets only that share. A new pod starts empty; a removed pod
+//! Per pod: a queue per ready pod, and the scenario's [`Routing`] deciding where an attempt (first or
+//! retry alike) goes. With the clients' keep-alive connections ([`route`]): on the connection answered
+//! last, else a new connection to a ready pod at random, as a Kubernetes Service picks an endpoint per
+//! connection. So a pod keeps the attempts its answers bring back and, while no connection is idle,
+//! also takes its share of the new ones; a pod that answers nothing in time gets only that share.
+//! Through a proxy: round robin spreads every attempt evenly ([`spread`]); least connections fills the
+//! pods with the fewest attempts in flight first ([`least_connections`]), an attempt counting until it
+//! is answered or its client times out. A new pod starts empty; a removed pod
 //! (the newest) leaves the endpoints, its idle connections are closed, and it finishes its backlog for
 //! nobody. In both, an attempt arriving to a wait of at
 //! least `tau_out` times out and its retry arrives `tau_out` (+ backoff) later; abandoned work is served,
@@ -17,7 +20,7 @@
 use std::collections::VecDeque;
 
 use crate::control::{Control, PodEvent, Totals};
-use crate::experiment::{Abandoned, Scenario, Topology};
+use crate::experiment::{Abandoned, Routing, Scenario, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::Record;
 
@@ -55,6 +58,8 @@ struct Fluid<'s> {
     pooled_backlog: f64,
     pods: Vec<Pod>,
     draining: Vec<f64>,
+    /// Steps an attempt that will time out stays in flight at a proxy: the timeout.
+    in_flight_steps: usize,
     totals: Totals,
     events: Vec<PodEvent>,
 }
@@ -94,6 +99,7 @@ impl<'s> Fluid<'s> {
             pooled_backlog: 0.0,
             pods: vec![Pod::default(); s.pods as usize],
             draining: Vec::new(),
+            in_flight_steps: (s.pod_timeout_s() / dt).round().max(1.0) as usize,
             totals: Totals::default(),
             events: Vec::new(),
         })
@@ -189,7 +195,11 @@ impl<'s> Fluid<'s> {
             }
             Topology::PerPod if self.pods.is_empty() => (1.0, f64::INFINITY),
             Topology::PerPod => {
-                route(&mut self.pods, total);
+                match self.s.routing {
+                    Routing::KeepAlive => route(&mut self.pods, total),
+                    Routing::RoundRobin => spread(&mut self.pods, total),
+                    Routing::LeastConnections => least_connections(&mut self.pods, total),
+                }
                 let (mut failing, mut longest) = (0.0, 0.0f64);
                 for p in &self.pods {
                     longest = longest.max(p.backlog);
@@ -234,8 +244,10 @@ impl<'s> Fluid<'s> {
                 self.totals.busy_s += served / c;
             }
             Topology::PerPod => {
+                let steps = self.in_flight_steps;
                 for p in &mut self.pods {
                     let waited = p.backlog / c < tau;
+                    p.doomed_in_flight(if waited { 0.0 } else { p.share }, steps);
                     if waited || !drop {
                         p.enqueue(p.share, waited);
                     }
@@ -265,6 +277,12 @@ struct Pod {
     idle: f64,
     /// Attempts routed here this step.
     share: f64,
+    /// Queued work whose client still waits for it.
+    live: f64,
+    /// Per step, the attempts that arrived here to a wait past the timeout, over the last timeout:
+    /// a proxy counts them in flight until their clients leave.
+    doomed: VecDeque<f64>,
+    doomed_sum: f64,
 }
 
 impl Pod {
@@ -277,6 +295,24 @@ impl Pod {
             _ => self.queue.push_back((amount, waited)),
         }
         self.backlog += amount;
+        if waited {
+            self.live += amount;
+        }
+    }
+
+    /// Attempts in flight at a proxy: the live ones queued here and those still timing out.
+    fn in_flight(&self) -> f64 {
+        self.live + self.doomed_sum
+    }
+
+    /// Adds this step's doomed arrivals to the window of the last `steps` steps.
+    fn doomed_in_flight(&mut self, amount: f64, steps: usize) {
+        self.doomed.push_back(amount);
+        self.doomed_sum += amount;
+        while self.doomed.len() > steps {
+            self.doomed_sum -= self.doomed.pop_front().unwrap_or(0.0);
+        }
+        self.doomed_sum = self.doomed_sum.max(0.0);
     }
 
     /// Serves up to `work` from the head; what it answers returns its connection.
@@ -291,6 +327,7 @@ impl Pod {
             self.backlog -= done;
             if *waited {
                 self.returned += done;
+                self.live = (self.live - done).max(0.0);
             }
             if *amount <= 0.0 {
                 self.queue.pop_front();
@@ -327,6 +364,40 @@ fn route(pods: &mut [Pod], total: f64) {
     }
 }
 
+/// A proxy's per-request round robin: every ready pod gets the same share.
+fn spread(pods: &mut [Pod], total: f64) {
+    let each = total / pods.len() as f64;
+    for p in pods.iter_mut() {
+        p.share = each;
+    }
+}
+
+/// A proxy's least connections: each attempt goes to a pod with the fewest in flight, so a step's
+/// attempts fill the lowest pods up to a common level (water filling).
+fn least_connections(pods: &mut [Pod], total: f64) {
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|&a, &b| pods[a].in_flight().total_cmp(&pods[b].in_flight()));
+    // Raise the level over the k lowest pods until the attempts are used up.
+    let (mut level, mut left, mut k) = (0.0, total, 0);
+    while k < order.len() {
+        level = pods[order[k]].in_flight();
+        k += 1;
+        let next = order.get(k).map_or(f64::INFINITY, |&i| pods[i].in_flight());
+        let room = (next - level) * k as f64;
+        if room >= left {
+            level += left / k as f64;
+            left = 0.0;
+            break;
+        }
+        left -= room;
+        level = next;
+    }
+    debug_assert!(left <= 1e-9 * total.max(1.0));
+    for p in pods.iter_mut() {
+        p.share = (level - p.in_flight()).max(0.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,6 +418,45 @@ mod tests {
         route(&mut pods, 6.0);
         assert_eq!((pods[0].share, pods[1].share), (5.0, 1.0));
         assert_eq!(pods[0].idle, 0.0);
+    }
+
+    #[test]
+    fn least_connections_fills_the_pods_with_fewest_in_flight_first() {
+        let busy = Pod {
+            live: 4.0,
+            ..Pod::default()
+        };
+        let mut doomed = Pod::default();
+        doomed.doomed_in_flight(3.0, 2);
+        let mut pods = vec![busy, doomed, Pod::default()];
+        // 2 attempts: all to the empty pod (level 0 -> 2, under the doomed pod's 3).
+        least_connections(&mut pods, 2.0);
+        let shares: Vec<f64> = pods.iter().map(|p| p.share).collect();
+        assert_eq!(shares, [0.0, 0.0, 2.0]);
+        // 7 attempts: level 4 over the two lowest (1 + 4), then 2 more over all three.
+        least_connections(&mut pods, 7.0);
+        let shares: Vec<f64> = pods.iter().map(|p| p.share).collect();
+        let want = [2.0 / 3.0, 1.0 + 2.0 / 3.0, 4.0 + 2.0 / 3.0];
+        for (got, want) in shares.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{shares:?}");
+        }
+        // A doomed attempt leaves the count once its timeout has passed.
+        pods[1].doomed_in_flight(0.0, 2);
+        pods[1].doomed_in_flight(0.0, 2);
+        assert_eq!(pods[1].in_flight(), 0.0);
+    }
+
+    #[test]
+    fn round_robin_spreads_evenly_whatever_the_pods_answered() {
+        let mut pods = vec![
+            Pod {
+                returned: 5.0,
+                ..Pod::default()
+            },
+            Pod::default(),
+        ];
+        spread(&mut pods, 3.0);
+        assert_eq!((pods[0].share, pods[1].share), (1.5, 1.5));
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - [`fluid`]: the pooled and per-pod fluid models; [`des`]: the seeded request-level model.
 //! - [`outcome`]: the one definition of "recovered" and "lost", applied to any per-second record.
 //! - [`power`]: whether a run's metric noise can move the pod count it is judged on.
-//! - [`predict`]: every model for a case; [`report`]: predictions as text and JSON.
+//! - [`predict`]: every model for a case; [`report`]: predictions as text and JSON;
+//!   [`threshold`]: where a sweep of HPA targets turns from recovered to failed.
 
 pub mod budget;
 pub mod control;
@@ -32,3 +33,4 @@ pub mod outcome;
 pub mod power;
 pub mod predict;
 pub mod report;
+pub mod threshold;

@@ -126,6 +126,10 @@ pub struct Outcome {
     pub horizon_s: f64,
     /// Some attempt timed out in the accounting window.
     pub triggered: bool,
+    /// When the first attempt timed out, seconds from the load event (a trigger with no load
+    /// event is one the service made by itself).
+    #[serde(default)]
+    pub first_timeout_s: Option<f64>,
     pub peak_pods: u32,
     pub final_pods: u32,
     pub lost_fraction: Option<f64>,
@@ -323,6 +327,9 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
         trapped: triggered && !recovered && self_sustaining(record, c),
         horizon_s: c.to,
         triggered,
+        first_timeout_s: in_window(record, c)
+            .find(|r| r.timed_out > 0.0)
+            .map(|r| r.t),
         peak_pods: in_window(record, c)
             .map(|r| r.pods_ready)
             .max()
@@ -673,6 +680,7 @@ mod tests {
             peak_pods: 20,
             final_pods: 20,
             lost_fraction: Some(0.99),
+            first_timeout_s: None,
             provisioning: Provisioning::default(),
         }
     }

@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use crate::experiment::{HpaSignal, LoadEvent, Scenario, ServiceTime};
+use crate::experiment::{HpaSignal, LoadEvent, Scenario};
 use crate::laws;
 
 /// Largest chance, over a run, that noise alone moves the final pod count for the count to be
@@ -89,10 +89,9 @@ pub fn pod_resolution(rs: &Scenario) -> Option<PodResolution> {
         h.max_replicas,
     );
     // The CPU signal is metrics-server's shorter window of busy time: a sum of service times,
-    // whose exponential spread doubles the variance of the count.
-    let (window_s, variance) = match (h.signal, rs.service) {
-        (HpaSignal::Cpu, ServiceTime::Exponential) => (h.cpu_window_s, 2.0),
-        (HpaSignal::Cpu, ServiceTime::Deterministic) => (h.cpu_window_s, 1.0),
+    // whose spread adds CV^2 to the variance of the count (2 for exponential).
+    let (window_s, variance) = match h.signal {
+        HpaSignal::Cpu => (h.cpu_window_s, 1.0 + rs.service.cv().powi(2)),
         _ => (h.metric_window_s, 1.0),
     };
     let per_window = rate * window_s;

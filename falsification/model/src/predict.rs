@@ -5,7 +5,8 @@ use serde::Serialize;
 
 use crate::experiment::{Case, Experiment, LoadEvent, Scenario, Topology};
 use crate::hpa::HpaError;
-use crate::outcome::{self, Criteria, Evidence, Outcome, Verdict};
+use crate::outcome::{self, Criteria, Evidence, Outcome, State, Verdict};
+use crate::threshold::{self, Point, Threshold};
 use crate::{des, fluid, laws};
 
 /// The request-level model over seeds: the median run's figures, the spread, and every run.
@@ -65,6 +66,52 @@ pub struct ExperimentPrediction {
     pub refuted_if: String,
     pub time_scale: f64,
     pub cases: Vec<CasePrediction>,
+    /// For cases that sweep the HPA's target: where each model puts the threshold, per routing.
+    pub thresholds: Vec<SweepThreshold>,
+}
+
+/// Where each model puts a sweep's threshold, beside the publication's `1/A`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepThreshold {
+    pub routing: crate::experiment::Routing,
+    pub one_over_a: f64,
+    pub cases: Vec<String>,
+    pub fluid_pooled: Threshold,
+    pub fluid_per_pod: Threshold,
+    pub request_level: Option<Threshold>,
+}
+
+/// The thresholds of every sweep among `cases`.
+pub fn thresholds(cases: &[CasePrediction]) -> Vec<SweepThreshold> {
+    threshold::sweeps(cases.iter().map(|c| &c.parameters))
+        .into_iter()
+        .map(|(routing, members)| {
+            let of = |o: &dyn Fn(&CasePrediction) -> Option<State>| {
+                let points: Vec<Point> = members
+                    .iter()
+                    .map(|&i| Point {
+                        target: cases[i]
+                            .parameters
+                            .hpa
+                            .as_ref()
+                            .map_or(0.0, |h| h.target_utilization),
+                        state: o(&cases[i]),
+                    })
+                    .collect();
+                threshold::locate(&points)
+            };
+            let all_request_level = members.iter().all(|&i| cases[i].request_level.is_some());
+            SweepThreshold {
+                routing,
+                one_over_a: 1.0 / cases[members[0]].amplification,
+                cases: members.iter().map(|&i| cases[i].name.clone()).collect(),
+                fluid_pooled: of(&|c| Some(c.fluid_pooled.state())),
+                fluid_per_pod: of(&|c| Some(c.fluid_per_pod.state())),
+                request_level: all_request_level
+                    .then(|| of(&|c| c.request_level.as_ref().map(|r| r.median.state()))),
+            }
+        })
+        .collect()
 }
 
 /// The outcome criteria of a scenario.
@@ -116,7 +163,11 @@ pub fn fluid_outcome(s: &Scenario, topology: Topology) -> Result<Outcome, HpaErr
 
 /// What the laws alone say; `None` fields where no closed form exists (e.g. recovery under an HPA).
 pub fn closed_form(s: &Scenario) -> Outcome {
-    let a = s.amplification();
+    // Pods that drop abandoned work carry no debt: the retries still arrive, but nothing past its
+    // timeout is served, so the laws' trap (A rho >= 1 of served work) cannot form. Its recovery
+    // has no closed form.
+    let drops = s.abandoned == crate::experiment::Abandoned::Drop;
+    let a = if drops { 1.0 } else { s.amplification() };
     let lambda = s.base_rate();
     let c = s.rate_per_pod;
     let tau = s.pod_timeout_s();
@@ -138,7 +189,7 @@ pub fn closed_form(s: &Scenario) -> Outcome {
                 },
             );
         let recovery_s = match s.event {
-            LoadEvent::Spike { duration_s, .. } if triggered => {
+            LoadEvent::Spike { duration_s, .. } if triggered && !drops => {
                 laws::recovery_time(a, k, rho, duration_s, tau)
             }
             _ => None,
@@ -164,13 +215,14 @@ pub fn closed_form(s: &Scenario) -> Outcome {
             goodput_recovery_s,
             // In one pool the wait falls under the timeout when requests succeed again.
             debt_served_s: goodput_recovery_s,
-            recovered: recovery_s.is_some(),
+            recovered: recovery_s.is_some() || (drops && triggered && !trapped),
             trapped,
             horizon_s: s.horizon_s,
             triggered,
             peak_pods: s.pods,
             final_pods: s.pods,
             lost_fraction,
+            first_timeout_s: None,
             provisioning: Default::default(),
         };
     };
@@ -219,6 +271,7 @@ pub fn closed_form(s: &Scenario) -> Outcome {
         peak_pods: if triggered { peak } else { first },
         final_pods: first,
         lost_fraction,
+        first_timeout_s: None,
         provisioning: Default::default(),
     }
 }
@@ -348,8 +401,10 @@ pub fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
 /// Every case of an experiment, after applying the time scale.
 pub fn predict(experiment: &Experiment, time_scale: f64) -> Result<ExperimentPrediction, HpaError> {
     let e = experiment.time_scaled(time_scale);
-    let cases = e.cases.iter().map(predict_case).collect::<Result<_, _>>()?;
+    let cases: Vec<CasePrediction> = e.cases.iter().map(predict_case).collect::<Result<_, _>>()?;
+    let thresholds = thresholds(&cases);
     Ok(ExperimentPrediction {
+        thresholds,
         experiment: e.id,
         title: e.title,
         condition: e.condition,

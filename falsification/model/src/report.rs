@@ -30,6 +30,24 @@ fn diff(v: Option<f64>) -> String {
     v.map_or(String::new(), |d| format!("{:+.1}%", d * 100.0))
 }
 
+/// Where each model puts the threshold of a sweep of HPA targets, beside the publication's 1/A.
+fn threshold_text(out: &mut String, e: &ExperimentPrediction) {
+    for t in &e.thresholds {
+        let _ = writeln!(
+            out,
+            "Scaler threshold, {} routing ({}): the target from which the HPA keeps it failed, 1/A = {:.2} (the publication's)",
+            t.routing,
+            t.cases.join(", "),
+            t.one_over_a
+        );
+        let _ = writeln!(out, "  fluid pooled     {}", t.fluid_pooled);
+        let _ = writeln!(out, "  fluid per-pod    {}", t.fluid_per_pod);
+        if let Some(r) = &t.request_level {
+            let _ = writeln!(out, "  request level    {r}");
+        }
+    }
+}
+
 /// A model's state in one short cell: trapped is a self-sustaining failure, not a slow recovery.
 pub fn state_cell(o: &Outcome) -> String {
     match o.state() {
@@ -126,6 +144,24 @@ fn case_text(out: &mut String, c: &CasePrediction) {
             &r.median,
             &format!("{} [{spread}]", diff(d.request_level)),
         );
+        // With no load event, any timeout is a trigger the service made by itself.
+        if s.event == LoadEvent::None {
+            let firsts: Vec<String> = r
+                .seeds
+                .iter()
+                .zip(&r.runs)
+                .map(|(seed, o)| {
+                    o.first_timeout_s.map_or(format!("seed {seed} none"), |t| {
+                        format!("seed {seed} {} ({})", secs(Some(t)), state_cell(o))
+                    })
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  trigger of its own (request level, first timeout): {}",
+                firsts.join(", ")
+            );
+        }
     }
     let v = &c.verdict_fluid_pooled;
     let _ = writeln!(
@@ -220,6 +256,7 @@ pub fn text(predictions: &[ExperimentPrediction]) -> String {
             case_text(&mut out, c);
         }
         provisioning_text(&mut out, e);
+        threshold_text(&mut out, e);
         out.push('\n');
     }
     out

@@ -920,6 +920,7 @@ mod tests {
             retries: 2,
             timeout_s: 0.15,
             abort_on_close,
+            balance: falsification_model::experiment::Balance::RoundRobin,
         };
         let listen = SocketAddr::from(([127, 0, 0, 1], 9000));
         nginx_config(&g, listen, Path::new("/t"), pods)

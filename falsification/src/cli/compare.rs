@@ -308,6 +308,7 @@ mod tests {
             final_pods: 20,
             lost_fraction: Some(lost),
             triggered: true,
+            first_timeout_s: None,
             provisioning: Default::default(),
         };
         CaseResult {

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use falsification_model::experiment::{
     self, Abandoned, Backoff, Experiment, GatewayKind, GatewayParams, HpaParams, HpaSignal,
-    Multiple, Params, ServiceTime, Span, Spike, Topology,
+    Multiple, Params, Routing, ServiceParams, ServiceShape, Span, Spike, Topology,
 };
 use falsification_model::{predict, report};
 
@@ -126,9 +126,16 @@ pub struct ScenarioFlags {
     /// What servers do with work whose client has gone [default: serve].
     #[arg(long, value_enum, env = "FALSIFICATION_ABANDONED")]
     pub abandoned: Option<AbandonedArg>,
-    /// Service-time distribution of the request-level model [default: exponential].
+    /// Service-time distribution of the pods and the request-level model [default: exponential].
     #[arg(long, value_enum, env = "FALSIFICATION_SERVICE")]
-    pub service: Option<ServiceArg>,
+    pub service: Option<ServiceShape>,
+    /// Coefficient of variation of lognormal and Pareto service times (std / mean).
+    #[arg(long, env = "FALSIFICATION_SERVICE_CV", requires = "service")]
+    pub service_cv: Option<f64>,
+    /// How attempts reach the pods (per pod): the clients' keep-alive connections, or a proxy's
+    /// round robin or least connections [default: keep-alive].
+    #[arg(long, value_enum, env = "FALSIFICATION_ROUTING")]
+    pub routing: Option<Routing>,
     /// Topology of the request-level model [default: pooled].
     #[arg(long, value_enum, env = "FALSIFICATION_TOPOLOGY")]
     pub topology: Option<TopologyArg>,
@@ -207,12 +214,6 @@ pub enum AbandonedArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ServiceArg {
-    Exponential,
-    Deterministic,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TopologyArg {
     Pooled,
     PerPod,
@@ -250,10 +251,12 @@ impl ScenarioFlags {
                 AbandonedArg::Serve => Abandoned::Serve,
                 AbandonedArg::Drop => Abandoned::Drop,
             }),
-            service: self.service.map(|s| match s {
-                ServiceArg::Exponential => ServiceTime::Exponential,
-                ServiceArg::Deterministic => ServiceTime::Deterministic,
+            service: self.service.map(|shape| ServiceParams::WithCv {
+                shape,
+                cv: self.service_cv,
             }),
+            routing: self.routing,
+            bursts: None,
             topology: self.topology.map(|t| match t {
                 TopologyArg::Pooled => Topology::Pooled,
                 TopologyArg::PerPod => Topology::PerPod,

@@ -226,7 +226,7 @@ impl Cluster for Embedded {
             ("meter".into(), version(&self.bins.meter)),
             ("loadgen".into(), version(&self.bins.loadgen)),
         ]);
-        if let Some(g) = &self.rs.gateway {
+        if let Some(g) = self.rs.proxy() {
             versions.insert("gateway".into(), GatewayProcess::version(g.kind));
         }
         Description {
@@ -274,7 +274,7 @@ impl Cluster for Embedded {
         .await?;
         std::fs::create_dir_all(self.dir.join("config"))
             .with_context(|| format!("creating {}", self.dir.join("config").display()))?;
-        if let Some(g) = &self.rs.gateway {
+        if let Some(g) = &self.rs.proxy() {
             // One slot per pod the case can have.
             let slots = self
                 .rs

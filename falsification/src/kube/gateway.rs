@@ -58,7 +58,7 @@ pub fn haproxy_config(g: &Gateway, namespace: &str, slots: u32, resolve_s: f64) 
          \x20   maxconn {MAX_CONNECTIONS}\n\
          \x20   default_backend {BACKEND}\n\
          backend {BACKEND}\n\
-         \x20   balance roundrobin\n\
+         \x20   balance {balance}\n\
          \x20   server-template pod 1-{slots} {PODS_SERVICE}.{namespace}.svc.cluster.local:8080 check resolvers kube resolve-prefer ipv4 init-addr none\n\
          frontend stats\n\
          \x20   bind :{STATS_PORT}\n\
@@ -66,6 +66,7 @@ pub fn haproxy_config(g: &Gateway, namespace: &str, slots: u32, resolve_s: f64) 
          \x20   stats uri /stats\n",
         retries = g.retries,
         defaults = haproxy_defaults(g),
+        balance = crate::gateway::haproxy_balance(g),
     )
 }
 
@@ -143,6 +144,7 @@ mod tests {
         let text = haproxy_config(
             &Gateway {
                 abort_on_close: true,
+                balance: falsification_model::experiment::Balance::RoundRobin,
                 ..g
             },
             "rdk-run",

@@ -108,7 +108,7 @@ pub fn render(k8s: &Path, overlay: &str) -> Result<String, ManifestError> {
 /// overlay's gateway objects (labelled [`gateway::COMPONENT`]), so any signal can sit behind
 /// the gateway.
 pub fn render_case(k8s: &Path, se: &Scenario) -> Result<String, ManifestError> {
-    if let Some(g) = &se.gateway
+    if let Some(g) = &se.proxy()
         && g.kind != GatewayKind::Haproxy
     {
         return Err(ManifestError::Gateway {
@@ -117,7 +117,7 @@ pub fn render_case(k8s: &Path, se: &Scenario) -> Result<String, ManifestError> {
         });
     }
     let mut yaml = render(k8s, overlay(se))?;
-    if se.gateway.is_some() {
+    if se.proxy().is_some() {
         yaml.push_str("\n---\n");
         yaml.push_str(&gateway_objects(&render(k8s, "gateway")?)?);
     }
@@ -176,7 +176,7 @@ impl GatewayValues {
     /// The gateway of a run-time scenario `rs` at `time_scale` in `namespace`; `None` without
     /// one. The pods are re-resolved every experiment second (run seconds 1 / S, at least 0.1).
     pub fn new(rs: &Scenario, namespace: &str, time_scale: f64) -> Option<GatewayValues> {
-        let g = rs.gateway?;
+        let g = rs.proxy()?;
         let slots = rs
             .autoscaler()
             .map_or(rs.pods, |a| a.spec.max_replicas.max(1) as u32)

@@ -393,11 +393,12 @@ impl KubeCluster {
             sockets_per_shard: sockets,
             shard_start_lateness_s: None,
             merge: None,
-            gateway: rs.gateway.zip(values.gateway.as_ref()).map(|(g, v)| {
+            gateway: rs.proxy().zip(values.gateway.as_ref()).map(|(g, v)| {
                 format!(
-                    "haproxy (Debian bookworm's, in the image): retries {}, retry-on response-timeout \
-                     conn-failure, timeout server {:.3} s (run), abortonclose {}, {} server slots \
-                     resolving {}.{}",
+                    "haproxy (Debian bookworm's, in the image): balance {}, retries {}, retry-on \
+                     response-timeout conn-failure, timeout server {:.3} s (run), abortonclose {}, \
+                     {} server slots resolving {}.{}",
+                    crate::gateway::haproxy_balance(&g),
                     g.retries,
                     g.timeout_s,
                     g.abort_on_close,

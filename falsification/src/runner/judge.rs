@@ -260,6 +260,7 @@ mod tests {
             peak_pods,
             final_pods: 4,
             lost_fraction: Some(0.2),
+            first_timeout_s: None,
             provisioning: Default::default(),
         }
     }

@@ -133,8 +133,11 @@ async fn preflight(reader: &Reader, config: &TriggerConfig) -> anyhow::Result<()
 
 /// The loadgen ready to start: here, or in the cluster.
 enum Launch {
-    Local { command: Command, binary: PathBuf },
-    Cluster(loadgen::Invocation),
+    Local {
+        command: Box<Command>,
+        binary: PathBuf,
+    },
+    Cluster(Box<loadgen::Invocation>),
 }
 
 /// Everything checked and written before any load: the schedule, the binary, the record's
@@ -161,12 +164,15 @@ fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Laun
         },
     );
     if settings.cluster.is_some() {
-        return Ok(Launch::Cluster(invocation));
+        return Ok(Launch::Cluster(Box::new(invocation)));
     }
     let binary = Binaries::find(settings.bin_dir.as_deref(), "loadgen")?;
     let mut command = Command::new(&binary);
     command.args(invocation.args());
-    Ok(Launch::Local { command, binary })
+    Ok(Launch::Local {
+        command: Box::new(command),
+        binary,
+    })
 }
 
 /// The load, running: a local loadgen and the task reading its stdout, or the cluster's Job.
@@ -248,7 +254,7 @@ async fn start_load(
 ) -> anyhow::Result<(Load, Rows, tokio::time::Instant)> {
     match launch {
         Launch::Local { command, binary } => {
-            let (child, reading, rows) = spawn_loadgen(command, &binary, &config.run.out)?;
+            let (child, reading, rows) = spawn_loadgen(*command, &binary, &config.run.out)?;
             Ok((
                 Load::Local(child, reading),
                 rows,
@@ -260,7 +266,7 @@ async fn start_load(
             let rows = Rows::default();
             // Dropping the start on Ctrl-C deletes what it created.
             let load = tokio::select! {
-                load = ClusterLoad::start(target, invocation, rows.clone()) => load?,
+                load = ClusterLoad::start(target, *invocation, rows.clone()) => load?,
                 _ = interrupt.changed() => bail!("interrupted while starting the load in the cluster: nothing was sent"),
             };
             let (image, source) = load.image();
