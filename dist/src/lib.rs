@@ -1,4 +1,5 @@
-//! Service-time distributions: the one definition of "a request's service time" in the kit.
+//! Service-time distributions and arrival traces: the one definition of "a request's service
+//! time" in the kit, and of a replayed arrival trace ([`trace`]).
 //!
 //! A [`ServiceTime`] is a [`Shape`] (deterministic, exponential, lognormal or Pareto) and a
 //! coefficient of variation; [`ServiceTime::sample`] draws one service time with a given mean from
@@ -12,6 +13,8 @@
 
 use std::fmt;
 use std::str::FromStr;
+
+pub mod trace;
 
 use rand::Rng;
 use rand_distr::{Distribution, Exp1, LogNormal, Pareto};

@@ -3,11 +3,13 @@
 
 use std::time::Duration;
 
-use falsification_model::experiment::{Abandoned as ModelAbandoned, LoadEvent, Scenario};
+use falsification_model::experiment::{Abandoned as ModelAbandoned, Scenario};
 use loadgen::config::RetryOn;
 use loadgen::policy::Backoff;
 use loadgen::schedule::Step;
-use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, ScheduleError, TargetSource};
+use loadgen::{
+    ArrivalKind, BudgetFlags, Invocation, Load, Schedule, ScheduleError, TargetSource, TraceFlags,
+};
 use service::PodFlags;
 
 /// A duration in run seconds as the kit's binaries take it: to the microsecond.
@@ -20,28 +22,16 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> Result<Schedule, ScheduleErr
     // Step times to the microsecond, as every other duration the binaries get.
     let at = |t: f64| run_duration(t).as_secs_f64();
     let w = s.warmup_s;
-    let base = s.base_rate() * demand_scale;
+    // The demand is piecewise constant: its value from each change on (the load event's and the
+    // bursts' edges), as the models see it.
     let mut steps = vec![Step {
         at: 0.0,
-        rate: base,
+        rate: s.demand(-w) * demand_scale,
     }];
-    match s.event {
-        LoadEvent::None => {}
-        LoadEvent::Spike { k, duration_s } => {
-            steps.push(Step {
-                at: at(w),
-                rate: k * base,
-            });
-            steps.push(Step {
-                at: at(w + duration_s),
-                rate: base,
-            });
-        }
-        LoadEvent::Step { k } => steps.push(Step {
-            at: at(w),
-            rate: k * base,
-        }),
-    }
+    steps.extend(s.demand_changes().into_iter().map(|c| Step {
+        at: at(w + c),
+        rate: s.demand(c) * demand_scale,
+    }));
     // A later step at the same time replaces an earlier one (no warm-up).
     steps.dedup_by(|later, earlier| {
         if later.at <= earlier.at {
@@ -96,7 +86,19 @@ pub fn loadgen(
         retry_on: rs
             .gateway
             .map(|_| vec![RetryOn::Timeout, RetryOn::Connect, RetryOn::Status5xx]),
-        ..Invocation::new(targets, Load::Schedule(schedule(rs, 1.0)?))
+        // A trace replaces the schedule: the loadgen reads the file itself.
+        trace: rs.trace.as_ref().map(|t| TraceFlags {
+            file: t.path.clone().into(),
+            speed: Some(t.speed),
+            sample: Some(t.sample),
+        }),
+        ..Invocation::new(
+            targets,
+            match &rs.trace {
+                Some(_) => Load::Rate(1.0),
+                None => Load::Schedule(schedule(rs, 1.0)?),
+            },
+        )
     })
 }
 
@@ -119,5 +121,25 @@ mod tests {
         f1.horizon_s = 100.0;
         let s = schedule(&f1, 1.0).unwrap();
         assert_eq!((steps(&s), s.end()), (vec![(0.0, 200.0)], Some(130.0)));
+    }
+
+    #[test]
+    fn the_schedule_carries_the_bursts_the_models_see() {
+        let e = load("F8").unwrap();
+        let case = e
+            .cases
+            .iter()
+            .find(|c| c.scenario.name == "bursts-95")
+            .unwrap();
+        let rs = case.scenario.time_scaled(10.0);
+        let bursts = rs.bursts.as_ref().unwrap();
+        let s = schedule(&rs, 0.5).unwrap();
+        let base = rs.base_rate() * 0.5;
+        assert_eq!(s.steps().len(), 1 + 2 * bursts.windows.len());
+        for (i, w) in bursts.windows.iter().enumerate() {
+            let (on, off) = (&s.steps()[1 + 2 * i], &s.steps()[2 + 2 * i]);
+            assert!((on.at - w.0).abs() < 1e-6 && (off.at - w.1).abs() < 1e-6);
+            assert!((on.rate - 1.5 * base).abs() < 1e-9 && (off.rate - base).abs() < 1e-9);
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! The request-level model: a seeded discrete-event simulation of individual requests. Poisson first
-//! attempts following the scenario's demand (its bursts too), service times drawn from the pods' own
+//! attempts following the scenario's demand (its bursts too) or the times of its trace, service
+//! times drawn from the pods' own
 //! distribution (`kit_dist`: deterministic, exponential, lognormal, Pareto), each attempt timing
 //! out `tau_out` after it was sent (its retry follows after the backoff), the same retry budget and the
 //! same HPA module (through [`Control`]) as the fluid model.
@@ -109,6 +110,8 @@ struct Sim<'a> {
     /// counting, and whose turn is next.
     in_flight: Vec<BinaryHeap<Reverse<Until>>>,
     turn: usize,
+    /// The next arrival of the scenario's trace, if it replays one.
+    trace_next: usize,
     /// Pooled: the FIFO, how many at its head have timed out, idle servers, servers to retire.
     queue: VecDeque<Queued>,
     timed_out_head: usize,
@@ -128,31 +131,7 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
         None => Control::fixed(s.pods),
     };
     let pooled = topology == Topology::Pooled;
-    let mut sim = Sim {
-        s,
-        rng: SmallRng::seed_from_u64(seed),
-        record: Record::span(start, end, 1.0 / s.time_scale),
-        heap: BinaryHeap::new(),
-        budget: s.retry_budget.map(|b| BudgetState::new(b, start)),
-        free_at: if pooled {
-            Vec::new()
-        } else {
-            (0..u64::from(s.pods)).map(|id| (id, start)).collect()
-        },
-        next_pod: u64::from(s.pods),
-        connections: Vec::new(),
-        in_flight: if pooled {
-            Vec::new()
-        } else {
-            vec![BinaryHeap::new(); s.pods as usize]
-        },
-        turn: 0,
-        queue: VecDeque::new(),
-        timed_out_head: 0,
-        idle: if pooled { s.pods } else { 0 },
-        retiring: 0,
-        totals: Totals::default(),
-    };
+    let mut sim = Sim::new(s, pooled, seed, start, end);
     let changes = s.demand_changes();
     let mut next_first = sim.next_arrival(start, &changes);
     let mut pod_events = Vec::new();
@@ -236,9 +215,51 @@ fn fill_pods(record: &mut Record, initial: u32) {
     }
 }
 
+impl<'a> Sim<'a> {
+    fn new(s: &'a Scenario, pooled: bool, seed: u64, start: f64, end: f64) -> Sim<'a> {
+        Sim {
+            s,
+            rng: SmallRng::seed_from_u64(seed),
+            record: Record::span(start, end, 1.0 / s.time_scale),
+            heap: BinaryHeap::new(),
+            budget: s.retry_budget.map(|b| BudgetState::new(b, start)),
+            free_at: if pooled {
+                Vec::new()
+            } else {
+                (0..u64::from(s.pods)).map(|id| (id, start)).collect()
+            },
+            next_pod: u64::from(s.pods),
+            connections: Vec::new(),
+            in_flight: if pooled {
+                Vec::new()
+            } else {
+                vec![BinaryHeap::new(); s.pods as usize]
+            },
+            turn: 0,
+            trace_next: 0,
+            queue: VecDeque::new(),
+            timed_out_head: 0,
+            idle: if pooled { s.pods } else { 0 },
+            retiring: 0,
+            totals: Totals::default(),
+        }
+    }
+}
+
 impl Sim<'_> {
-    /// Next Poisson first attempt after `now`, exact across the demand's steps (memorylessness).
+    /// Next first attempt after `now`: the trace's next replayed time, or Poisson, exact across
+    /// the demand's steps (memorylessness).
     fn next_arrival(&mut self, mut now: f64, changes: &[f64]) -> f64 {
+        if let Some(trace) = &self.s.trace {
+            while self.trace_next < trace.times.len() {
+                let i = self.trace_next;
+                self.trace_next += 1;
+                if trace.keeps(i) {
+                    return trace.times[i];
+                }
+            }
+            return f64::INFINITY;
+        }
         loop {
             let rate = self.s.demand(now);
             let next_change = changes

@@ -1,4 +1,4 @@
-//! Experiments as data: F1-F4 as TOML files (built in, from `experiments/`), or ad hoc from flags.
+//! Experiments as data: F0-F8 as TOML files (built in, from `experiments/`), or ad hoc from flags.
 //! A file has shared `[defaults]` and `[[cases]]` that override them; both resolve to a [`Scenario`]
 //! whose times are seconds from the load event (spike or step start); the warm-up runs before 0.
 //! Text values ([`Span`], [`Multiple`], [`Spike`], [`Backoff`]) have one parser each, `FromStr`,
@@ -17,8 +17,8 @@ use crate::hpa::{
 use crate::metric::Signal;
 use crate::outcome::Expect;
 
-/// The suite, as shipped in `falsification/model/experiments/`.
-/// The built-in experiments; the suite is F1-F4 ([`SUITE`]).
+/// The built-in experiments, as shipped in `falsification/model/experiments/`; the suite is F1-F4
+/// ([`SUITE`]), every claim's experiment [`CLAIMS`].
 pub const BUILTIN: [(&str, &str); 11] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
@@ -41,6 +41,20 @@ pub const BUILTIN: [(&str, &str); 11] = [
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
 pub const SUITE: [&str; 4] = ["F1", "F2", "F3", "F4"];
+
+/// What `falsification suite --all` runs: an experiment for every claim of the publication.
+pub const CLAIMS: [&str; 10] = [
+    "F0",
+    "F1",
+    "F2",
+    "F3",
+    "F4",
+    "F5",
+    "F5-autoscaled",
+    "F6",
+    "F7",
+    "F8",
+];
 
 #[derive(Debug, Error)]
 pub enum ExperimentError {
@@ -411,6 +425,64 @@ impl Bursts {
     }
 }
 
+/// First attempts replayed from a trace file (`kit_dist::trace`'s format: send times in seconds
+/// from the start of the run, which is the start of the warm-up). The loadgen replays the file
+/// itself (`--trace`, sped up by the time scale, thinned by the rate scale); the request-level
+/// model replays the same times, the fluid models its rate per second.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArrivalTrace {
+    /// The file, as the loadgen reads it.
+    pub path: String,
+    pub arrivals: usize,
+    /// Send times in this scenario's seconds from the load event (`t - warm-up`).
+    #[serde(skip)]
+    pub times: std::sync::Arc<[f64]>,
+    /// The fraction of arrivals replayed (a rate-scaled run's thinning), and the time scale the
+    /// file's times are divided by.
+    pub sample: f64,
+    pub speed: f64,
+}
+
+impl ArrivalTrace {
+    /// Reads `path` for a scenario whose warm-up is `warmup_s` (the file's times are from the
+    /// start of the warm-up).
+    fn read(path: &str, warmup_s: f64) -> Result<ArrivalTrace, kit_dist::trace::TraceError> {
+        let times: Vec<f64> = kit_dist::trace::read(std::path::Path::new(path))?
+            .into_iter()
+            .map(|t| t - warmup_s)
+            .collect();
+        Ok(ArrivalTrace {
+            path: path.to_string(),
+            arrivals: times.len(),
+            times: times.into(),
+            sample: 1.0,
+            speed: 1.0,
+        })
+    }
+
+    /// Whether arrival `index` is replayed (the loadgen's seeded thinning, seed 0).
+    pub fn keeps(&self, index: usize) -> bool {
+        kit_dist::trace::sampled(0, index as u64, self.sample)
+    }
+
+    /// The replayed first attempts per second around `t`: the arrivals in the second (of this
+    /// scenario's time) that holds `t`, times the thinning.
+    pub fn rate_at(&self, t: f64, second: f64) -> f64 {
+        let from = (t / second).floor() * second;
+        let lo = self.times.partition_point(|&x| x < from);
+        let hi = self.times.partition_point(|&x| x < from + second);
+        (hi - lo) as f64 * self.sample / second
+    }
+
+    /// The mean rate over the trace's span.
+    fn mean_rate(&self) -> f64 {
+        match (self.times.first(), self.times.last()) {
+            (Some(a), Some(z)) if z > a => self.times.len() as f64 / (z - a),
+            _ => 0.0,
+        }
+    }
+}
+
 /// Which signal(s) the HPA scales on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -562,6 +634,8 @@ pub struct Scenario {
     pub routing: Routing,
     /// Bursts on top of the demand, if any.
     pub bursts: Option<Bursts>,
+    /// First attempts replayed from a trace instead of the Poisson demand, if any.
+    pub trace: Option<ArrivalTrace>,
     pub hpa: Option<HpaSetup>,
     pub warmup_s: f64,
     /// Accounting window after the event: lost demand counts requests started in `[0, horizon)`.
@@ -581,6 +655,9 @@ impl Scenario {
 
     /// First-attempt demand at time `t`.
     pub fn demand(&self, t: f64) -> f64 {
+        if let Some(trace) = &self.trace {
+            return trace.rate_at(t, 1.0 / self.time_scale);
+        }
         let k = match self.event {
             LoadEvent::Spike { k, duration_s } if (0.0..duration_s).contains(&t) => k,
             LoadEvent::Step { k } if t >= 0.0 => k,
@@ -786,6 +863,11 @@ impl Scenario {
             initial_readiness_delay_s: h.initial_readiness_delay_s / s,
             ..h.clone()
         });
+        x.trace = self.trace.as_ref().map(|t| ArrivalTrace {
+            times: t.times.iter().map(|x| x / s).collect(),
+            speed: t.speed * s,
+            ..t.clone()
+        });
         x.bursts = self.bursts.as_ref().map(|b| Bursts {
             length_s: b.length_s / s,
             every_s: b.every_s / s,
@@ -905,7 +987,14 @@ fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, 
     let mut cases = Vec::new();
     for c in file.cases {
         let context = format!("{} case {}", file.id, c.name);
-        let params = overrides.clone().over(c.params.over(file.defaults.clone()));
+        let mut params = overrides.clone().over(c.params.over(file.defaults.clone()));
+        // A trace named in a file is found beside it.
+        if let (Some(t), Some(dir)) = (&params.trace, std::path::Path::new(name).parent())
+            && name.ends_with(".toml")
+            && std::path::Path::new(t).is_relative()
+        {
+            params.trace = Some(dir.join(t).display().to_string());
+        }
         cases.push(Case {
             scenario: params.resolve(&c.name, &context)?,
             published: c.published,
@@ -992,6 +1081,9 @@ pub struct Params {
     pub topology: Option<Topology>,
     pub routing: Option<Routing>,
     pub bursts: Option<BurstParams>,
+    /// A trace file of first-attempt send times (relative paths: from the experiment file's
+    /// folder, or the working directory for flags).
+    pub trace: Option<String>,
     pub warmup: Option<Span>,
     pub horizon: Option<Span>,
     pub drained_wait: Option<Span>,
@@ -1154,6 +1246,7 @@ impl Params {
             topology: self.topology.or(base.topology),
             routing: self.routing.or(base.routing),
             bursts: self.bursts.or(base.bursts),
+            trace: self.trace.or(base.trace),
             warmup: self.warmup.or(base.warmup),
             horizon: self.horizon.or(base.horizon),
             drained_wait: self.drained_wait.or(base.drained_wait),
@@ -1178,23 +1271,12 @@ impl Params {
             "rate_per_pod",
             required(context, "rate_per_pod", p.rate_per_pod)?,
         )?;
-        let rho = positive(context, "rho", required(context, "rho", p.rho)?)?;
-        let event = match (p.spike, p.step) {
-            (Some(_), Some(_)) => {
-                return Err(field_err(
-                    context,
-                    "step",
-                    "",
-                    "cannot be combined with `spike`",
-                ));
-            }
-            (Some(s), None) => LoadEvent::Spike {
-                k: s.k(),
-                duration_s: s.length().secs(),
-            },
-            (None, Some(k)) => LoadEvent::Step { k: k.get() },
-            (None, None) => LoadEvent::None,
+        // A trace gives its own rho (below).
+        let rho = match (p.rho, &p.trace) {
+            (None, Some(_)) => 1.0,
+            (rho, _) => positive(context, "rho", required(context, "rho", rho)?)?,
         };
+        let event = load_event(context, p.spike, p.step)?;
         let timeout_s = positive(
             context,
             "timeout",
@@ -1235,6 +1317,17 @@ impl Params {
             warmup_s,
             horizon_s,
         )?;
+        let trace = trace_of(
+            context,
+            p.trace.as_deref(),
+            bursts.is_some(),
+            event,
+            warmup_s,
+        )?;
+        // With a trace, rho is its mean rate over the pods' capacity.
+        let rho = trace
+            .as_ref()
+            .map_or(rho, |t| t.mean_rate() / (f64::from(pods) * rate_per_pod));
         let fluid_dt_s = match p.fluid_dt {
             Some(d) => positive(context, "fluid_dt", d.secs())?,
             // 1/200 of the timeout: the figures are the same from 1/5000 to 1/100 (README).
@@ -1259,6 +1352,7 @@ impl Params {
             topology: p.topology.unwrap_or(Topology::Pooled),
             routing,
             bursts,
+            trace,
             hpa,
             warmup_s,
             horizon_s,
@@ -1309,6 +1403,55 @@ fn routing_and_bursts(
         }
     };
     Ok((routing, bursts))
+}
+
+/// The trace a case replays, read from its file: it replaces the demand, so no load event or
+/// bursts beside it.
+fn trace_of(
+    context: &str,
+    path: Option<&str>,
+    bursts: bool,
+    event: LoadEvent,
+    warmup_s: f64,
+) -> Result<Option<ArrivalTrace>, ExperimentError> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    if bursts || !matches!(event, LoadEvent::None) {
+        return Err(field_err(
+            context,
+            "trace",
+            path,
+            "replaces the demand: it cannot be combined with a spike, a step or bursts",
+        ));
+    }
+    ArrivalTrace::read(path, warmup_s)
+        .map(Some)
+        .map_err(|e| field_err(context, "trace", path, &e.to_string()))
+}
+
+/// A spike, a step, or neither (not both).
+fn load_event(
+    context: &str,
+    spike: Option<Spike>,
+    step: Option<Multiple>,
+) -> Result<LoadEvent, ExperimentError> {
+    Ok(match (spike, step) {
+        (Some(_), Some(_)) => {
+            return Err(field_err(
+                context,
+                "step",
+                "",
+                "cannot be combined with `spike`",
+            ));
+        }
+        (Some(s), None) => LoadEvent::Spike {
+            k: s.k(),
+            duration_s: s.length().secs(),
+        },
+        (None, Some(k)) => LoadEvent::Step { k: k.get() },
+        (None, None) => LoadEvent::None,
+    })
 }
 
 impl HpaParams {

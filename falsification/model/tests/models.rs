@@ -232,3 +232,53 @@ fn per_pod_f3_first_attempt_stays_trapped_when_connections_route_attempts() {
     let o = outcome::evaluate(&run.record, &criteria(&s));
     assert!(o.trapped && o.lost_fraction.unwrap() > 0.95, "{o:?}");
 }
+
+/// A trace replaces the Poisson demand: the request level sends exactly its arrivals, the fluid
+/// its rate per second, and a trace burst big enough triggers the trap the laws predict.
+#[test]
+fn a_trace_is_replayed_by_both_models() {
+    let dir = std::env::temp_dir().join(format!("rdk-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 60 s of 160/s (rho 0.4 on 4 pods), 60 s of 800/s (5x), then 160/s for 240 s.
+    let mut text = String::from("t_s,route\n");
+    let mut t = 0.0;
+    for (rate, secs) in [(160.0, 60.0), (800.0, 60.0), (160.0, 240.0)] {
+        let end = t + secs;
+        while t < end {
+            text += &format!("{t:.6},/work\n");
+            t += 1.0 / rate;
+        }
+    }
+    std::fs::write(dir.join("trace.csv"), &text).unwrap();
+    let file = dir.join("t.toml");
+    std::fs::write(
+        &file,
+        "id = \"T\"\ntitle = \"t\"\ncondition = \"c\"\nrefuted_if = \"r\"\n\
+         [defaults]\ntrace = \"trace.csv\"\nwarmup = \"60s\"\nhorizon = \"200s\"\nseeds = [1]\n\
+         [[cases]]\nname = \"replay\"\n",
+    )
+    .unwrap();
+    let e = experiment::load(file.to_str().unwrap()).unwrap();
+    let mut s = e.cases[0].scenario.clone();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let trace = s.trace.as_ref().unwrap();
+    // The models run to the end of the horizon's settling: what the trace sends before it.
+    let sent = trace.times.iter().filter(|&&t| t < s.end()).count() as f64;
+    // rho is the trace's mean rate over the capacity: 96,000 arrivals in 360 s on 400/s.
+    assert!(
+        (s.rho - 96_000.0 / 360.0 / 400.0).abs() < 0.01,
+        "rho {}",
+        s.rho
+    );
+    // The file's times start at the warm-up: the 5x minute is [0, 60) of experiment time.
+    assert!((s.demand(-30.0) - 160.0).abs() < 2.0 && (s.demand(30.0) - 800.0).abs() < 2.0);
+    s.fluid_dt_s = 0.05;
+    let run = des::simulate(&s, Topology::Pooled, 1).unwrap();
+    let firsts: f64 = run.record.rows.iter().map(|r| r.first_attempts).sum();
+    assert_eq!(firsts, sent, "every arrival of the trace, once");
+    let record = fluid::simulate(&s, Topology::Pooled).unwrap();
+    let firsts: f64 = record.rows.iter().map(|r| r.first_attempts).sum();
+    assert!(within(firsts, sent, 0.01), "fluid {firsts} of {sent}");
+    // A rho = 0.4, A = 3 service pushed 5x for 60 s is trapped, by the trace as by a spike.
+    assert!(fluid(&s, Topology::Pooled).trapped);
+}

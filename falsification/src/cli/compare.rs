@@ -328,6 +328,7 @@ mod tests {
             runner_cpu: 0.0,
             meter_cpu: 0.0,
             stack: None,
+            sweep: None,
             series: Default::default(),
         }
     }

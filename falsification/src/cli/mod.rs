@@ -136,6 +136,11 @@ pub struct ScenarioFlags {
     /// round robin or least connections [default: keep-alive].
     #[arg(long, value_enum, env = "FALSIFICATION_ROUTING")]
     pub routing: Option<Routing>,
+    /// Replay first attempts from a trace file (send times in seconds from the start of the
+    /// warm-up, one a line or a `t_s` CSV column) instead of the Poisson demand; rho becomes its
+    /// mean rate over the pods' capacity.
+    #[arg(long, env = "FALSIFICATION_TRACE")]
+    pub trace: Option<std::path::PathBuf>,
     /// Topology of the request-level model [default: pooled].
     #[arg(long, value_enum, env = "FALSIFICATION_TOPOLOGY")]
     pub topology: Option<TopologyArg>,
@@ -257,6 +262,7 @@ impl ScenarioFlags {
             }),
             routing: self.routing,
             bursts: None,
+            trace: self.trace.as_ref().map(|p| p.display().to_string()),
             topology: self.topology.map(|t| match t {
                 TopologyArg::Pooled => Topology::Pooled,
                 TopologyArg::PerPod => Topology::PerPod,

@@ -203,6 +203,10 @@ pub struct SuiteArgs {
     /// Experiments to run, comma-separated [default: F1,F2,F3,F4].
     #[arg(long, value_delimiter = ',', env = "FALSIFICATION_ONLY")]
     pub only: Option<Vec<String>>,
+    /// Every claim's experiment: F0-F8 (F5 fixed and autoscaled). Hours of run time even
+    /// compressed: F6 alone is 18 autoscaled cases.
+    #[arg(long, conflicts_with = "only")]
+    pub all: bool,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -311,6 +315,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 pub fn suite(args: &SuiteArgs) -> anyhow::Result<()> {
     let ids: Vec<String> = match &args.only {
         Some(v) => v.clone(),
+        None if args.all => experiment::CLAIMS.iter().map(|id| id.to_string()).collect(),
         None => experiment::SUITE.iter().map(|id| id.to_string()).collect(),
     };
     let mut list = Vec::new();

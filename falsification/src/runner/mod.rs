@@ -86,6 +86,8 @@ pub struct CaseResult {
     pub meter_cpu: f64,
     /// With a gateway: each layer's amplification over the failed phase.
     pub stack: Option<stack::StackMeasure>,
+    /// With an HPA: the case's place in a sweep of targets (routing, target, 1/A).
+    pub sweep: Option<report::SweepPoint>,
     /// Measured ready pods and successes per second over experiment time, and the pooled and
     /// per-pod fluid's ready pods, for the session's side-by-side plots.
     #[serde(skip)]
@@ -133,6 +135,16 @@ pub fn run_all<E: Environment>(
     }
     if !(opts.rate_scale > 0.0 && opts.rate_scale.is_finite()) {
         bail!("--rate-scale must be positive, got {}", opts.rate_scale);
+    }
+    if opts.rate_scale > 1.0
+        && let Some((_, c)) = cases.iter().find(|(_, c)| c.scenario.trace.is_some())
+    {
+        bail!(
+            "--rate-scale {} is above 1: case {} replays a trace, which can be thinned but not \
+             multiplied",
+            opts.rate_scale,
+            c.scenario.name
+        );
     }
     if jobs == 0 {
         bail!("--jobs must be at least 1, got 0");

@@ -76,6 +76,10 @@ pub fn resolved(case: &Case, opts: &RunOptions) -> Scenario {
         s.warmup_s
     });
     s.rate_per_pod *= opts.rate_scale;
+    // A trace is thinned as the rates are scaled (`run_all` refuses a rate scale above 1 with it).
+    if let Some(t) = s.trace.as_mut() {
+        t.sample = (t.sample * opts.rate_scale).min(1.0);
+    }
     if let Some(b) = s.retry_budget.as_mut() {
         b.min_per_s *= opts.rate_scale;
     }

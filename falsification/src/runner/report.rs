@@ -1,6 +1,7 @@
 //! The run's written outputs: `experiment.toml`, `summary.json`, `report.md`, `decisions.csv`,
 //! `events.csv`, the session index, and the live status line.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -10,11 +11,14 @@ use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial}
 use super::record::{self, Sample};
 use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
-use falsification_model::experiment::{Case, Experiment, Gateway, LoadEvent, Scenario, Topology};
+use falsification_model::experiment::{
+    Case, Experiment, Gateway, LoadEvent, Routing, Scenario, Topology,
+};
 use falsification_model::fluid;
 use falsification_model::outcome::{self, Criteria, Outcome, State};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::{self, ExperimentPrediction};
+use falsification_model::threshold::{self, Point};
 
 #[derive(Serialize)]
 struct Config<'a> {
@@ -30,7 +34,7 @@ struct Config<'a> {
     initial_pods_ready: bool,
     cluster: &'a str,
     hpa: &'a str,
-    versions: &'a std::collections::BTreeMap<String, String>,
+    versions: &'a BTreeMap<String, String>,
     host: Host,
     scenario_experiment_time: &'a Scenario,
     scenario_run_time: &'a Scenario,
@@ -241,7 +245,12 @@ pub fn finish(
 ) -> anyhow::Result<CaseResult> {
     let assessment = assess(e, case, plan, m)?;
     let summary = summary(e, case, plan, description, m, &assessment);
-    let result = case_result(&summary, &plan.dir, m);
+    let mut result = case_result(&summary, &plan.dir, m);
+    result.sweep = plan.experiment.hpa.as_ref().map(|h| SweepPoint {
+        routing: plan.experiment.routing,
+        target: h.target_utilization,
+        one_over_a: 1.0 / plan.experiment.amplification(),
+    });
     write_record(plan, m, &assessment)?;
     record::write(
         &plan.dir,
@@ -403,6 +412,7 @@ fn case_result(summary: &Summary, dir: &Path, m: &Measured) -> CaseResult {
         runner_cpu: summary.cpu.runner_fraction,
         meter_cpu: summary.cpu.meter_fraction,
         stack: summary.stack,
+        sweep: None,
         series: Series {
             pods_ready: m
                 .samples
@@ -859,6 +869,62 @@ pub fn draw_signals(session: &Path, results: &[CaseResult]) -> anyhow::Result<()
     )
 }
 
+/// A case's place in a sweep of HPA targets.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SweepPoint {
+    pub routing: Routing,
+    pub target: f64,
+    pub one_over_a: f64,
+}
+
+/// Where the session's sweeps of HPA targets turn from recovered to failed, per experiment and
+/// routing: measured (an incomplete or inconclusive run decides nothing), and by the fluid
+/// models, beside the publication's 1/A. Empty without a sweep.
+fn threshold_table(results: &[CaseResult]) -> String {
+    let mut groups: BTreeMap<(&str, Routing), Vec<(&CaseResult, SweepPoint)>> = BTreeMap::new();
+    for r in results {
+        if let Some(p) = r.sweep {
+            groups
+                .entry((r.experiment.as_str(), p.routing))
+                .or_default()
+                .push((r, p));
+        }
+    }
+    let mut o = String::new();
+    for ((experiment, routing), cases) in groups {
+        let distinct = cases
+            .iter()
+            .any(|(_, p)| (p.target - cases[0].1.target).abs() > 1e-9);
+        if !distinct {
+            continue;
+        }
+        let locate = |state: &dyn Fn(&CaseResult) -> Option<State>| {
+            let points: Vec<Point> = cases
+                .iter()
+                .map(|(r, p)| Point {
+                    target: p.target,
+                    state: state(r),
+                })
+                .collect();
+            threshold::locate(&points)
+        };
+        let measured = locate(&|r| {
+            matches!(r.verdict, RunVerdict::Held | RunVerdict::Refuted).then(|| r.measured.state())
+        });
+        let _ = writeln!(
+            o,
+            "\nScaler threshold, {experiment} {routing} routing ({} cases): the target from which \
+             the HPA keeps it failed\n  measured       {measured}\n  fluid per-pod  {}\n  \
+             fluid pooled   {}\n  1/A            {:.2} (the publication's rule)",
+            cases.len(),
+            locate(&|r| Some(r.fluid_per_pod.state())),
+            locate(&|r| Some(r.fluid_pooled.state())),
+            cases[0].1.one_over_a,
+        );
+    }
+    o
+}
+
 /// `index.md` and `index.json` of a session: one line per case run so far.
 pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> anyhow::Result<()> {
     let mut o = String::from("# Runs\n\n");
@@ -899,6 +965,7 @@ pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> an
         .filter_map(|r| Some((format!("{} {}", r.experiment, r.case), r.stack.as_ref()?)))
         .collect();
     o += &super::stack::index_table(&stacks);
+    o += &threshold_table(results);
     draw_signals(session, results)?;
     record::write(session, "index.md", &o)?;
     record::write(session, "index.json", &record::json(&results))?;
@@ -942,6 +1009,7 @@ pub fn text(session: &Path, results: &[CaseResult]) -> String {
             r.dir.display(),
         );
     }
+    o += &threshold_table(results);
     let _ = writeln!(
         o,
         "index: {}  (plots: pods.svg, goodput.svg, wait.svg in each record)",
