@@ -285,6 +285,22 @@ fn a_run_too_short_to_recover_is_not_recovered_within_its_horizon() {
     );
 }
 
+/// F7 at a short horizon: pods that drop abandoned work get out of F2's trapped spike (the
+/// publication's reversal), while the same spike with a 5 s backoff before each retry stays
+/// trapped (backoff does not change A).
+#[test]
+fn f7_dropping_abandoned_work_reverses_the_trap_and_a_backoff_does_not() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (case, trapped) in [("reversal-spike", false), ("backoff-5s", true)] {
+        let (_out, dir, s) = run_case(&["run", "F7", "--case", case, "--horizon", "400s"]);
+        let m = &s["measured"];
+        assert_eq!(s["complete"], true);
+        assert_eq!(s["verdict"], "held", "{case}: {}", explain(&dir));
+        assert_eq!(m["triggered"], true, "{case}: the spike triggers");
+        assert_eq!(m["trapped"], trapped, "{case}: {s}");
+    }
+}
+
 #[test]
 fn ctrl_c_keeps_a_readable_partial_record() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -546,6 +562,49 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     for plot in ["signals-pods.svg", "signals-goodput.svg", "region.svg"] {
         assert!(session.join(plot).is_file(), "{plot} missing");
     }
+}
+
+/// F6 through a routing-only HAProxy (`balance leastconn`) at S = 20: at a target of 0.45, above
+/// the publication's 1/A = 0.33, the first-attempt HPA still gets the service out, as the per-pod
+/// models predict for least connections (the trapped pods get only what their in-flight count
+/// allows, and drain).
+#[test]
+fn f6_least_connections_gets_out_above_one_over_a() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, session) = run_released(&[
+        "run",
+        "F6",
+        "--case",
+        "lc-45",
+        "--time-scale",
+        "20",
+        "--rate-scale",
+        "0.5",
+        "--horizon",
+        "1800s",
+    ]);
+    let case = session.join("F6-lc-45");
+    let s = read_json(&case.join("summary.json"));
+    let (m, p) = (
+        &s["measured"],
+        &s["predicted_experiment_time"]["fluid_per_pod"],
+    );
+    assert_eq!(
+        p["trapped"], false,
+        "the per-pod fluid predicts an escape: {s}"
+    );
+    assert_eq!(m["triggered"], true);
+    assert_eq!(m["trapped"], false, "{}", explain(&case));
+    // Refuted (recovered above 1/A) or still draining at the horizon: never the trap.
+    assert!(
+        s["verdict"] == "refuted" || s["verdict"] == "inconclusive",
+        "{}",
+        explain(&case)
+    );
+    let peak = m["peak_pods"].as_f64().unwrap();
+    assert!((36.0..=44.0).contains(&peak), "peak {peak}");
+    let haproxy = std::fs::read_to_string(case.join("config").join("haproxy.cfg")).unwrap();
+    assert!(haproxy.contains("balance leastconn") && haproxy.contains("retries 0"));
 }
 
 /// F5 at S = 20 behind a real HAProxy: the three predicted verdicts, A = 9 at the pods in the

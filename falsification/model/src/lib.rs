@@ -1,8 +1,8 @@
 //! The pure half of the retry-debt kit: SPEC's laws, the HPA algorithm, the pooled and per-pod
 //! fluid models, the request-level model, and the experiments as data.
 //!
-//! Nothing here starts a process, opens a socket or writes a file; the only file it reads is an
-//! experiment's TOML. Time and randomness come in as arguments (seeds, instants), so every
+//! Nothing here starts a process, opens a socket or writes a file; the only files it reads are an
+//! experiment's TOML and the arrival trace a case names. Time and randomness come in as arguments (seeds, instants), so every
 //! function is tested without I/O. The harness (crate `falsification`) drives real processes
 //! and clusters with these same types; see ARCHITECTURE.md at the repository root.
 //!

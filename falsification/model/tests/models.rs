@@ -282,3 +282,45 @@ fn a_trace_is_replayed_by_both_models() {
     // A rho = 0.4, A = 3 service pushed 5x for 60 s is trapped, by the trace as by a spike.
     assert!(fluid(&s, Topology::Pooled).trapped);
 }
+
+/// F6's routing changes where the per-pod fluid puts the scaler threshold; the pooled fluid keeps
+/// the publication's 1/A. (What the kit measures against these is in falsification/RESULTS.md.)
+#[test]
+fn f6_the_per_pod_threshold_moves_with_the_routing() {
+    use falsification_model::outcome::State;
+    use falsification_model::threshold::{self, Point, Threshold};
+    let e = experiment::load("F6").unwrap();
+    let states = |prefix: &str, topology: Topology| -> Vec<Point> {
+        e.cases
+            .iter()
+            .filter(|c| c.scenario.name.starts_with(prefix))
+            .map(|c| {
+                let mut s = c.scenario.clone();
+                s.fluid_dt_s = 0.1;
+                Point {
+                    target: s.hpa.as_ref().unwrap().target_utilization,
+                    state: Some(fluid(&s, topology).state()),
+                }
+            })
+            .collect()
+    };
+    let between = |lo: f64, hi: f64| Threshold::Between {
+        recovered_at: lo,
+        failed_at: hi,
+    };
+    assert_eq!(
+        threshold::locate(&states("ka-", Topology::Pooled)),
+        between(0.30, 0.35),
+        "pooled: the publication's 1/A"
+    );
+    assert_eq!(
+        threshold::locate(&states("ka-", Topology::PerPod)),
+        between(0.40, 0.45)
+    );
+    let lc = states("lc-", Topology::PerPod);
+    assert_eq!(threshold::locate(&lc), between(0.45, 0.50));
+    assert!(
+        lc.iter()
+            .any(|p| p.target > 0.34 && p.state == Some(State::Recovered))
+    );
+}
