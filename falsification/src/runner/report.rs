@@ -613,6 +613,36 @@ fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs
         rs.horizon_s * summary.time_scale,
         summary.measured.row_step_run_s,
     );
+    let _ = writeln!(
+        o,
+        "- Attempts reach the pods by {} routing{}; service times {}{}.",
+        rs.routing,
+        match rs.proxy() {
+            Some(g) if rs.gateway.is_none() => format!(
+                " (a routing-only HAProxy, `balance {}`, no retries)",
+                crate::gateway::haproxy_balance(&g)
+            ),
+            _ => String::new(),
+        },
+        rs.service,
+        rs.bursts.as_ref().map_or(String::new(), |b| format!(
+            "; bursts x{} for {:.0} s every {:.0} s on average ({} in the run)",
+            b.factor,
+            b.length_s * summary.time_scale,
+            b.every_s * summary.time_scale,
+            b.windows.len()
+        )),
+    );
+    if let Some(t) = &rs.trace {
+        let _ = writeln!(
+            o,
+            "- First attempts replayed from the trace `{}` ({} arrivals, sped up {}x, {:.0}% kept).",
+            t.path,
+            t.arrivals,
+            t.speed,
+            t.sample * 100.0
+        );
+    }
     if let Some(p) = &summary.pod_resolution {
         let _ = writeln!(
             o,
