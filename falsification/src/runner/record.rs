@@ -159,7 +159,7 @@ pub fn in_experiment_time(o: &Outcome, time_scale: f64) -> Outcome {
         goodput_recovery_s: o.goodput_recovery_s.map(|r| r * time_scale),
         debt_served_s: o.debt_served_s.map(|r| r * time_scale),
         horizon_s: o.horizon_s * time_scale,
-        first_timeout_s: None,
+        first_timeout_s: o.first_timeout_s.map(|t| t * time_scale),
         provisioning: Provisioning {
             capacity_met_s: o.provisioning.capacity_met_s.map(|t| t * time_scale),
             lost_s: o.provisioning.lost_s.map(|t| t * time_scale),
