@@ -283,6 +283,11 @@ fn bad_input_names_the_field() {
             .contains("`rho`")
     );
     let a = args(&["falsification", "predict", "F99"]);
-    assert!(cli::experiments(&a).unwrap_err().to_string().contains("F99"));
+    assert!(
+        cli::experiments(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("F99")
+    );
     assert!(Cli::try_parse_from(["falsification", "predict", "--format", "xml"]).is_err());
 }

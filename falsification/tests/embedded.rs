@@ -286,8 +286,8 @@ fn a_run_too_short_to_recover_is_not_recovered_within_its_horizon() {
 }
 
 /// F7 at a short horizon: pods that drop abandoned work get out of F2's trapped spike (the
-/// publication's reversal), while the same spike with a 5 s backoff before each retry stays
-/// trapped (backoff does not change A).
+/// publication's reversal), while the same spike with a backoff of up to 5 s (2.5 s, then 5 s)
+/// stays trapped (backoff does not change A).
 #[test]
 fn f7_dropping_abandoned_work_reverses_the_trap_and_a_backoff_does_not() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -172,7 +172,11 @@ pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaE
                         sim.record.row_mut(start).lost += 1.0;
                     }
                 }
-                Kind::Answered { pod } => sim.connections.push(pod),
+                // Only the clients' own pool reuses connections; a proxy picks per attempt.
+                Kind::Answered { pod } if s.routing == Routing::KeepAlive => {
+                    sim.connections.push(pod);
+                }
+                Kind::Answered { .. } => {}
                 Kind::Completion => {
                     if sim.retiring > 0 {
                         sim.retiring -= 1;

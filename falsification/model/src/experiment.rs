@@ -301,17 +301,22 @@ pub use kit_dist::{ServiceTime, Shape as ServiceShape};
 #[serde(untagged)]
 pub enum ServiceParams {
     Shape(ServiceShape),
-    WithCv {
-        shape: ServiceShape,
-        cv: Option<f64>,
-    },
+    WithCv(ShapeWithCv),
+}
+
+/// `service = { shape = "pareto", cv = 3.0 }`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeWithCv {
+    pub shape: ServiceShape,
+    pub cv: Option<f64>,
 }
 
 impl ServiceParams {
     fn resolve(self, context: &str) -> Result<ServiceTime, ExperimentError> {
         let (shape, cv) = match self {
             ServiceParams::Shape(shape) => (shape, None),
-            ServiceParams::WithCv { shape, cv } => (shape, cv),
+            ServiceParams::WithCv(ShapeWithCv { shape, cv }) => (shape, cv),
         };
         ServiceTime::new(shape, cv).map_err(|e| {
             field_err(
@@ -361,9 +366,9 @@ impl std::fmt::Display for Routing {
     }
 }
 
-/// Bursts on top of the demand: an on-off Markov-modulated Poisson process. Bursts start at the
-/// rate of one per `every_s` (exponential gaps, seeded), last an exponential `length_s` on average,
-/// and multiply the demand by `factor` while they last. The timeline is drawn once from `seed`, so
+/// Bursts on top of the demand: an on-off Markov-modulated Poisson process. Off for an exponential
+/// `every_s` on average (seeded), then on for an exponential `length_s` on average, multiplying
+/// the demand by `factor` while on (so one burst per `every_s + length_s` on average). The timeline is drawn once from `seed`, so
 /// the models and the loadgen's schedule see the same bursts.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -990,6 +995,7 @@ fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, 
         let mut params = overrides.clone().over(c.params.over(file.defaults.clone()));
         // A trace named in a file is found beside it.
         if let (Some(t), Some(dir)) = (&params.trace, std::path::Path::new(name).parent())
+            && overrides.trace.is_none()
             && name.ends_with(".toml")
             && std::path::Path::new(t).is_relative()
         {

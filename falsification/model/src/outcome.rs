@@ -126,8 +126,8 @@ pub struct Outcome {
     pub horizon_s: f64,
     /// Some attempt timed out in the accounting window.
     pub triggered: bool,
-    /// When the first attempt timed out, seconds from the load event (a trigger with no load
-    /// event is one the service made by itself).
+    /// When the first attempt that timed out was sent (its record row), seconds from the load
+    /// event; it timed out a timeout later. With no load event, a trigger the service made itself.
     #[serde(default)]
     pub first_timeout_s: Option<f64>,
     pub peak_pods: u32,

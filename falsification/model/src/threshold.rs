@@ -93,19 +93,30 @@ pub fn locate(points: &[Point]) -> Threshold {
 }
 
 /// A sweep's cases grouped by routing: only groups whose cases have an HPA and at least two
-/// distinct targets. Keys are the routing; values the scenario indices in `scenarios`.
+/// distinct targets, and share the signal and the amplification (else they are not one sweep).
+/// Keys are the routing; values the scenario indices in `scenarios`.
 pub fn sweeps<'a>(
     scenarios: impl IntoIterator<Item = &'a Scenario>,
 ) -> BTreeMap<Routing, Vec<usize>> {
     let mut groups: BTreeMap<Routing, Vec<(usize, f64)>> = BTreeMap::new();
+    let mut kind = BTreeMap::new();
+    let mut mixed = std::collections::BTreeSet::new();
     for (i, s) in scenarios.into_iter().enumerate() {
         if let Some(h) = &s.hpa {
+            let this = (
+                format!("{:?}", h.signal),
+                (s.amplification() * 1e6).round() as i64,
+            );
+            if *kind.entry(s.routing).or_insert_with(|| this.clone()) != this {
+                mixed.insert(s.routing);
+            }
             groups
                 .entry(s.routing)
                 .or_default()
                 .push((i, h.target_utilization));
         }
     }
+    groups.retain(|r, _| !mixed.contains(r));
     groups
         .into_iter()
         .filter(|(_, cases)| {

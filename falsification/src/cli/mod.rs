@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use falsification_model::experiment::{
     self, Abandoned, Backoff, Experiment, GatewayKind, GatewayParams, HpaParams, HpaSignal,
-    Multiple, Params, Routing, ServiceParams, ServiceShape, Span, Spike, Topology,
+    Multiple, Params, Routing, ServiceParams, ServiceShape, ShapeWithCv, Span, Spike, Topology,
 };
 use falsification_model::{predict, report};
 
@@ -256,9 +256,11 @@ impl ScenarioFlags {
                 AbandonedArg::Serve => Abandoned::Serve,
                 AbandonedArg::Drop => Abandoned::Drop,
             }),
-            service: self.service.map(|shape| ServiceParams::WithCv {
-                shape,
-                cv: self.service_cv,
+            service: self.service.map(|shape| {
+                ServiceParams::WithCv(ShapeWithCv {
+                    shape,
+                    cv: self.service_cv,
+                })
             }),
             routing: self.routing,
             bursts: None,

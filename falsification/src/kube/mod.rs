@@ -243,6 +243,9 @@ pub fn offline_facts(t: &KubeTarget) -> ClusterFacts {
 /// Checks a case's plan against the cluster before anything is created: whole-second behavior
 /// at its scale and sockets per loadgen shard.
 pub fn check_plan(plan: &RunPlan, shards: u32) -> Result<(), scale::ScaleError> {
+    if let Some(t) = &plan.run.trace {
+        return Err(scale::ScaleError::Trace(t.path.clone()));
+    }
     if let Some(h) = &plan.experiment.hpa {
         scale::scaled_behavior(&h.behavior, plan.time_scale)?;
     }

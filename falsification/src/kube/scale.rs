@@ -180,6 +180,11 @@ pub enum ScaleError {
     #[error("--time-scale {0}: must be a positive number")]
     TimeScale(f64),
     #[error(
+        "trace {0}: a replayed trace runs on the embedded cluster only (the loadgen's Job has no \
+         copy of the file)"
+    )]
+    Trace(String),
+    #[error(
         "--time-scale {scale}: the HPA's behavior {what} of {experiment_s} s would be {run_s} s, \
          and behavior periods and windows are whole seconds; scales that work for this case: {works}"
     )]
@@ -287,12 +292,12 @@ pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
         rs.retry_budget.map(|b| b.ratio),
     );
     let timeout_s = rs.client_attempt_s();
-    let peak = rs.base_rate()
-        * match rs.event {
-            falsification_model::experiment::LoadEvent::Spike { k, .. }
-            | falsification_model::experiment::LoadEvent::Step { k } => k.max(1.0),
-            falsification_model::experiment::LoadEvent::None => 1.0,
-        };
+    // The busiest first-attempt rate: the load event's and the bursts' edges.
+    let peak = rs
+        .demand_changes()
+        .into_iter()
+        .map(|t| rs.demand(t))
+        .fold(rs.demand(-rs.warmup_s), f64::max);
     let sockets = a * peak * timeout_s / f64::from(shards);
     if sockets > SOCKETS_PER_SHARD {
         let need = (a * peak * timeout_s / SOCKETS_PER_SHARD).ceil() as u32;

@@ -70,11 +70,18 @@ impl RunPlan {
 /// The scenario that runs, in experiment time: the case's, with the warm-up and the rate scale.
 pub fn resolved(case: &Case, opts: &RunOptions) -> Scenario {
     let mut s = case.scenario.clone();
+    let file_warmup_s = s.warmup_s;
     s.warmup_s = opts.warmup_s.unwrap_or(if s.hpa.is_some() {
         s.warmup_s.min(60.0)
     } else {
         s.warmup_s
     });
+    // A trace's times count from the start of the warm-up the loadgen replays it from: a shorter
+    // warm-up moves every arrival later in experiment time.
+    if let Some(t) = s.trace.as_mut() {
+        let shift = file_warmup_s - s.warmup_s;
+        t.times = t.times.iter().map(|x| x + shift).collect();
+    }
     s.rate_per_pod *= opts.rate_scale;
     // A trace is thinned as the rates are scaled (`run_all` refuses a rate scale above 1 with it).
     if let Some(t) = s.trace.as_mut() {
