@@ -82,20 +82,20 @@ impl FromStr for Shape {
 }
 
 /// Why a [`ServiceTime`] or [`Shape`] could not be built. Each message is one line naming the
-/// flag (`--service-cv`) and the offending value.
+/// offending value; callers say where it came from (a flag, a file's field).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DistError {
     /// A CV was given for a shape that fixes its own, and it differs.
     #[error(
-        "service time: --service-cv {cv} does not fit {shape}, whose cv is always {fixed} \
+        "service time: cv {cv} does not fit {shape}, whose cv is always {fixed} \
          (use lognormal or pareto for another cv)"
     )]
     CvFixed { shape: Shape, cv: f64, fixed: f64 },
     /// Lognormal or Pareto without a CV.
-    #[error("service time: --service-cv must be given for {shape} (a finite number > 0)")]
+    #[error("service time: a cv must be given for {shape} (a finite number > 0)")]
     CvMissing { shape: Shape },
     /// Lognormal or Pareto with a CV that is not a finite number > 0.
-    #[error("service time: --service-cv {cv} must be a finite number > 0 for {shape}")]
+    #[error("service time: cv {cv} must be a finite number > 0 for {shape}")]
     CvInvalid { shape: Shape, cv: f64 },
     /// Not one of the shapes' names.
     #[error(
@@ -383,25 +383,19 @@ mod tests {
                     "{err:?}"
                 );
                 let msg = err.to_string();
-                assert!(
-                    msg.contains("--service-cv") && msg.contains(&bad.to_string()),
-                    "{msg}"
-                );
+                assert!(msg.contains(&format!("cv {bad}")), "{msg}");
                 assert!(msg.contains(shape.name()), "{msg}");
             }
             let msg = ServiceTime::new(shape, None).unwrap_err().to_string();
             assert!(
-                msg.contains("--service-cv must be given") && msg.contains(shape.name()),
+                msg.contains("a cv must be given") && msg.contains(shape.name()),
                 "{msg}"
             );
         }
         let msg = ServiceTime::new(Exponential, Some(2.0))
             .unwrap_err()
             .to_string();
-        assert!(
-            msg.contains("--service-cv 2") && msg.contains("exponential"),
-            "{msg}"
-        );
+        assert!(msg.contains("cv 2") && msg.contains("exponential"), "{msg}");
         assert!(ServiceTime::new(Deterministic, Some(0.5)).is_err());
         assert_eq!(
             ServiceTime::new(Exponential, Some(1.0)),

@@ -134,7 +134,12 @@ impl ServiceTimeFlags {
     fn validate(self) -> Result<ServiceTimeArg, clap::Error> {
         ServiceTime::new(self.service_time, self.service_cv)
             .map(ServiceTimeArg)
-            .map_err(|e| clap::Error::raw(ErrorKind::ValueValidation, e.to_string()))
+            .map_err(|e| {
+                clap::Error::raw(
+                    ErrorKind::ValueValidation,
+                    format!("invalid --service-time/--service-cv: {e}\n"),
+                )
+            })
     }
 }
 

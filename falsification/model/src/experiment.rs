@@ -297,11 +297,35 @@ pub enum Abandoned {
 pub use kit_dist::{ServiceTime, Shape as ServiceShape};
 
 /// `service` as files write it: a shape's name, or the shape with its CV.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, Copy)]
 pub enum ServiceParams {
     Shape(ServiceShape),
     WithCv(ShapeWithCv),
+}
+
+/// By hand rather than `untagged`, so a misspelt shape is named in the error (serde's untagged
+/// error says only that no variant matched).
+impl<'de> Deserialize<'de> for ServiceParams {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ServiceParams;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a shape's name or { shape = NAME, cv = CV }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ServiceParams, E> {
+                v.parse().map(ServiceParams::Shape).map_err(E::custom)
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                m: M,
+            ) -> Result<ServiceParams, M::Error> {
+                ShapeWithCv::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(ServiceParams::WithCv)
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// `service = { shape = "pareto", cv = 3.0 }`.
@@ -367,9 +391,9 @@ impl std::fmt::Display for Routing {
 }
 
 /// Bursts on top of the demand: an on-off Markov-modulated Poisson process. Off for an exponential
-/// `every_s` on average (seeded), then on for an exponential `length_s` on average, multiplying
-/// the demand by `factor` while on (so one burst per `every_s + length_s` on average). The timeline is drawn once from `seed`, so
-/// the models and the loadgen's schedule see the same bursts.
+/// `every` on average (seeded), then on for an exponential `length` on average, multiplying the
+/// demand by `factor` while on (so one burst per `every + length` on average). The timeline is
+/// drawn once from `seed`, so the models and the loadgen's schedule see the same bursts.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BurstParams {
@@ -1637,6 +1661,27 @@ mod tests {
         let text = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n[cases.params]\nrho=0.3\ntimeout='0s'\n";
         let e = parse("x", text).unwrap_err().to_string();
         assert_eq!(e, "X case a: field `timeout`: must be positive, got `0`");
+        // A misspelt shape is named; a file's bad cv is reported as the file's field, not a flag.
+        let head = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n\
+                    [cases.params]\nrho=0.3\n";
+        let e = parse("x", &format!("{head}service='paretoo'\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 9") && e.contains("\"paretoo\"") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = parse("x", &format!("{head}service={{ shape='pareto', cv=-1 }}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`service`") && e.contains("cv -1") && !e.contains("--service"),
+            "{e}"
+        );
+        let e = parse("x", &format!("{head}service={{ shape='pareto', cvv=3 }}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `cvv`"), "{e}");
         assert!(matches!(load("F9"), Err(ExperimentError::Unknown(_))));
     }
 

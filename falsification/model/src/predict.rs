@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::experiment::{Case, Experiment, LoadEvent, Scenario, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::{self, Criteria, Evidence, Outcome, State, Verdict};
-use crate::threshold::{self, Point, Threshold};
+use crate::threshold::{self, Point, SweepPoint, Threshold};
 use crate::{des, fluid, laws};
 
 /// The request-level model over seeds: the median run's figures, the spread, and every run.
@@ -83,28 +83,29 @@ pub struct SweepThreshold {
 
 /// The thresholds of every sweep among `cases`.
 pub fn thresholds(cases: &[CasePrediction]) -> Vec<SweepThreshold> {
-    threshold::sweeps(cases.iter().map(|c| &c.parameters))
+    threshold::sweeps(cases.iter().map(|c| SweepPoint::of(&c.parameters)))
         .into_iter()
         .map(|(routing, members)| {
             let of = |o: &dyn Fn(&CasePrediction) -> Option<State>| {
                 let points: Vec<Point> = members
                     .iter()
-                    .map(|&i| Point {
-                        target: cases[i]
-                            .parameters
-                            .hpa
-                            .as_ref()
-                            .map_or(0.0, |h| h.target_utilization),
-                        state: o(&cases[i]),
+                    .map(|(i, p)| Point {
+                        target: p.target,
+                        state: o(&cases[*i]),
                     })
                     .collect();
                 threshold::locate(&points)
             };
-            let all_request_level = members.iter().all(|&i| cases[i].request_level.is_some());
+            let all_request_level = members
+                .iter()
+                .all(|(i, _)| cases[*i].request_level.is_some());
             SweepThreshold {
                 routing,
-                one_over_a: 1.0 / cases[members[0]].amplification,
-                cases: members.iter().map(|&i| cases[i].name.clone()).collect(),
+                one_over_a: members[0].1.one_over_a(),
+                cases: members
+                    .iter()
+                    .map(|(i, _)| cases[*i].name.clone())
+                    .collect(),
                 fluid_pooled: of(&|c| Some(c.fluid_pooled.state())),
                 fluid_per_pod: of(&|c| Some(c.fluid_per_pod.state())),
                 request_level: all_request_level

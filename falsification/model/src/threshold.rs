@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::experiment::{Routing, Scenario};
+use crate::experiment::{HpaSignal, Routing, Scenario};
 use crate::outcome::State;
 
 /// One case of a sweep: its target and what became of it (`None`: the run cannot say).
@@ -92,38 +92,61 @@ pub fn locate(points: &[Point]) -> Threshold {
     }
 }
 
-/// A sweep's cases grouped by routing: only groups whose cases have an HPA and at least two
-/// distinct targets, and share the signal and the amplification (else they are not one sweep).
-/// Keys are the routing; values the scenario indices in `scenarios`.
-pub fn sweeps<'a>(
-    scenarios: impl IntoIterator<Item = &'a Scenario>,
-) -> BTreeMap<Routing, Vec<usize>> {
-    let mut groups: BTreeMap<Routing, Vec<(usize, f64)>> = BTreeMap::new();
-    let mut kind = BTreeMap::new();
-    let mut mixed = std::collections::BTreeSet::new();
-    for (i, s) in scenarios.into_iter().enumerate() {
-        if let Some(h) = &s.hpa {
-            let this = (
-                format!("{:?}", h.signal),
-                (s.amplification() * 1e6).round() as i64,
-            );
-            if *kind.entry(s.routing).or_insert_with(|| this.clone()) != this {
-                mixed.insert(s.routing);
-            }
-            groups
-                .entry(s.routing)
-                .or_default()
-                .push((i, h.target_utilization));
+/// A case's place in a sweep of HPA targets: what one sweep's cases must share (routing, signal,
+/// amplification) and what varies (the target). `None` for a case without an HPA.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SweepPoint {
+    pub routing: Routing,
+    pub signal: HpaSignal,
+    pub amplification: f64,
+    pub target: f64,
+}
+
+impl SweepPoint {
+    pub fn of(s: &Scenario) -> Option<SweepPoint> {
+        let h = s.hpa.as_ref()?;
+        Some(SweepPoint {
+            routing: s.routing,
+            signal: h.signal,
+            amplification: s.amplification(),
+            target: h.target_utilization,
+        })
+    }
+
+    /// The publication's threshold for this sweep.
+    pub fn one_over_a(&self) -> f64 {
+        1.0 / self.amplification
+    }
+
+    fn same_sweep(&self, other: &SweepPoint) -> bool {
+        self.routing == other.routing
+            && self.signal == other.signal
+            && (self.amplification - other.amplification).abs()
+                <= 1e-6 * self.amplification.max(other.amplification)
+    }
+}
+
+/// The sweeps among `points` (one per case, in order), keyed by routing; values are each member's
+/// index into `points` and its point. A routing's cases are one sweep only if they share the signal and the amplification
+/// and try at least two distinct targets; otherwise that routing shows no sweep.
+pub fn sweeps(
+    points: impl IntoIterator<Item = Option<SweepPoint>>,
+) -> BTreeMap<Routing, Vec<(usize, SweepPoint)>> {
+    let mut groups: BTreeMap<Routing, Vec<(usize, SweepPoint)>> = BTreeMap::new();
+    for (i, p) in points.into_iter().enumerate() {
+        if let Some(p) = p {
+            groups.entry(p.routing).or_default().push((i, p));
         }
     }
-    groups.retain(|r, _| !mixed.contains(r));
     groups
         .into_iter()
         .filter(|(_, cases)| {
             let first = cases[0].1;
-            cases.iter().any(|(_, t)| (t - first).abs() > 1e-9)
+            cases.iter().all(|(_, p)| first.same_sweep(p))
+                && cases
+                    .iter()
+                    .any(|(_, p)| (p.target - first.target).abs() > 1e-9)
         })
-        .map(|(r, cases)| (r, cases.into_iter().map(|(i, _)| i).collect()))
         .collect()
 }
 
@@ -181,6 +204,49 @@ mod tests {
                 recovered_at: 0.3,
                 failed_at: 0.4
             }
+        );
+    }
+
+    fn sp(
+        routing: Routing,
+        signal: HpaSignal,
+        amplification: f64,
+        target: f64,
+    ) -> Option<SweepPoint> {
+        Some(SweepPoint {
+            routing,
+            signal,
+            amplification,
+            target,
+        })
+    }
+
+    #[test]
+    fn a_sweep_is_one_routing_signal_and_amplification_over_several_targets() {
+        use HpaSignal::*;
+        use Routing::*;
+        let points = [
+            sp(KeepAlive, First, 3.0, 0.30),
+            None,
+            sp(KeepAlive, First, 3.0, 0.40),
+            // Round robin mixes signals: not one sweep.
+            sp(RoundRobin, First, 3.0, 0.30),
+            sp(RoundRobin, Ingress, 3.0, 0.40),
+            // Least connections mixes amplifications: not one sweep.
+            sp(LeastConnections, First, 3.0, 0.30),
+            sp(LeastConnections, First, 2.0, 0.40),
+        ];
+        let found = sweeps(points);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let members: Vec<usize> = found[&KeepAlive].iter().map(|(i, _)| *i).collect();
+        assert_eq!(members, vec![0, 2]);
+        // One target is no sweep.
+        assert!(
+            sweeps([
+                sp(KeepAlive, First, 3.0, 0.3),
+                sp(KeepAlive, First, 3.0, 0.3)
+            ])
+            .is_empty()
         );
     }
 }

@@ -11,14 +11,12 @@ use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial}
 use super::record::{self, Sample};
 use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
-use falsification_model::experiment::{
-    Case, Experiment, Gateway, LoadEvent, Routing, Scenario, Topology,
-};
+use falsification_model::experiment::{Case, Experiment, Gateway, LoadEvent, Scenario, Topology};
 use falsification_model::fluid;
 use falsification_model::outcome::{self, Criteria, Outcome, State};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::{self, ExperimentPrediction};
-use falsification_model::threshold::{self, Point};
+use falsification_model::threshold::{self, Point, SweepPoint};
 
 #[derive(Serialize)]
 struct Config<'a> {
@@ -245,12 +243,7 @@ pub fn finish(
 ) -> anyhow::Result<CaseResult> {
     let assessment = assess(e, case, plan, m)?;
     let summary = summary(e, case, plan, description, m, &assessment);
-    let mut result = case_result(&summary, &plan.dir, m);
-    result.sweep = plan.experiment.hpa.as_ref().map(|h| SweepPoint {
-        routing: plan.experiment.routing,
-        target: h.target_utilization,
-        one_over_a: 1.0 / plan.experiment.amplification(),
-    });
+    let result = case_result(&summary, plan, m);
     write_record(plan, m, &assessment)?;
     record::write(
         &plan.dir,
@@ -393,8 +386,9 @@ fn summary<'a>(
 
 /// What the case gave, for the index and the command's output: the summary's figures and the
 /// measured curves.
-fn case_result(summary: &Summary, dir: &Path, m: &Measured) -> CaseResult {
+fn case_result(summary: &Summary, plan: &RunPlan, m: &Measured) -> CaseResult {
     let s = summary.time_scale;
+    let dir = &plan.dir;
     CaseResult {
         experiment: summary.experiment.into(),
         case: summary.case.into(),
@@ -412,7 +406,7 @@ fn case_result(summary: &Summary, dir: &Path, m: &Measured) -> CaseResult {
         runner_cpu: summary.cpu.runner_fraction,
         meter_cpu: summary.cpu.meter_fraction,
         stack: summary.stack,
-        sweep: None,
+        sweep: SweepPoint::of(&plan.experiment),
         series: Series {
             pods_ready: m
                 .samples
@@ -626,7 +620,7 @@ fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs
         },
         rs.service,
         rs.bursts.as_ref().map_or(String::new(), |b| format!(
-            "; bursts x{} for {:.0} s every {:.0} s on average ({} in the run)",
+            "; bursts x{} for {:.0} s, {:.0} s apart (end to start), on average ({} in the run)",
             b.factor,
             b.length_s * summary.time_scale,
             b.every_s * summary.time_scale,
@@ -711,6 +705,18 @@ fn figures_table(o: &mut String, r: &CaseResult, rs: &Scenario) {
         pu.trapped
             .map_or("-", |t| if t { "trapped" } else { "recovers" }),
     );
+    if rs.event == LoadEvent::None {
+        // No load event: whether a trigger appeared by itself, and when, is the question.
+        figure_row(
+            o,
+            "first timeout (a trigger of its own)",
+            outcomes.map(|o| {
+                o.first_timeout_s
+                    .map_or("none".into(), |t| format!("{t:.1} s"))
+            }),
+            "-",
+        );
+    }
     let pods = |f: fn(&Outcome) -> u32| outcomes.map(|o| f(o).to_string());
     figure_row(o, "peak pods", pods(|o| o.peak_pods), &opt(pu.peak_pods));
     figure_row(o, "final pods", pods(|o| o.final_pods), &opt(pu.final_pods));
@@ -899,58 +905,45 @@ pub fn draw_signals(session: &Path, results: &[CaseResult]) -> anyhow::Result<()
     )
 }
 
-/// A case's place in a sweep of HPA targets.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct SweepPoint {
-    pub routing: Routing,
-    pub target: f64,
-    pub one_over_a: f64,
-}
-
 /// Where the session's sweeps of HPA targets turn from recovered to failed, per experiment and
 /// routing: measured (an incomplete or inconclusive run decides nothing), and by the fluid
 /// models, beside the publication's 1/A. Empty without a sweep.
 fn threshold_table(results: &[CaseResult]) -> String {
-    let mut groups: BTreeMap<(&str, Routing), Vec<(&CaseResult, SweepPoint)>> = BTreeMap::new();
+    let mut experiments: BTreeMap<&str, Vec<&CaseResult>> = BTreeMap::new();
     for r in results {
-        if let Some(p) = r.sweep {
-            groups
-                .entry((r.experiment.as_str(), p.routing))
-                .or_default()
-                .push((r, p));
-        }
+        experiments
+            .entry(r.experiment.as_str())
+            .or_default()
+            .push(r);
     }
     let mut o = String::new();
-    for ((experiment, routing), cases) in groups {
-        let distinct = cases
-            .iter()
-            .any(|(_, p)| (p.target - cases[0].1.target).abs() > 1e-9);
-        if !distinct {
-            continue;
+    for (experiment, runs) in experiments {
+        for (routing, members) in threshold::sweeps(runs.iter().map(|r| r.sweep)) {
+            let locate = |state: &dyn Fn(&CaseResult) -> Option<State>| {
+                let points: Vec<Point> = members
+                    .iter()
+                    .map(|(i, p)| Point {
+                        target: p.target,
+                        state: state(runs[*i]),
+                    })
+                    .collect();
+                threshold::locate(&points)
+            };
+            let measured = locate(&|r| {
+                matches!(r.verdict, RunVerdict::Held | RunVerdict::Refuted)
+                    .then(|| r.measured.state())
+            });
+            let _ = writeln!(
+                o,
+                "\nScaler threshold, {experiment} {routing} routing ({} cases): the target from \
+                 which the HPA keeps it failed\n  measured       {measured}\n  fluid per-pod  {}\n  \
+                 fluid pooled   {}\n  1/A            {:.2} (the publication's rule)",
+                members.len(),
+                locate(&|r| Some(r.fluid_per_pod.state())),
+                locate(&|r| Some(r.fluid_pooled.state())),
+                members[0].1.one_over_a(),
+            );
         }
-        let locate = |state: &dyn Fn(&CaseResult) -> Option<State>| {
-            let points: Vec<Point> = cases
-                .iter()
-                .map(|(r, p)| Point {
-                    target: p.target,
-                    state: state(r),
-                })
-                .collect();
-            threshold::locate(&points)
-        };
-        let measured = locate(&|r| {
-            matches!(r.verdict, RunVerdict::Held | RunVerdict::Refuted).then(|| r.measured.state())
-        });
-        let _ = writeln!(
-            o,
-            "\nScaler threshold, {experiment} {routing} routing ({} cases): the target from which \
-             the HPA keeps it failed\n  measured       {measured}\n  fluid per-pod  {}\n  \
-             fluid pooled   {}\n  1/A            {:.2} (the publication's rule)",
-            cases.len(),
-            locate(&|r| Some(r.fluid_per_pod.state())),
-            locate(&|r| Some(r.fluid_pooled.state())),
-            cases[0].1.one_over_a,
-        );
     }
     o
 }
@@ -1046,4 +1039,101 @@ pub fn text(session: &Path, results: &[CaseResult]) -> String {
         session.join("index.md").display()
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use falsification_model::experiment::{HpaSignal, Routing};
+
+    fn outcome(recovered: bool) -> Outcome {
+        Outcome {
+            recovery_s: recovered.then_some(900.0),
+            goodput_recovery_s: recovered.then_some(150.0),
+            debt_served_s: recovered.then_some(900.0),
+            recovered,
+            trapped: !recovered,
+            horizon_s: 3000.0,
+            peak_pods: 40,
+            final_pods: 40,
+            lost_fraction: Some(if recovered { 0.03 } else { 0.98 }),
+            triggered: true,
+            first_timeout_s: Some(0.0),
+            provisioning: Default::default(),
+        }
+    }
+
+    /// A case of F6's keep-alive sweep at `target`: whether the run and the per-pod fluid
+    /// recovered; the pooled fluid recovers below 1/A.
+    fn case(target: f64, verdict: RunVerdict, measured: bool, per_pod: bool) -> CaseResult {
+        CaseResult {
+            experiment: "F6".into(),
+            case: format!("ka-{}", (target * 100.0).round()),
+            dir: Default::default(),
+            complete: verdict != RunVerdict::Inconclusive,
+            verdict,
+            reason: String::new(),
+            measured: outcome(measured),
+            fluid_pooled: outcome(target < 1.0 / 3.0),
+            fluid_per_pod: outcome(per_pod),
+            published: Default::default(),
+            matches: Matches::Neither,
+            dead_time_s: None,
+            hpa: String::new(),
+            runner_cpu: 0.0,
+            meter_cpu: 0.0,
+            stack: None,
+            sweep: Some(SweepPoint {
+                routing: Routing::KeepAlive,
+                signal: HpaSignal::First,
+                amplification: 3.0,
+                target,
+            }),
+            series: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_threshold_table_puts_measured_and_modelled_thresholds_beside_one_over_a() {
+        use RunVerdict::*;
+        let results = [
+            case(0.30, Held, true, true),
+            case(0.40, Refuted, true, true),
+            case(0.45, Refuted, true, false),
+            case(0.50, Held, false, false),
+        ];
+        let table = threshold_table(&results);
+        assert!(table.contains("F6 keep-alive routing (4 cases)"), "{table}");
+        assert!(
+            table.contains("measured       between 0.45 and 0.50"),
+            "{table}"
+        );
+        assert!(
+            table.contains("fluid per-pod  between 0.40 and 0.45"),
+            "{table}"
+        );
+        assert!(
+            table.contains("fluid pooled   between 0.30 and 0.40"),
+            "{table}"
+        );
+        assert!(table.contains("1/A            0.33"), "{table}");
+        // An inconclusive run decides nothing: between the last recovery and the first failure
+        // it hides the threshold, outside them it does not.
+        let mut results = [
+            case(0.30, Held, true, true),
+            case(0.40, Inconclusive, true, true),
+            case(0.50, Held, false, false),
+        ];
+        let table = threshold_table(&results);
+        assert!(table.contains("measured       unclear"), "{table}");
+        results[0].verdict = Inconclusive;
+        results[1].verdict = Refuted;
+        let table = threshold_table(&results);
+        assert!(
+            table.contains("measured       between 0.40 and 0.50"),
+            "{table}"
+        );
+        // One target is no sweep.
+        assert_eq!(threshold_table(&results[..1]), "");
+    }
 }
