@@ -87,20 +87,18 @@ impl FromStr for Shape {
 pub enum DistError {
     /// A CV was given for a shape that fixes its own, and it differs.
     #[error(
-        "service time: cv {cv} does not fit {shape}, whose cv is always {fixed} \
+        "cv {cv} does not fit {shape}, whose cv is always {fixed} \
          (use lognormal or pareto for another cv)"
     )]
     CvFixed { shape: Shape, cv: f64, fixed: f64 },
     /// Lognormal or Pareto without a CV.
-    #[error("service time: a cv must be given for {shape} (a finite number > 0)")]
+    #[error("a cv must be given for {shape} (a finite number > 0)")]
     CvMissing { shape: Shape },
     /// Lognormal or Pareto with a CV that is not a finite number > 0.
-    #[error("service time: cv {cv} must be a finite number > 0 for {shape}")]
+    #[error("cv {cv} must be a finite number > 0 for {shape}")]
     CvInvalid { shape: Shape, cv: f64 },
     /// Not one of the shapes' names.
-    #[error(
-        "service time: unknown shape {0:?} (expected deterministic, exponential, lognormal or pareto)"
-    )]
+    #[error("unknown shape {0:?} (expected deterministic, exponential, lognormal or pareto)")]
     UnknownShape(String),
 }
 

@@ -137,7 +137,7 @@ impl ServiceTimeFlags {
             .map_err(|e| {
                 clap::Error::raw(
                     ErrorKind::ValueValidation,
-                    format!("invalid --service-time/--service-cv: {e}\n"),
+                    format!("invalid --service-time/--service-cv: {e}"),
                 )
             })
     }
@@ -456,10 +456,21 @@ mod tests {
             let msg = err.to_string();
             let first = msg.lines().next().unwrap();
             assert!(
-                first.contains("--service-cv") && first.contains(value),
+                first.starts_with("error: invalid --service-time/--service-cv: ")
+                    && first.contains(value),
                 "{args:?}: {msg}"
             );
         }
+        let msg = Config::try_parse_from(["service", "--service-time=pareto", "--service-cv=-2"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with(
+                "error: invalid --service-time/--service-cv: cv -2 must be a finite number > 0 \
+                 for pareto\n\n"
+            ),
+            "{msg}"
+        );
         let msg = Config::try_parse_from(["service", "--service-cv=abc", "--service-time=pareto"])
             .unwrap_err()
             .to_string();

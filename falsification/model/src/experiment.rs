@@ -1675,7 +1675,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("`service`") && e.contains("cv -1") && !e.contains("--service"),
+            e.contains("`service`: cv -1 must be") && !e.contains("--service"),
             "{e}"
         );
         let e = parse("x", &format!("{head}service={{ shape='pareto', cvv=3 }}\n"))

@@ -127,8 +127,9 @@ impl SweepPoint {
 }
 
 /// The sweeps among `points` (one per case, in order), keyed by routing; values are each member's
-/// index into `points` and its point. A routing's cases are one sweep only if they share the signal and the amplification
-/// and try at least two distinct targets; otherwise that routing shows no sweep.
+/// index into `points` and its point. A routing's cases are one sweep only if they share the
+/// signal and the amplification and try at least two distinct targets; otherwise that routing
+/// shows no sweep.
 pub fn sweeps(
     points: impl IntoIterator<Item = Option<SweepPoint>>,
 ) -> BTreeMap<Routing, Vec<(usize, SweepPoint)>> {

@@ -86,7 +86,8 @@ pub struct CaseResult {
     pub meter_cpu: f64,
     /// With a gateway: each layer's amplification over the failed phase.
     pub stack: Option<stack::StackMeasure>,
-    /// With an HPA: the case's place in a sweep of targets (routing, target, 1/A).
+    /// With an HPA: the case's place in a sweep of targets (routing, signal, amplification,
+    /// target); `index.json` carries it as `sweep`.
     pub sweep: Option<falsification_model::threshold::SweepPoint>,
     /// Measured ready pods and successes per second over experiment time, and the pooled and
     /// per-pod fluid's ready pods, for the session's side-by-side plots.
