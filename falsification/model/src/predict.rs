@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::experiment::{Case, Experiment, LoadEvent, Scenario, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::{self, Criteria, Evidence, Outcome, State, Verdict};
-use crate::threshold::{self, Point, SweepPoint, Threshold};
+use crate::threshold::{self, SweepPoint, Threshold};
 use crate::{des, fluid, laws};
 
 /// The request-level model over seeds: the median run's figures, the spread, and every run.
@@ -87,14 +87,7 @@ pub fn thresholds(cases: &[CasePrediction]) -> Vec<SweepThreshold> {
         .into_iter()
         .map(|(routing, members)| {
             let of = |o: &dyn Fn(&CasePrediction) -> Option<State>| {
-                let points: Vec<Point> = members
-                    .iter()
-                    .map(|(i, p)| Point {
-                        target: p.target,
-                        state: o(&cases[*i]),
-                    })
-                    .collect();
-                threshold::locate(&points)
+                threshold::locate_members(&members, |i| o(&cases[i]))
             };
             let all_request_level = members
                 .iter()

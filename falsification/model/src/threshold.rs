@@ -118,9 +118,9 @@ impl SweepPoint {
         1.0 / self.amplification
     }
 
+    /// Same signal and amplification (`sweeps` groups by routing already).
     fn same_sweep(&self, other: &SweepPoint) -> bool {
-        self.routing == other.routing
-            && self.signal == other.signal
+        self.signal == other.signal
             && (self.amplification - other.amplification).abs()
                 <= 1e-6 * self.amplification.max(other.amplification)
     }
@@ -149,6 +149,22 @@ pub fn sweeps(
                     .any(|(_, p)| (p.target - first.target).abs() > 1e-9)
         })
         .collect()
+}
+
+/// The threshold of one sweep's `members` (as `sweeps` gives them), each case's state read by
+/// its index: the predictions and a session's index locate their sweeps through this.
+pub fn locate_members(
+    members: &[(usize, SweepPoint)],
+    state: impl Fn(usize) -> Option<State>,
+) -> Threshold {
+    let points: Vec<Point> = members
+        .iter()
+        .map(|&(i, p)| Point {
+            target: p.target,
+            state: state(i),
+        })
+        .collect();
+    locate(&points)
 }
 
 #[cfg(test)]

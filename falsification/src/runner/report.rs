@@ -16,7 +16,7 @@ use falsification_model::fluid;
 use falsification_model::outcome::{self, Criteria, Outcome, State};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::{self, ExperimentPrediction};
-use falsification_model::threshold::{self, Point, SweepPoint};
+use falsification_model::threshold::{self, SweepPoint};
 
 #[derive(Serialize)]
 struct Config<'a> {
@@ -920,14 +920,7 @@ fn threshold_table(results: &[CaseResult]) -> String {
     for (experiment, runs) in experiments {
         for (routing, members) in threshold::sweeps(runs.iter().map(|r| r.sweep)) {
             let locate = |state: &dyn Fn(&CaseResult) -> Option<State>| {
-                let points: Vec<Point> = members
-                    .iter()
-                    .map(|(i, p)| Point {
-                        target: p.target,
-                        state: state(runs[*i]),
-                    })
-                    .collect();
-                threshold::locate(&points)
+                threshold::locate_members(&members, |i| state(runs[i]))
             };
             let measured = locate(&|r| {
                 matches!(r.verdict, RunVerdict::Held | RunVerdict::Refuted)
