@@ -199,15 +199,27 @@ impl Embedded {
     }
 }
 
-async fn wait_up(probe: &Probe, url: &str, within: Duration, what: &str) -> anyhow::Result<()> {
+/// What became of a child started to listen on a port chosen before it bound it.
+enum Startup {
+    Up,
+    Exited(std::process::ExitStatus),
+    Silent,
+}
+
+async fn wait_up(probe: &Probe, url: &str, child: &mut Child, within: Duration) -> Startup {
     let deadline = Instant::now() + within;
-    while !probe.up(url).await {
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Startup::Exited(status);
+        }
+        if probe.up(url).await {
+            return Startup::Up;
+        }
         if Instant::now() >= deadline {
-            bail!("{what} did not answer {url} within {within:?}");
+            return Startup::Silent;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(())
 }
 
 impl Cluster for Embedded {
@@ -245,33 +257,64 @@ impl Cluster for Embedded {
             .hpa
             .as_ref()
             .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
-        let flags = MeterFlags {
-            scrape_interval: Some(run_duration(scrape)),
-            window: Some(run_duration(window)),
-            listen: Some(self.meter_listen),
-            api_listen: Some(self.meter_api),
-            history: Some(Duration::from_secs(3600)),
-            // A request's ids must outlive its retry chain (the gateway's copies and the client's
-            // retries): ten minutes of experiment time, as the meter's default is at S = 1.
-            distinct_retention: Some(run_duration(600.0 / self.rs.time_scale)),
-            ..MeterFlags::new(PodSource::File(self.routing.path().join("pods.txt")))
-        };
-        let mut cmd = Command::new(&self.bins.meter);
-        cmd.args(flags.args());
         let logs = self.dir.join("logs");
-        let meter = spawn(cmd, &self.bins.meter, &logs.join("meter.log"))?;
-        self.meter_cpu0 = meter
-            .id()
-            .and_then(|p| cpu_seconds(&p.to_string()))
-            .unwrap_or(0.0);
-        self.meter = Some(meter);
-        wait_up(
-            &self.probe,
-            &format!("http://{}/healthz", self.meter_listen),
-            Duration::from_secs(20),
-            "meter",
-        )
-        .await?;
+        // The meter's ports are chosen just before it binds them; one taken meanwhile (by another
+        // process's outgoing connection, say) makes it exit, and it starts again on fresh ones, as
+        // a pod does.
+        let mut attempt = 1;
+        loop {
+            self.meter_listen = process::free_loopback_port()?;
+            self.meter_api = process::free_loopback_port()?;
+            let flags = MeterFlags {
+                scrape_interval: Some(run_duration(scrape)),
+                window: Some(run_duration(window)),
+                listen: Some(self.meter_listen),
+                api_listen: Some(self.meter_api),
+                history: Some(Duration::from_secs(3600)),
+                // A request's ids must outlive its retry chain (the gateway's copies and the
+                // client's retries): ten minutes of experiment time, as the meter's default is at
+                // S = 1.
+                distinct_retention: Some(run_duration(600.0 / self.rs.time_scale)),
+                ..MeterFlags::new(PodSource::File(self.routing.path().join("pods.txt")))
+            };
+            let mut cmd = Command::new(&self.bins.meter);
+            cmd.args(flags.args());
+            let log = match attempt {
+                1 => logs.join("meter.log"),
+                n => logs.join(format!("meter-{n}.log")),
+            };
+            let mut meter = spawn(cmd, &self.bins.meter, &log)?;
+            let url = format!("http://{}/healthz", self.meter_listen);
+            match wait_up(&self.probe, &url, &mut meter, Duration::from_secs(20)).await {
+                Startup::Up => {
+                    self.meter_cpu0 = meter
+                        .id()
+                        .and_then(|p| cpu_seconds(&p.to_string()))
+                        .unwrap_or(0.0);
+                    self.meter = Some(meter);
+                    break;
+                }
+                Startup::Exited(status) if attempt < 3 => {
+                    eprintln!(
+                        "falsification: the meter exited ({status}) before answering {url}; starting it again \
+                         (its log: {})",
+                        log.display()
+                    );
+                    attempt += 1;
+                }
+                Startup::Exited(status) => bail!(
+                    "the meter exited ({status}) before answering, {attempt} times; last log: {}",
+                    log.display()
+                ),
+                Startup::Silent => {
+                    stop(&mut meter, Duration::from_secs(2)).await;
+                    bail!(
+                        "the meter did not answer {url} within 20s (its log: {})",
+                        log.display()
+                    )
+                }
+            }
+        }
         std::fs::create_dir_all(self.dir.join("config"))
             .with_context(|| format!("creating {}", self.dir.join("config").display()))?;
         if let Some(g) = &self.rs.proxy() {
@@ -292,6 +335,8 @@ impl Cluster for Embedded {
             }
             self.gateway = Some(gw);
         }
+        // Chosen just before the loadgen binds it, for the reason the meter's are.
+        self.loadgen_metrics = process::free_loopback_port()?;
         let cmd = self.loadgen_command()?;
         self.loadgen = Some(spawn(cmd, &self.bins.loadgen, &logs.join("loadgen.log"))?);
         self.t0 = Instant::now();
@@ -432,5 +477,31 @@ impl Cluster for Embedded {
         }
         self.pods.shutdown().await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that exits before answering (its port taken, say) is seen at once, not after the
+    /// whole wait, so the meter can be started again on fresh ports.
+    #[tokio::test]
+    async fn a_child_that_exits_before_answering_is_told_from_one_that_is_slow() {
+        let probe = Probe::new(Duration::from_millis(200)).unwrap();
+        let url = format!("http://{}/healthz", process::free_loopback_port().unwrap());
+        let mut exits = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+        let t = Instant::now();
+        let startup = wait_up(&probe, &url, &mut exits, Duration::from_secs(20)).await;
+        assert!(matches!(startup, Startup::Exited(s) if s.code() == Some(3)));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+
+        let mut sleeps = Command::new("sleep")
+            .arg("5")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let startup = wait_up(&probe, &url, &mut sleeps, Duration::from_millis(300)).await;
+        assert!(matches!(startup, Startup::Silent));
     }
 }
