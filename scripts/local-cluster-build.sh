@@ -2,8 +2,9 @@
 # Builds the one-machine cluster's programs from their pinned upstream Go modules
 # (k8s/local/build/<name>/go.mod): Kubernetes v1.36.4 (the release of kind v0.33.0's node
 # image), etcd, containerd with its runc shim, runc, the CNI plugins, CoreDNS, metrics-server,
-# crictl, and the pause program. Binaries go to a cache folder outside the clone, keyed by the pinned set and
-# the Go version; a second run with the same key reuses them.
+# crictl, the pause program, and kubeadm (for scripts/kind-node-image.sh). Binaries go to a
+# cache folder outside the clone, keyed by the pinned set and the Go version; a second run
+# with the same key reuses them.
 #
 #   scripts/local-cluster-build.sh            build (or reuse) and print the bin folder
 #   scripts/local-cluster-build.sh --print    print the bin folder the current key uses
@@ -47,7 +48,7 @@ done
 (cd "$build/kubernetes" && go build -ldflags "$ldflags" -o "$out/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
-  k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl)
+  k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl k8s.io/kubernetes/cmd/kubeadm)
 step kubernetes
 
 (cd "$build/etcd" && go build -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)

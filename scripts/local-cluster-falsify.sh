@@ -5,18 +5,32 @@
 # `hpa: upstream v1.36.4`, and nothing of the run left in the cluster (the runner checks its
 # namespace is gone; this checks it again).
 #   scripts/local-cluster-falsify.sh EXPERIMENT [run flags]    e.g. F3 --signal first
-# Records go to runs/local-cluster/ (env OUT to change it).
+#   scripts/local-cluster-falsify.sh --kind EXPERIMENT [run flags]
+# --kind runs against the kind cluster of scripts/kind-local-up.sh instead, and also checks that
+# the record names kind and its node image. The time scale is the one the cluster records.
+# Records go to runs/local-cluster/ or runs/kind/ (env OUT to change it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/local-cluster-lib.sh
 . scripts/local-cluster-lib.sh
 
-(($#)) || lc_die "usage: scripts/local-cluster-falsify.sh EXPERIMENT [falsification run flags], e.g. F3 --signal first"
-out=${OUT:-runs/local-cluster}
-export KUBECONFIG=$LC_STATE/kubeconfig
-[[ -f $KUBECONFIG ]] || lc_die "no local cluster (run scripts/local-cluster-up.sh --time-scale 5)"
-scale=$(jq -r .time_scale "$LC_STATE/hpa.json")
-LC_BIN=$(scripts/local-cluster-build.sh --print)
+kind=false
+if [[ ${1-} == --kind ]]; then
+  kind=true
+  shift
+fi
+(($#)) || lc_die "usage: scripts/local-cluster-falsify.sh [--kind] EXPERIMENT [falsification run flags], e.g. F3 --signal first"
+if $kind; then
+  # shellcheck source=scripts/kind-lib.sh
+  . scripts/kind-lib.sh
+  out=${OUT:-runs/kind}
+  export KUBECONFIG=$KIND_KUBECONFIG
+  [[ -f $KUBECONFIG ]] || lc_die "no kind cluster (run scripts/kind-local-up.sh --time-scale 5)"
+else
+  out=${OUT:-runs/local-cluster}
+  export KUBECONFIG=$LC_STATE/kubeconfig
+  [[ -f $KUBECONFIG ]] || lc_die "no local cluster (run scripts/local-cluster-up.sh --time-scale 5)"
+fi
 falsification=${CARGO_TARGET_DIR:-target}/release/falsification
 cargo build --release --locked -q -p falsification
 fail() { echo "local-cluster-falsify: $*" >&2; exit 1; }
@@ -24,7 +38,7 @@ fail() { echo "local-cluster-falsify: $*" >&2; exit 1; }
 run() {
   local label t0=$SECONDS session dir summary verdict hpa
   label=$(echo "$*" | tr -c 'A-Za-z0-9-' '-' | sed 's/-*$//')
-  "$falsification" run "$@" --cluster kube --time-scale "$scale" --out "$out/$label" >"$out/$label.log" 2>&1 ||
+  "$falsification" run "$@" --cluster kube --out "$out/$label" >"$out/$label.log" 2>&1 ||
     fail "$label: the run failed (see $out/$label.log): $(tail -2 "$out/$label.log")"
   session=$(find "$out/$label" -mindepth 1 -maxdepth 1 -type d | sort | tail -1)
   for summary in "$session"/*/summary.json; do
@@ -34,10 +48,13 @@ run() {
     [[ $verdict == held ]] || fail "$(basename "$dir"): verdict $verdict: $(jq -r .reason "$summary")"
     [[ $hpa == "upstream $LC_K8S_VERSION"* ]] || fail "$(basename "$dir"): hpa is '$hpa', not upstream $LC_K8S_VERSION"
     jq -e '.cleanup | test("checked gone")' "$dir/cluster.json" >/dev/null || fail "$(basename "$dir"): cleanup not checked: $(jq -c .cleanup "$dir/cluster.json")"
+    if $kind && ! jq -e '(.cluster // "" | startswith("kind ")) and .node_image != null' "$dir/cluster.json" >/dev/null; then
+      fail "$(basename "$dir"): the record does not name kind and its node image: $(jq -c '[.cluster, .node_image]' "$dir/cluster.json")"
+    fi
     echo "local-cluster-falsify: $(basename "$dir") held on $hpa in $((SECONDS - t0)) s: $(jq -r .reason "$summary")"
   done
-  [[ -z $(lc_kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name) ]] ||
-    fail "$label: a namespace of the run is left: $(lc_kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name)"
+  [[ -z $(kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name) ]] ||
+    fail "$label: a namespace of the run is left: $(kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name)"
 }
 
 mkdir -p "$out"

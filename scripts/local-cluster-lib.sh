@@ -93,3 +93,18 @@ lc_image_from_scratch() {
   lc_buildah rmi "$ref" >/dev/null
   mv "$archive.tmp" "$archive"
 }
+
+# The pause, CoreDNS and metrics-server images for the binaries in BIN, as OCI archives in a
+# folder keyed by them (made once); prints the folder. The one-machine cluster imports them
+# into its containerd, the kind node image holds the first two and cluster-up loads the third.
+lc_infra_images() {
+  local bin=$1 infra
+  infra=$RDK_CACHE/images/infra-${bin##*/bin-}
+  mkdir -p "$infra"
+  [[ -f $infra/pause.tar ]] || lc_image_from_scratch localhost/rdk/pause:1 "$infra/pause.tar" /pause 65535:65535 "$bin/pause"
+  [[ -f $infra/coredns.tar ]] || lc_image_from_scratch localhost/rdk/coredns:1.15.0 "$infra/coredns.tar" /coredns 0:0 "$bin/coredns"
+  # metrics-server runs as upstream's manifest says (user 1000, read-only root, /tmp an emptyDir).
+  [[ -f $infra/metrics-server.tar ]] ||
+    lc_image_from_scratch localhost/rdk/metrics-server:v0.8.0 "$infra/metrics-server.tar" /metrics-server 1000:1000 "$bin/metrics-server"
+  echo "$infra"
+}

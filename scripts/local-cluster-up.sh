@@ -180,13 +180,7 @@ for p in "${host_paths[@]}"; do [[ -e $p ]] || echo "$p"; done >"$LC_STATE/creat
 sysctl -n net.ipv4.ip_forward >"$LC_STATE/ip_forward.before"
 
 # --- images (cached by the binaries and the image definitions) ------------------------------
-infra=$RDK_CACHE/images/infra-${LC_BIN##*/bin-}
-mkdir -p "$infra"
-[[ -f $infra/pause.tar ]] || lc_image_from_scratch localhost/rdk/pause:1 "$infra/pause.tar" /pause 65535:65535 "$LC_BIN/pause"
-[[ -f $infra/coredns.tar ]] || lc_image_from_scratch localhost/rdk/coredns:1.15.0 "$infra/coredns.tar" /coredns 0:0 "$LC_BIN/coredns"
-# metrics-server runs as upstream's manifest says (user 1000, read-only root, /tmp an emptyDir).
-[[ -f $infra/metrics-server.tar ]] ||
-  lc_image_from_scratch localhost/rdk/metrics-server:v0.8.0 "$infra/metrics-server.tar" /metrics-server 1000:1000 "$LC_BIN/metrics-server"
+infra=$(lc_infra_images "$LC_BIN")
 kit_archive=$(scripts/image-build.sh --archive)
 kit_image=${kit_archive##*/}
 kit_image=${kit_image%.tar}

@@ -60,6 +60,9 @@ pub enum Command {
     /// (for scripts/local-cluster-up.sh).
     #[command(hide = true)]
     LocalClusterFlags(cluster::LocalClusterFlagsArgs),
+    /// The kind cluster's config at a time scale (for scripts/cluster-up.sh).
+    #[command(hide = true)]
+    KindConfig(cluster::KindConfigArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -357,6 +360,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
         Command::Manifests(args) => run::manifests(&args),
         Command::Compare(args) => compare::compare(&args),
         Command::LocalClusterFlags(args) => cluster::local_cluster_flags(&args),
+        Command::KindConfig(args) => cluster::kind_config(&args),
         Command::Check(_) | Command::Trigger(_) => {
             unreachable!("check and trigger are run above, for their exit codes")
         }

@@ -87,8 +87,9 @@ fn kube_preflight(target: KubeTarget, time_scale: Option<f64>) -> anyhow::Result
     })?;
     let scale = time_scale.unwrap_or_else(|| facts.controller.natural_time_scale());
     eprintln!(
-        "falsification: cluster {} ({} node(s)), image {} ({}), HPA sync {} s, tolerance {} ({}); \
+        "falsification: cluster {}{} ({} node(s)), image {} ({}), HPA sync {} s, tolerance {} ({}); \
          time scale {scale}",
+        facts.cluster.as_deref().map_or(String::new(), |c| format!("{c}, ")),
         facts.server,
         facts.nodes.len(),
         facts.image,

@@ -11,6 +11,7 @@
 
 pub mod books;
 pub mod gateway;
+pub mod kind;
 pub mod load;
 pub mod manifests;
 pub mod scale;
@@ -96,6 +97,10 @@ pub struct ClusterFacts {
     pub controller: ControllerAssumed,
     pub image: String,
     pub image_source: String,
+    /// What the cluster says it is (`kind retry-debt (podman, kind v0.33.0)`), and the node image
+    /// its nodes run, when its up script recorded them.
+    pub cluster: Option<String>,
+    pub node_image: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -190,6 +195,8 @@ pub async fn facts(client: &Client, t: &KubeTarget) -> anyhow::Result<ClusterFac
         },
         image,
         image_source,
+        cluster: record.get("cluster").cloned(),
+        node_image: record.get("node-image").cloned(),
     })
 }
 
@@ -237,6 +244,8 @@ pub fn offline_facts(t: &KubeTarget) -> ClusterFacts {
             "default"
         }
         .into(),
+        cluster: None,
+        node_image: None,
     }
 }
 
@@ -798,14 +807,22 @@ async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<()> {
 
 impl Cluster for KubeCluster {
     fn describe(&self) -> Description {
+        let facts = &self.record.facts;
+        let mut versions = BTreeMap::from([
+            ("falsification".into(), env!("CARGO_PKG_VERSION").into()),
+            ("image".into(), self.values.image.clone()),
+            ("kubernetes".into(), facts.server.clone()),
+        ]);
+        if let Some(node_image) = &facts.node_image {
+            versions.insert("node image".into(), node_image.clone());
+        }
         Description {
-            cluster: format!("kube (namespace {})", self.ns()),
+            cluster: match &facts.cluster {
+                Some(c) => format!("kube: {c} (namespace {})", self.ns()),
+                None => format!("kube (namespace {})", self.ns()),
+            },
             hpa: self.record.hpa.clone(),
-            versions: BTreeMap::from([
-                ("falsification".into(), env!("CARGO_PKG_VERSION").into()),
-                ("image".into(), self.values.image.clone()),
-                ("kubernetes".into(), self.record.facts.server.clone()),
-            ]),
+            versions,
         }
     }
 

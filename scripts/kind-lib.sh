@@ -1,0 +1,67 @@
+# shellcheck shell=bash disable=SC2034 # the variables are used by the scripts that source this file
+# Shared by the scripts that run kind on this kind of machine (sourced after
+# local-cluster-lib.sh): the container engine, kind itself, and the network the nodes live on.
+#
+# The engine is podman: Debian bookworm's docker.io (20.10) cannot start a --privileged
+# container in a VM whose capability bounding set lacks CAP_SYS_RESOURCE ("unable to apply caps:
+# operation not permitted", moby/moby#42906, fixed in Docker 23 by moby/moby#42933), and a kind
+# node is a privileged container. Podman 4.3 starts it once its default ulimits fit under the
+# machine's hard limits (open files 20,000).
+
+KIND_VERSION=v0.33.0
+KIND_BIN_DIR=$RDK_CACHE/kind/$KIND_VERSION
+KIND_NODE_REF=localhost/retry-debt-kit/kind-node:$LC_K8S_VERSION
+# The nodes' network: inside 198.18.0.0/15 like the one-machine cluster's, apart from its
+# addresses (198.18.0.1, 198.18.16.0/24, 198.18.128.0/20).
+KIND_NET=kind
+KIND_NET_SUBNET=198.19.64.0/24
+KIND_NET_GATEWAY=198.19.64.1
+KIND_GUARD_CHAIN=RDK-KIND-GUARD
+KIND_ENGINE_CONF=/etc/containers/containers.conf.d/retry-debt-kit.conf
+
+# podman, with ulimits the VM allows (its defaults ask for nofile 1048576 and nproc 4194304,
+# which a container here may not raise to) and runc as its runtime (crun 1.8 refuses a hybrid
+# cgroup host: "cgroups in hybrid mode not supported"), and buildah for the node image.
+kind_engine_setup() {
+  lc_apt_install podman runc golang-github-containernetworking-plugin-dnsname buildah debootstrap jq
+  if [[ ! -f $KIND_ENGINE_CONF ]]; then
+    mkdir -p "${KIND_ENGINE_CONF%/*}"
+    cat >"$KIND_ENGINE_CONF" <<'EOF'
+# Written by retry-debt-kit's scripts/kind-lib.sh: the machine's hard limits are 20,000 open
+# files; a container asking for more does not start. scripts/cluster-down.sh --purge removes it.
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+EOF
+  fi
+}
+
+# kind, built from its Go module (the release the node image layout follows).
+kind_build() {
+  if [[ ! -x $KIND_BIN_DIR/kind ]]; then
+    lc_log "building kind $KIND_VERSION from its Go module"
+    GOFLAGS='' GOBIN=$KIND_BIN_DIR go install "sigs.k8s.io/kind@$KIND_VERSION"
+  fi
+  echo "$KIND_BIN_DIR"
+}
+
+# The nodes' network, made before kind would make its own: podman's default for kind NATs a
+# 10.89.0.0/24 network to the machine's uplink. This one is in the benchmark range, and a
+# FORWARD guard drops whatever its bridge would send anywhere but back onto itself, so no
+# node or pod reaches the uplink; the host still reaches the nodes (the API server's port).
+kind_network_up() {
+  local bridge
+  podman network exists "$KIND_NET" ||
+    podman network create --subnet "$KIND_NET_SUBNET" --gateway "$KIND_NET_GATEWAY" "$KIND_NET" >/dev/null
+  bridge=$(kind_bridge)
+  [[ -n $bridge ]] || lc_die "podman network $KIND_NET has no bridge interface"
+  iptables -w -N "$KIND_GUARD_CHAIN" 2>/dev/null || iptables -w -F "$KIND_GUARD_CHAIN"
+  iptables -w -A "$KIND_GUARD_CHAIN" -i "$bridge" ! -o "$bridge" -j DROP
+  iptables -w -C FORWARD -j "$KIND_GUARD_CHAIN" 2>/dev/null || iptables -w -I FORWARD 1 -j "$KIND_GUARD_CHAIN"
+}
+kind_bridge() { podman network inspect "$KIND_NET" --format '{{.NetworkInterface}}' 2>/dev/null; }
+KIND_POD_SUBNET=198.19.128.0/17
+KIND_SERVICE_SUBNET=198.19.96.0/20
+KIND_STATE=/var/lib/retry-debt-kit/kind
+KIND_KUBECONFIG=$KIND_STATE/kubeconfig
