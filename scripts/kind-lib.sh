@@ -24,17 +24,20 @@ KIND_ENGINE_CONF=/etc/containers/containers.conf.d/retry-debt-kit.conf
 # cgroup host: "cgroups in hybrid mode not supported"), and buildah for the node image.
 kind_engine_setup() {
   lc_apt_install podman runc golang-github-containernetworking-plugin-dnsname buildah debootstrap jq
-  if [[ ! -f $KIND_ENGINE_CONF ]]; then
-    mkdir -p "${KIND_ENGINE_CONF%/*}"
-    cat >"$KIND_ENGINE_CONF" <<'EOF'
-# Written by retry-debt-kit's scripts/kind-lib.sh: the machine's hard limits are 20,000 open
-# files; a container asking for more does not start. scripts/cluster-down.sh --purge removes it.
+  mkdir -p "${KIND_ENGINE_CONF%/*}"
+  cat >"$KIND_ENGINE_CONF" <<EOF
+# Written by retry-debt-kit's scripts/kind-lib.sh; scripts/kind-local-down.sh --purge removes it.
+# The machine's hard limits are 20,000 open files: a container asking for more does not start.
+# DNS: only the nodes' network's own resolver (podman's dnsname, which knows the node names and
+# asks the host's resolver for the rest); the host's nameservers, which podman would add, are
+# beyond the network's guard, and CoreDNS forwarding to them waits out its timeout (seen: the
+# meter's DNS lookup of the pods took seconds).
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+dns_servers = ["$KIND_NET_GATEWAY"]
 [engine]
 runtime = "runc"
 EOF
-  fi
 }
 
 # kind, built from its Go module (the release the node image layout follows).

@@ -8,8 +8,6 @@
 //! <ATTEMPT>
 //! ```
 
-use std::time::Instant;
-
 use crate::distinct::{Arrival, IdKey};
 use crate::exposition::ParseError;
 
@@ -126,8 +124,8 @@ pub struct Cursor {
     pub epoch: u64,
     /// The `after` of the next read.
     pub next: u64,
-    /// When the pod was last read.
-    pub read_at: Instant,
+    /// The meter's round in which the pod was last read.
+    pub round: u64,
 }
 
 /// How a round's read relates to the cursor.
@@ -231,7 +229,7 @@ mod tests {
         let cursor = Cursor {
             epoch: 1,
             next: 10,
-            read_at: Instant::now(),
+            round: 0,
         };
         let header = |epoch, next| PageHeader {
             next,

@@ -317,10 +317,9 @@ async fn scrape_loop(shared: Arc<Shared>, config: Config, scraper: Scraper) {
         }
         tally.retain_listed(|pod| pods.iter().any(|u| u.as_str() == pod));
         let mut scrapes = JoinSet::new();
-        let started = Instant::now();
         for pod in &pods {
             let (scraper, pod) = (scraper.clone(), pod.clone());
-            let cursor = tally.cursor(pod.as_str(), started);
+            let cursor = tally.cursor(pod.as_str());
             scrapes.spawn(async move {
                 let result = scraper.scrape(&pod, cursor).await;
                 (pod, Instant::now(), result)

@@ -29,14 +29,21 @@ pub struct Tally {
     cursors: HashMap<String, Cursor>,
     /// Per pod, cumulative: (first attempts, client attempts) credited.
     credit: HashMap<String, (u64, u64)>,
-    forget_after: Duration,
+    /// Rounds ended so far.
+    round: u64,
     lost: u64,
 }
 
+/// Rounds a pod may go unread and keep its cursor: its log is read on from where it stood
+/// (the ring keeps about 20 minutes at the pod's rate, and what it overwrote is counted lost).
+/// Counted in rounds, not time: a slow round (a slow DNS lookup of the pods, a busy node) must
+/// not turn every pod's next read into a baseline that skips what arrived meanwhile.
+const FORGET_AFTER_ROUNDS: u64 = 3;
+
 impl Tally {
-    /// `forget_after` as for [`RateWindow::new`]; a pod not read for that
-    /// long also loses its cursor (its next read is a baseline again, as its
-    /// counters' next sample is). `retention`, `max_ids`: of
+    /// `forget_after` as for [`RateWindow::new`]; a pod not read in
+    /// [`FORGET_AFTER_ROUNDS`] rounds loses its cursor (its next read is a
+    /// baseline again, as a new pod's is). `retention`, `max_ids`: of
     /// [`DistinctArrivals`].
     pub fn new(
         window: Duration,
@@ -50,7 +57,7 @@ impl Tally {
             distinct: DistinctArrivals::new(retention, max_ids),
             cursors: HashMap::new(),
             credit: HashMap::new(),
-            forget_after,
+            round: 0,
             lost: 0,
         }
     }
@@ -63,11 +70,11 @@ impl Tally {
         self.credit.retain(|pod, _| is_listed(pod));
     }
 
-    /// Where to read `pod`'s log from at `now`; `None`: take a baseline.
-    pub fn cursor(&self, pod: &str, now: Instant) -> Option<Cursor> {
+    /// Where to read `pod`'s log from this round; `None`: take a baseline.
+    pub fn cursor(&self, pod: &str) -> Option<Cursor> {
         self.cursors
             .get(pod)
-            .filter(|c| now.saturating_duration_since(c.read_at) <= self.forget_after)
+            .filter(|c| self.round - c.round <= FORGET_AFTER_ROUNDS)
             .copied()
     }
 
@@ -92,7 +99,7 @@ impl Tally {
             Cursor {
                 epoch: read.epoch,
                 next: read.next,
-                read_at: at,
+                round: self.round,
             },
         );
     }
@@ -101,6 +108,7 @@ impl Tally {
     /// when no pod answered.
     pub fn end_round(&mut self, now: Instant) {
         self.distinct.expire(now);
+        self.round += 1;
     }
 
     /// Rates at `now`: ingress and the header count from the pods' counters,
@@ -201,7 +209,7 @@ mod tests {
             let now = t0 + secs(s);
             for (i, pod) in pods.iter().enumerate() {
                 let name = format!("http://pod{i}");
-                let cursor = t.cursor(&name, now);
+                let cursor = t.cursor(&name);
                 t.record(&name, now, pod.scrape(cursor));
             }
             t.end_round(now);
@@ -293,12 +301,22 @@ mod tests {
             }
         });
         assert_eq!(t.counts().first_attempts, 7);
-        // Not read for longer than forget_after: a baseline again.
-        pods[0].arrive(0, "unread");
-        let later = t0 + secs(20);
-        assert_eq!(t.cursor("http://pod0", later), None);
+        // Unread for a whole minute of wall time but read every round: it reads on.
+        pods[0].arrive(0, "slow round");
+        run(&mut t, &mut pods, t0, 66..67, |_, _| {});
+        assert_eq!(t.counts().first_attempts, 8);
+        // Not read in more than three rounds (its scrapes failed): a baseline again.
+        for r in 0..FORGET_AFTER_ROUNDS {
+            assert!(t.cursor("http://pod0").is_some(), "round {r}");
+            t.end_round(t0 + secs(67 + r));
+        }
+        assert_eq!(t.cursor("http://pod0"), None);
+        run(&mut t, &mut pods, t0, 71..72, |_, pods| {
+            pods[0].arrive(0, "after the gap")
+        });
+        assert_eq!(t.counts().first_attempts, 8);
         t.retain_listed(|_| false);
-        assert_eq!(t.cursor("http://pod0", t0 + secs(5)), None);
+        assert_eq!(t.cursor("http://pod0"), None);
     }
 
     #[test]

@@ -89,7 +89,10 @@ fn kube_preflight(target: KubeTarget, time_scale: Option<f64>) -> anyhow::Result
     eprintln!(
         "falsification: cluster {}{} ({} node(s)), image {} ({}), HPA sync {} s, tolerance {} ({}); \
          time scale {scale}",
-        facts.cluster.as_deref().map_or(String::new(), |c| format!("{c}, ")),
+        facts
+            .cluster
+            .as_deref()
+            .map_or(String::new(), |c| format!("{c}, ")),
         facts.server,
         facts.nodes.len(),
         facts.image,
