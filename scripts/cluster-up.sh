@@ -16,6 +16,8 @@
 #   KIND_SUBNETS      "PODS SERVICES": the pods' and Services' ranges instead of kind's defaults
 #   METRICS_SERVER_IMAGE_ARCHIVE  a metrics-server v0.8.0 image archive built here: loaded, and
 #                     upstream's manifest applied from k8s/kind/metrics-server-v0.8.0.yaml
+#   KIT_IMAGE_ARCHIVE an archive of the kit's image (scripts/image-build.sh), loaded instead of
+#                     building k8s/Dockerfile; TAG must name its tag
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,18 +72,34 @@ if [[ -n ${KIND_NODE_IMAGE:-} ]]; then
   repo=$(label image-repository) || { echo "cluster-up: no image $KIND_NODE_IMAGE in $engine" >&2; exit 1; }
   if [[ -n $repo && $repo != "<no value>" ]]; then
     kit_node=true
-    args+=(--image-repository "$repo" --etcd-tag "$(label etcd-tag)" --coredns-tag "$(label coredns-tag)")
+    etcd_tag=$(label etcd-tag)
+    coredns_tag=$(label coredns-tag)
+    args+=(--image-repository "$repo" --etcd-tag "$etcd_tag" --coredns-tag "$coredns_tag")
   fi
 fi
 if [[ -n ${KIND_SUBNETS:-} ]]; then
   read -r pods services <<<"$KIND_SUBNETS"
-  args+=(--pod-subnet "$pods" --service-subnet "${services:?KIND_SUBNETS is \"PODS SERVICES\"}")
+  [[ -n ${services:-} ]] || { echo "cluster-up: KIND_SUBNETS must be \"PODS SERVICES\", got '$KIND_SUBNETS'" >&2; exit 2; }
+  args+=(--pod-subnet "$pods" --service-subnet "$services")
 fi
 generated=$(mktemp "${TMPDIR:-/tmp}/kind-config.XXXXXX.yaml")
-trap 'rm -f "$generated"' EXIT
+records=$(mktemp -d "${TMPDIR:-/tmp}/kind-records.XXXXXX")
+trap 'rm -f "$generated"; rm -rf "$records"' EXIT
 "$falsification" kind-config "${args[@]}" >"$generated"
 node_image=$(awk '/^    image:/ {print $2; exit}' "$generated")
+# What the runner will read of this cluster (hpa.json, metrics-server.json), from the same flags.
+"$falsification" local-cluster-flags --time-scale "$time_scale" --records "$records" --kubernetes "$want_k8s" >/dev/null
 echo "cluster-up: node image $node_image; HPA periods at time scale $time_scale ($engine)"
+
+# What the runner records about this cluster (kube-system/retry-debt-kit-cluster, as the
+# one-machine cluster writes it): the controller's flags, which kind this is, and the image once
+# loaded. Written as soon as the cluster exists, so a reuse can check what it was made with.
+write_record() {
+  kubectl "${ctx[@]}" -n kube-system create configmap retry-debt-kit-cluster --from-file=hpa.json="$records/hpa.json" \
+    --from-file=metrics-server.json="$records/metrics-server.json" --from-literal=node-image="$node_image" \
+    --from-literal=cluster="kind $cluster ($engine, kind $want_kind)" ${1:+--from-literal="$1"} \
+    --dry-run=client -o yaml | kubectl "${ctx[@]}" apply -f - >/dev/null
+}
 
 ctx=(--context "kind-$cluster")
 if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
@@ -95,16 +113,28 @@ if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
     echo "cluster-up: delete it (kind delete cluster --name $cluster) and run this again." >&2
     exit 1
   fi
+  # Its controller flags and node image are fixed at creation: reusing it at another time scale
+  # or with another image would record settings it does not run.
+  recorded() { kubectl "${ctx[@]}" -n kube-system get configmap retry-debt-kit-cluster -o jsonpath="{.data.$1}" 2>/dev/null; }
+  if [[ $(recorded 'hpa\.json') != "$(cat "$records/hpa.json")" || $(recorded 'node-image') != "$node_image" ]]; then
+    echo "cluster-up: cluster '$cluster' was made with other HPA settings or another node image than" >&2
+    echo "cluster-up: --time-scale $time_scale and $node_image ask for; delete it and run this again." >&2
+    exit 1
+  fi
 elif $kit_node; then
   # No default CNI in the kit's node image: the nodes are Ready once it is set up below.
   kind create cluster --name "$cluster" --config "$generated"
+  write_record
 else
   kind create cluster --name "$cluster" --config "$generated" --wait 120s
+  write_record
 fi
 
 if $kit_node; then
   # The pod network kindnetd would make, set up once: each node bridges its own pod range
   # (bridge + host-local on the node's podCIDR) and routes the other nodes' ranges to them.
+  # Each node's podCIDR is set by the controller-manager shortly after it registers.
+  kubectl "${ctx[@]}" wait --for=jsonpath='{.spec.podCIDR}' nodes --all --timeout=120s >/dev/null
   mapfile -t nodes < <(kubectl "${ctx[@]}" get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
   for n in "${nodes[@]}"; do
     read -r name cidr _ <<<"$n"
@@ -139,35 +169,33 @@ if [[ -n ${METRICS_SERVER_IMAGE_ARCHIVE:-} ]]; then
   ms_patch+=',{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"'$ms_image'"},
   {"op":"replace","path":"/spec/template/spec/containers/0/imagePullPolicy","value":"Never"}'
 fi
-if ! kubectl "${ctx[@]}" get apiservice v1beta1.metrics.k8s.io >/dev/null 2>&1; then
+# Installed when no resource metrics API is registered, and again when it is this manifest's but
+# without the patch (an earlier run stopped between the two): apply resets the args, then patch.
+ms_args=$(kubectl "${ctx[@]}" -n kube-system get deployment metrics-server -o jsonpath='{.spec.template.spec.containers[0].args}' 2>/dev/null || true)
+if ! kubectl "${ctx[@]}" get apiservice v1beta1.metrics.k8s.io >/dev/null 2>&1 ||
+  [[ -n $ms_args && $ms_args != *--kubelet-insecure-tls* ]]; then
   echo "cluster-up: installing metrics-server v0.8.0 ($ms_manifest)"
   kubectl "${ctx[@]}" apply -f "$ms_manifest"
   kubectl "${ctx[@]}" -n kube-system patch deployment metrics-server --type=json -p "[$ms_patch]"
   kubectl "${ctx[@]}" -n kube-system rollout status deployment/metrics-server --timeout=180s
 fi
 
-# The kit's image: built with the engine where it can build k8s/Dockerfile (docker), else
-# made without it (scripts/image-build.sh, the one-machine cluster's way) and loaded as an archive.
-if [[ $engine == docker ]]; then
+# The kit's image: built from k8s/Dockerfile with the engine and loaded, or an archive made
+# without one (scripts/image-build.sh, as scripts/kind-local-up.sh passes it).
+if [[ -n ${KIT_IMAGE_ARCHIVE:-} ]]; then
+  [[ -n ${TAG:-} ]] || { echo "cluster-up: KIT_IMAGE_ARCHIVE needs TAG, the archive's tag" >&2; exit 2; }
+  kind load image-archive "$KIT_IMAGE_ARCHIVE" --name "$cluster"
+elif [[ $engine == docker ]]; then
   echo "cluster-up: building $image"
   docker build -f k8s/Dockerfile -t "$image" .
   # A unique tag plus imagePullPolicy: IfNotPresent means the nodes use exactly this build.
   kind load docker-image "$image" --name "$cluster"
 else
-  archive=$(scripts/image-build.sh --archive)
-  tag=${archive##*/retry-debt-kit-}
-  tag=${tag%.tar}
-  image="retry-debt-kit:${tag}"
-  kind load image-archive "$archive" --name "$cluster"
+  echo "cluster-up: building $image"
+  podman build -f k8s/Dockerfile -t "$image" .
+  podman save -o "$records/image.tar" "$image"
+  kind load image-archive "$records/image.tar" --name "$cluster"
 fi
 
-# What the runner records about this cluster (kube-system/retry-debt-kit-cluster, as the
-# one-machine cluster writes it): the controller's flags, the image, and which kind this is.
-records=$(mktemp -d "${TMPDIR:-/tmp}/kind-records.XXXXXX")
-trap 'rm -f "$generated"; rm -rf "$records"' EXIT
-"$falsification" local-cluster-flags --time-scale "$time_scale" --records "$records" --kubernetes "$want_k8s" >/dev/null
-kubectl "${ctx[@]}" -n kube-system create configmap retry-debt-kit-cluster --from-file=hpa.json="$records/hpa.json" \
-  --from-file=metrics-server.json="$records/metrics-server.json" --from-literal=image="$image" \
-  --from-literal=cluster="kind $cluster ($engine, kind $want_kind)" --from-literal=node-image="$node_image" \
-  --dry-run=client -o yaml | kubectl "${ctx[@]}" apply -f - >/dev/null
+write_record image="$image"
 echo "cluster-up: ready. Deploy with: TAG=$tag scripts/deploy.sh first"

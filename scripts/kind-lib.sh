@@ -13,31 +13,38 @@ KIND_BIN_DIR=$RDK_CACHE/kind/$KIND_VERSION
 KIND_NODE_REF=localhost/retry-debt-kit/kind-node:$LC_K8S_VERSION
 # The nodes' network: inside 198.18.0.0/15 like the one-machine cluster's, apart from its
 # addresses (198.18.0.1, 198.18.16.0/24, 198.18.128.0/20).
-KIND_NET=kind
+KIND_NET=rdk-kind
 KIND_NET_SUBNET=198.19.64.0/24
 KIND_NET_GATEWAY=198.19.64.1
 KIND_GUARD_CHAIN=RDK-KIND-GUARD
-KIND_ENGINE_CONF=/etc/containers/containers.conf.d/retry-debt-kit.conf
+# The pods' and Services' ranges: beside the nodes', apart from the one-machine cluster's.
+KIND_POD_SUBNET=198.19.128.0/17
+KIND_SERVICE_SUBNET=198.19.96.0/20
+KIND_STATE=/var/lib/retry-debt-kit/kind
+KIND_KUBECONFIG=$KIND_STATE/kubeconfig
 
 # podman, with ulimits the VM allows (its defaults ask for nofile 1048576 and nproc 4194304,
 # which a container here may not raise to) and runc as its runtime (crun 1.8 refuses a hybrid
-# cgroup host: "cgroups in hybrid mode not supported"), and buildah for the node image.
+# cgroup host: "cgroups in hybrid mode not supported"), and buildah for the node image. The
+# settings are kind's only: a config file of its own (CONTAINERS_CONF, which the scripts export
+# to kind and its podman calls), not the machine's podman configuration.
 kind_engine_setup() {
   lc_apt_install podman runc golang-github-containernetworking-plugin-dnsname buildah debootstrap jq
-  mkdir -p "${KIND_ENGINE_CONF%/*}"
-  cat >"$KIND_ENGINE_CONF" <<EOF
-# Written by retry-debt-kit's scripts/kind-lib.sh; scripts/kind-local-down.sh --purge removes it.
+  mkdir -p "$KIND_STATE"
+  cat >"$KIND_STATE/containers.conf" <<EOF
+# Written by retry-debt-kit's scripts/kind-lib.sh for the kind cluster's podman calls.
 # The machine's hard limits are 20,000 open files: a container asking for more does not start.
 # DNS: only the nodes' network's own resolver (podman's dnsname, which knows the node names and
 # asks the host's resolver for the rest); the host's nameservers, which podman would add, are
-# beyond the network's guard, and CoreDNS forwarding to them waits out its timeout (seen: the
-# meter's DNS lookup of the pods took seconds).
+# beyond the network's guard, and CoreDNS forwarding to them waits out its timeout (one lookup
+# in six took 2 s).
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 dns_servers = ["$KIND_NET_GATEWAY"]
 [engine]
 runtime = "runc"
 EOF
+  export CONTAINERS_CONF=$KIND_STATE/containers.conf
 }
 
 # kind, built from its Go module (the release the node image layout follows).
@@ -50,21 +57,26 @@ kind_build() {
 }
 
 # The nodes' network, made before kind would make its own: podman's default for kind NATs a
-# 10.89.0.0/24 network to the machine's uplink. This one is in the benchmark range, and a
-# FORWARD guard drops whatever its bridge would send anywhere but back onto itself, so no
-# node or pod reaches the uplink; the host still reaches the nodes (the API server's port).
+# 10.89.0.0/24 network to the machine's uplink. This one has its own name (kind is told it with
+# KIND_EXPERIMENTAL_PODMAN_NETWORK), is in the benchmark range, and a raw-table guard drops
+# whatever arrives from its bridge for an address outside 198.18.0.0/15, before routing: no node
+# or pod reaches the uplink, whatever the CNI plugins put in FORWARD; the host still reaches the
+# nodes (the API server's port).
 kind_network_up() {
-  local bridge
-  podman network exists "$KIND_NET" ||
+  local bridge subnet
+  if podman network exists "$KIND_NET"; then
+    subnet=$(podman network inspect "$KIND_NET" --format '{{range .Subnets}}{{.Subnet}}{{end}}')
+    [[ $subnet == "$KIND_NET_SUBNET" ]] ||
+      lc_die "podman network $KIND_NET exists with subnet '$subnet', not $KIND_NET_SUBNET: not this kit's; remove it or rename it"
+  else
     podman network create --subnet "$KIND_NET_SUBNET" --gateway "$KIND_NET_GATEWAY" "$KIND_NET" >/dev/null
+  fi
   bridge=$(kind_bridge)
   [[ -n $bridge ]] || lc_die "podman network $KIND_NET has no bridge interface"
-  iptables -w -N "$KIND_GUARD_CHAIN" 2>/dev/null || iptables -w -F "$KIND_GUARD_CHAIN"
-  iptables -w -A "$KIND_GUARD_CHAIN" -i "$bridge" ! -o "$bridge" -j DROP
-  iptables -w -C FORWARD -j "$KIND_GUARD_CHAIN" 2>/dev/null || iptables -w -I FORWARD 1 -j "$KIND_GUARD_CHAIN"
+  echo "$bridge" >"$KIND_STATE/bridge"
+  iptables -w -t raw -N "$KIND_GUARD_CHAIN" 2>/dev/null || iptables -w -t raw -F "$KIND_GUARD_CHAIN"
+  iptables -w -t raw -A "$KIND_GUARD_CHAIN" -i "$bridge" ! -d 198.18.0.0/15 -j DROP
+  iptables -w -t raw -C PREROUTING -j "$KIND_GUARD_CHAIN" 2>/dev/null ||
+    iptables -w -t raw -I PREROUTING 1 -j "$KIND_GUARD_CHAIN"
 }
 kind_bridge() { podman network inspect "$KIND_NET" --format '{{.NetworkInterface}}' 2>/dev/null; }
-KIND_POD_SUBNET=198.19.128.0/17
-KIND_SERVICE_SUBNET=198.19.96.0/20
-KIND_STATE=/var/lib/retry-debt-kit/kind
-KIND_KUBECONFIG=$KIND_STATE/kubeconfig

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Deletes the kind cluster scripts/kind-local-up.sh made, then what that script added (the
-# nodes' network and its guard, an empty /lib/modules), and checks that nothing is left:
-# containers, volumes, networks, iptables chains, network namespaces and mounts. Exit 1 names
-# what is left. Idempotent. With --purge it also removes podman's ulimits drop-in.
+# nodes' network and its guard, kind's podman settings, an empty /lib/modules), and checks that
+# nothing of it is left: containers, volumes, the network and its link, iptables rules naming
+# it, and mounts. Exit 1 names what is left. Idempotent; leaves the one-machine cluster alone.
 #
-#   scripts/kind-local-down.sh [--purge]
+#   scripts/kind-local-down.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/local-cluster-lib.sh
@@ -12,38 +12,47 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/kind-lib.sh
 . scripts/kind-lib.sh
 
-purge=false
-case ${1-} in
-  "") ;;
-  --purge) purge=true ;;
-  *) lc_die "unknown argument '$1' (--purge)" ;;
-esac
+[[ $# == 0 ]] || lc_die "takes no arguments"
 lc_need_root
 cluster=${CLUSTER:-retry-debt}
 command -v podman >/dev/null || { lc_log "podman is not installed: nothing of a kind cluster here"; exit 0; }
+[[ ! -f $KIND_STATE/containers.conf ]] || export CONTAINERS_CONF=$KIND_STATE/containers.conf
 
 if [[ -x $KIND_BIN_DIR/kind ]]; then
-  KIND_EXPERIMENTAL_PROVIDER=podman KUBECONFIG=$KIND_KUBECONFIG "$KIND_BIN_DIR/kind" delete cluster --name "$cluster"
+  KIND_EXPERIMENTAL_PROVIDER=podman KIND_EXPERIMENTAL_PODMAN_NETWORK=$KIND_NET KUBECONFIG=$KIND_KUBECONFIG \
+    "$KIND_BIN_DIR/kind" delete cluster --name "$cluster"
 fi
+nodes=("$cluster-control-plane" "$cluster-worker")
 # kind's podman provider leaves the volumes of nodes that never started (a failed create).
-for node in "$cluster-control-plane" "$cluster-worker"; do
+for node in "${nodes[@]}"; do
   podman volume ls -q --filter "label=$node" | xargs -r podman volume rm >/dev/null
 done
-bridge=$(kind_bridge || true)
-if iptables -w -C FORWARD -j "$KIND_GUARD_CHAIN" 2>/dev/null; then iptables -w -D FORWARD -j "$KIND_GUARD_CHAIN"; fi
-iptables -w -F "$KIND_GUARD_CHAIN" 2>/dev/null && iptables -w -X "$KIND_GUARD_CHAIN"
-! podman network exists "$KIND_NET" || podman network rm "$KIND_NET" >/dev/null
+# The network's bridge, as up recorded it (the network may be gone already).
+bridge=$(cat "$KIND_STATE/bridge" 2>/dev/null || kind_bridge || true)
+if iptables -w -t raw -C PREROUTING -j "$KIND_GUARD_CHAIN" 2>/dev/null; then
+  iptables -w -t raw -D PREROUTING -j "$KIND_GUARD_CHAIN"
+fi
+if iptables -w -t raw -F "$KIND_GUARD_CHAIN" 2>/dev/null; then iptables -w -t raw -X "$KIND_GUARD_CHAIN"; fi
+if podman network exists "$KIND_NET"; then podman network rm "$KIND_NET" >/dev/null; fi
+# dnsname's rule letting the nodes ask its dnsmasq, which removing the network leaves.
+if [[ -n $bridge ]] && iptables -w -C INPUT -i "$bridge" -p udp -m udp --dport 53 -j ACCEPT 2>/dev/null; then
+  iptables -w -D INPUT -i "$bridge" -p udp -m udp --dport 53 -j ACCEPT
+fi
 if [[ -f $KIND_STATE/created-host-paths ]]; then
   xargs -r rmdir <"$KIND_STATE/created-host-paths"
 fi
+unset CONTAINERS_CONF # its file goes with the state folder
 rm -rf "$KIND_STATE"
-# The CNI plugins' shared chains (firewall, portmap) outlive the last container; with no
-# container left they are empty scaffolding, made again by the next one.
-if [[ -z $(podman ps -aq) ]]; then
+# The CNI plugins' shared chains (firewall, portmap) outlive the last container. With no podman
+# container left and the one-machine cluster (whose plugins use them too) not running, they are
+# podman's empty scaffolding, made again by the next container; CNI-ADMIN only if still empty
+# (it is the administrator's).
+if [[ -z $(podman ps -aq) ]] && ! lc_pid containerd >/dev/null; then
   if iptables -w -C FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD 2>/dev/null; then
     iptables -w -D FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
   fi
-  for chain in CNI-FORWARD CNI-ADMIN; do iptables -w -F "$chain" 2>/dev/null && iptables -w -X "$chain"; done
+  if iptables -w -F CNI-FORWARD 2>/dev/null; then iptables -w -X CNI-FORWARD; fi
+  if [[ $(iptables -w -S CNI-ADMIN 2>/dev/null | wc -l) == 1 ]]; then iptables -w -X CNI-ADMIN; fi
   for hook in PREROUTING OUTPUT; do
     if iptables -w -t nat -C "$hook" -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT 2>/dev/null; then
       iptables -w -t nat -D "$hook" -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
@@ -53,22 +62,23 @@ if [[ -z $(podman ps -aq) ]]; then
     iptables -w -t nat -D POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
   fi
   for chain in CNI-HOSTPORT-DNAT CNI-HOSTPORT-MASQ CNI-HOSTPORT-SETMARK; do
-    iptables -w -t nat -F "$chain" 2>/dev/null && iptables -w -t nat -X "$chain"
+    if iptables -w -t nat -F "$chain" 2>/dev/null; then iptables -w -t nat -X "$chain"; fi
   done
 fi
-$purge && rm -f "$KIND_ENGINE_CONF"
 
 left=()
 [[ -z $(podman ps -aq --filter "label=io.x-k8s.kind.cluster=$cluster") ]] || left+=("containers of kind cluster $cluster")
-for node in "$cluster-control-plane" "$cluster-worker"; do
+for node in "${nodes[@]}"; do
   [[ -z $(podman volume ls -q --filter "label=$node") ]] || left+=("volumes of $node")
 done
 ! podman network exists "$KIND_NET" || left+=("podman network $KIND_NET")
 [[ -z $bridge ]] || ! ip link show "$bridge" >/dev/null 2>&1 || left+=("link $bridge")
+# podman's CNI plugins name the network in their rules' comments and match its subnet.
+pattern="$KIND_GUARD_CHAIN|${KIND_NET_SUBNET%/*}|${KIND_POD_SUBNET%/*}|name: \"$KIND_NET\"${bridge:+|$bridge}"
 for ipt in iptables ip6tables; do
-  ! "$ipt"-save 2>/dev/null | grep -qE "$KIND_GUARD_CHAIN|$KIND_NET_SUBNET|name: \"$KIND_NET\"|CNI-" || left+=("$ipt rules for $KIND_NET or CNI's chains")
+  ! "$ipt"-save 2>/dev/null | grep -qE "$pattern" || left+=("$ipt rules: $("$ipt"-save | grep -E "$pattern" | head -3 | tr '\n' ' ')")
 done
-! grep -qE "$cluster|/run/netns/cni-" /proc/mounts || left+=("mounts: $(grep -E "$cluster|/run/netns/cni-" /proc/mounts | cut -d' ' -f2 | tr '\n' ' ')")
+! grep -qE "${nodes[0]}|${nodes[1]}" /proc/mounts || left+=("mounts: $(grep -E "${nodes[0]}|${nodes[1]}" /proc/mounts | cut -d' ' -f2 | tr '\n' ' ')")
 if ((${#left[@]})); then
   printf 'kind-local-down: left behind: %s\n' "${left[@]}" >&2
   exit 1

@@ -34,8 +34,9 @@ pub struct Tally {
     lost: u64,
 }
 
-/// Rounds a pod may go unread and keep its cursor: its log is read on from where it stood
-/// (the ring keeps about 20 minutes at the pod's rate, and what it overwrote is counted lost).
+/// Rounds in a row a pod's read may fail and the next read still go on from its cursor (the ring
+/// keeps about 20 minutes at the pod's rate, and what it overwrote is counted lost); after that
+/// many failed rounds its next read is a baseline.
 /// Counted in rounds, not time: a slow round (a slow DNS lookup of the pods, a busy node) must
 /// not turn every pod's next read into a baseline that skips what arrived meanwhile.
 const FORGET_AFTER_ROUNDS: u64 = 3;
@@ -305,7 +306,7 @@ mod tests {
         pods[0].arrive(0, "slow round");
         run(&mut t, &mut pods, t0, 66..67, |_, _| {});
         assert_eq!(t.counts().first_attempts, 8);
-        // Not read in more than three rounds (its scrapes failed): a baseline again.
+        // Its reads failed in three rounds in a row: the next read is a baseline.
         for r in 0..FORGET_AFTER_ROUNDS {
             assert!(t.cursor("http://pod0").is_some(), "round {r}");
             t.end_round(t0 + secs(67 + r));
