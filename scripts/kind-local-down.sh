@@ -38,8 +38,16 @@ if podman network exists "$KIND_NET"; then podman network rm "$KIND_NET" >/dev/n
 if [[ -n $bridge ]] && iptables -w -C INPUT -i "$bridge" -p udp -m udp --dport 53 -j ACCEPT 2>/dev/null; then
   iptables -w -D INPUT -i "$bridge" -p udp -m udp --dport 53 -j ACCEPT
 fi
+# /run/netns, mounted by podman's CNI, once no container's namespace is in it.
+netns_ours=false
+[[ ! -f $KIND_STATE/mounted-by-us ]] || netns_ours=true
+if $netns_ours && [[ -z $(podman ps -aq) ]] && mountpoint -q /run/netns && [[ -z $(ls -A /run/netns) ]]; then
+  umount /run/netns
+fi
 if [[ -f $KIND_STATE/created-host-paths ]]; then
-  xargs -r rmdir <"$KIND_STATE/created-host-paths"
+  while read -r path; do
+    [[ ! -d $path ]] || mountpoint -q "$path" || rmdir "$path" 2>/dev/null || true
+  done <"$KIND_STATE/created-host-paths"
 fi
 unset CONTAINERS_CONF # its file goes with the state folder
 rm -rf "$KIND_STATE"
@@ -78,6 +86,7 @@ pattern="$KIND_GUARD_CHAIN|${KIND_NET_SUBNET%/*}|${KIND_POD_SUBNET%/*}|name: \"$
 for ipt in iptables ip6tables; do
   ! "$ipt"-save 2>/dev/null | grep -qE "$pattern" || left+=("$ipt rules: $("$ipt"-save | grep -E "$pattern" | head -3 | tr '\n' ' ')")
 done
+! $netns_ours || ! mountpoint -q /run/netns || left+=("the /run/netns mount podman made")
 ! grep -qE "${nodes[0]}|${nodes[1]}" /proc/mounts || left+=("mounts: $(grep -E "${nodes[0]}|${nodes[1]}" /proc/mounts | cut -d' ' -f2 | tr '\n' ' ')")
 if ((${#left[@]})); then
   printf 'kind-local-down: left behind: %s\n' "${left[@]}" >&2

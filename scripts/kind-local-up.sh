@@ -23,12 +23,15 @@ bin=$(scripts/local-cluster-build.sh)
 infra=$(lc_infra_images "$bin")
 kit_archive=$(scripts/image-build.sh --archive)
 kit_tag=${kit_archive##*/retry-debt-kit-}
+# podman's CNI makes /run/netns and bind-mounts it onto itself; down undoes what was not there.
+[[ -e /run/netns ]] || echo /run/netns >>"$KIND_STATE/created-host-paths"
+mountpoint -q /run/netns || echo /run/netns >"$KIND_STATE/mounted-by-us"
 kind_network_up
 # kind mounts the host's /lib/modules into each node; this VM's kernel has none and podman
 # will not mount a missing path: an empty one, removed by down when it made it.
 if [[ ! -e /lib/modules ]]; then
   mkdir /lib/modules
-  echo /lib/modules >"$KIND_STATE/created-host-paths"
+  echo /lib/modules >>"$KIND_STATE/created-host-paths"
 fi
 PATH=$kind_dir:$PATH KUBECONFIG=$KIND_KUBECONFIG KIND_EXPERIMENTAL_PROVIDER=podman \
   KIND_EXPERIMENTAL_PODMAN_NETWORK=$KIND_NET KIND_NODE_IMAGE=$node_image \
