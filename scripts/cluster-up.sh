@@ -87,8 +87,11 @@ records=$(mktemp -d "${TMPDIR:-/tmp}/kind-records.XXXXXX")
 trap 'rm -f "$generated"; rm -rf "$records"' EXIT
 "$falsification" kind-config "${args[@]}" >"$generated"
 node_image=$(awk '/^    image:/ {print $2; exit}' "$generated")
-# What the runner will read of this cluster (hpa.json, metrics-server.json), from the same flags.
-"$falsification" local-cluster-flags --time-scale "$time_scale" --records "$records" --kubernetes "$want_k8s" >/dev/null
+# What the runner will read of this cluster (hpa.json, metrics-server.json), from the same flags;
+# the flags' values (metrics-server's below) as lines name=value.
+declare -A flag
+while IFS='=' read -r k v; do flag[$k]=$v; done < <("$falsification" local-cluster-flags \
+  --time-scale "$time_scale" --records "$records" --kubernetes "$want_k8s")
 echo "cluster-up: node image $node_image; HPA periods at time scale $time_scale ($engine)"
 
 # What the runner records about this cluster (kube-system/retry-debt-kit-cluster, as the
@@ -156,8 +159,6 @@ fi
 # release manifest, plus --kubelet-insecure-tls for kind's self-signed kubelet certificates (the
 # documented kind setting) and the resolution at this time scale. One already registered
 # (someone else's) is left as it is.
-declare -A flag
-while IFS='=' read -r k v; do flag[$k]=$v; done < <("$falsification" local-cluster-flags --time-scale "$time_scale")
 ms_manifest=https://github.com/kubernetes-sigs/metrics-server/releases/download/v0.8.0/components.yaml
 ms_patch='{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kubelet-insecure-tls"},
   {"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--metric-resolution='${flag[metric_resolution]}'"},
