@@ -23,7 +23,13 @@ pub struct AutoscalerConfig {
     pub scrape_interval_s: f64,
     /// From the scale decision to the new pod's first served request.
     pub dead_time_s: f64,
+    /// Each ordered pod's own delay, in order of ordering (a measured run's, re-predicted);
+    /// pods beyond the list wait `dead_time_s`.
+    pub each_dead_time_s: Vec<f64>,
     pub cpu: CpuModel,
+    /// When the meter is down, `[from, to)`: no external reading; a new meter, with no history,
+    /// scrapes from `to` on and answers once it holds a whole window.
+    pub meter_outage: Option<(f64, f64)>,
 }
 
 impl AutoscalerConfig {
@@ -69,6 +75,8 @@ pub enum PodEvent {
     Ready,
     /// The newest ready pod leaves the endpoints (it finishes what it holds).
     Removed,
+    /// The oldest ready pod is gone with its queue (a fault); its replacement is ordered.
+    Killed,
 }
 
 #[derive(Debug)]
@@ -78,8 +86,30 @@ struct Autoscaler {
     signals: Vec<Signal>,
     sync_period_s: f64,
     next_sync: f64,
+    metric_window_s: f64,
+    scrape_interval_s: f64,
+    meter_outage: Option<(f64, f64)>,
     dead_time_s: f64,
+    each_dead_time_s: Vec<f64>,
+    /// Pods ordered so far (the index of the next one's delay).
+    ordered: usize,
     cpu: Option<CpuScraper>,
+}
+
+impl Autoscaler {
+    /// The delay of the next pod ordered.
+    fn next_dead_time(&mut self) -> f64 {
+        let d = self.each_dead_time_s.get(self.ordered).copied();
+        self.ordered += 1;
+        d.unwrap_or(self.dead_time_s)
+    }
+}
+
+/// A pod ordered by a scale decision: when, and when it turns ready.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ordered {
+    at: f64,
+    ready_at: f64,
 }
 
 /// metrics-server for the model: every `window_s`, each pod's usage over the window just ended.
@@ -98,15 +128,19 @@ struct CpuScraper {
 pub struct Control {
     desired: u32,
     ready: u32,
-    /// When each ready pod turned ready, oldest first (the newest are removed first).
-    ready_since: Vec<f64>,
+    /// Each ready pod (ordered, turned ready), in the order they turned ready (the newest are
+    /// removed first).
+    ready_since: Vec<Ordered>,
     /// Ready pod-seconds so far, up to `clock`.
     ready_s: f64,
     clock: f64,
-    /// Ready times of ordered pods, oldest first.
-    pending: VecDeque<f64>,
+    /// Pods ordered and not ready yet, in order of ordering (with their own delays, not always
+    /// in order of readiness).
+    pending: VecDeque<Ordered>,
     autoscaler: Option<Autoscaler>,
     last_decision: Option<Decision>,
+    /// When the oldest ready pod is killed (a fault), until it is.
+    kill_at: Option<f64>,
 }
 
 impl Control {
@@ -121,6 +155,15 @@ impl Control {
             pending: VecDeque::new(),
             autoscaler: None,
             last_decision: None,
+            kill_at: None,
+        }
+    }
+
+    /// The same control, with the oldest ready pod killed at `at` (a fault).
+    pub fn killing_at(self, at: Option<f64>) -> Control {
+        Control {
+            kill_at: at,
+            ..self
         }
     }
 
@@ -140,6 +183,10 @@ impl Control {
         let next_sync = config.first_sync_at_or_after(start);
         // The initial pods have been ready for longer than any initialization period.
         let long_ago = start - config.spec.cpu_initialization_period_s - config.dead_time_s - 1.0;
+        let initial_pod = Ordered {
+            at: long_ago - config.dead_time_s,
+            ready_at: long_ago,
+        };
         let cpu = config.signals.contains(&Signal::Cpu).then_some(CpuScraper {
             model: config.cpu,
             next: start + config.cpu.window_s,
@@ -149,7 +196,7 @@ impl Control {
         Ok(Control {
             desired: initial,
             ready: initial,
-            ready_since: vec![long_ago; initial as usize],
+            ready_since: vec![initial_pod; initial as usize],
             ready_s: 0.0,
             clock: start,
             pending: VecDeque::new(),
@@ -159,16 +206,25 @@ impl Control {
                 signals: config.signals.clone(),
                 sync_period_s: config.sync_period_s,
                 next_sync,
+                metric_window_s: config.metric_window_s,
+                scrape_interval_s: config.scrape_interval_s,
+                meter_outage: config.meter_outage,
                 dead_time_s: config.dead_time_s,
+                each_dead_time_s: config.each_dead_time_s.clone(),
+                ordered: 0,
                 cpu,
             }),
             last_decision: None,
+            kill_at: None,
         })
     }
 
     /// When something next happens (a pod becomes ready, a scrape, a sync); infinity for fixed capacity.
     pub fn next_event(&self) -> f64 {
-        let ready = self.pending.front().copied().unwrap_or(f64::INFINITY);
+        let ready = self
+            .next_ready()
+            .map_or(f64::INFINITY, |(_, p)| p.ready_at)
+            .min(self.kill_at.unwrap_or(f64::INFINITY));
         match &self.autoscaler {
             Some(a) => {
                 let cpu = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
@@ -183,26 +239,43 @@ impl Control {
     pub fn advance(&mut self, now: f64, totals: Totals, events: &mut Vec<PodEvent>) {
         while self.next_event() <= now {
             // In time order; at equal times a pod turns ready, then the meters scrape, then the HPA syncs.
-            let ready_at = self.pending.front().copied().unwrap_or(f64::INFINITY);
+            let next_ready = self.next_ready();
+            let ready_at = next_ready.map_or(f64::INFINITY, |(_, p)| p.ready_at);
+            if let Some(k) = self.kill_at.filter(|k| *k <= now && *k <= ready_at) {
+                self.kill(k, events);
+                continue;
+            }
             let ready_now = self.ready_s_at(now);
             let Some(a) = self.autoscaler.as_mut() else {
-                self.pending.pop_front();
+                if let Some((i, pod)) = next_ready {
+                    self.pending.remove(i);
+                    self.ready_since.push(pod);
+                }
                 self.ready += 1;
                 events.push(PodEvent::Ready);
                 continue;
             };
             let scrape_at = a.meter.next_scrape();
             let cpu_at = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
-            if ready_at <= scrape_at.min(cpu_at) && ready_at <= a.next_sync {
+            if let Some((i, pod)) =
+                next_ready.filter(|_| ready_at <= scrape_at.min(cpu_at) && ready_at <= a.next_sync)
+            {
                 self.accrue(ready_at);
-                self.pending.pop_front();
+                self.pending.remove(i);
                 self.ready += 1;
-                self.ready_since.push(ready_at);
+                self.ready_since.push(pod);
                 events.push(PodEvent::Ready);
                 continue;
             }
             if scrape_at <= a.next_sync && scrape_at <= cpu_at {
-                a.meter.scrape(scrape_at, totals.first, totals.all);
+                match a.meter_outage {
+                    // Down: nothing scraped; the meter that comes back has no history.
+                    Some((from, to)) if (from..to).contains(&scrape_at) => {
+                        let next = scrape_at + a.scrape_interval_s;
+                        a.meter = Meter::new(a.metric_window_s, a.scrape_interval_s, next);
+                    }
+                    _ => a.meter.scrape(scrape_at, totals.first, totals.all),
+                }
                 continue;
             }
             if let Some(c) = a.cpu.as_mut().filter(|c| c.next <= a.next_sync) {
@@ -223,12 +296,18 @@ impl Control {
             let pods = a
                 .cpu
                 .as_ref()
-                .map(|c| pod_samples(&self.ready_since, &self.pending, a.dead_time_s, c));
+                .map(|c| pod_samples(&self.ready_since, &self.pending, c));
+            // Down, then warming: the new meter answers 503 until it holds a whole window (the
+            // meter's `Unavailable::Warming`).
+            let meter_down = a
+                .meter_outage
+                .is_some_and(|(from, to)| (from..to + a.metric_window_s).contains(&at));
             let readings: Vec<Option<Reading>> = a
                 .signals
                 .iter()
                 .map(|&s| match s {
                     Signal::Cpu => pods.clone().map(Reading::Pods),
+                    _ if meter_down => None,
                     _ => a.meter.reading(s).map(Reading::External),
                 })
                 .collect();
@@ -237,21 +316,60 @@ impl Control {
                 status_replicas: to_i32(self.ready + self.pending.len() as u32),
                 ready_pods: to_i32(self.ready),
             };
-            let dead_time = a.dead_time_s;
             // The readings are as many as the metrics (checked at construction), so sync cannot fail.
             if let Ok(decision) = a.hpa.sync(at, &readings, scale) {
                 if decision.rescale {
-                    self.scale_to(at, decision.desired.max(0) as u32, dead_time, events);
+                    self.scale_to(at, decision.desired.max(0) as u32, events);
                 }
                 self.last_decision = Some(decision);
             }
         }
     }
 
-    fn scale_to(&mut self, now: f64, desired: u32, dead_time: f64, events: &mut Vec<PodEvent>) {
+    /// Kills the oldest ready pod at `at`; its ReplicaSet orders the replacement at once.
+    fn kill(&mut self, at: f64, events: &mut Vec<PodEvent>) {
+        self.kill_at = None;
+        if self.ready == 0 {
+            return;
+        }
+        self.accrue(at);
+        self.ready -= 1;
+        // Fixed capacity keeps no ready times.
+        if !self.ready_since.is_empty() {
+            self.ready_since.remove(0);
+        }
+        events.push(PodEvent::Killed);
+        let dead_time = self
+            .autoscaler
+            .as_mut()
+            .map_or(0.0, Autoscaler::next_dead_time);
+        self.pending.push_back(Ordered {
+            at,
+            ready_at: at + dead_time,
+        });
+    }
+
+    /// The pending pod that turns ready first (the earliest ordered among equals), and where it is.
+    fn next_ready(&self) -> Option<(usize, Ordered)> {
+        self.pending
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|(_, a), (_, b)| a.ready_at.total_cmp(&b.ready_at))
+    }
+
+    fn scale_to(&mut self, now: f64, desired: u32, events: &mut Vec<PodEvent>) {
         let mut have = self.ready + self.pending.len() as u32;
         while have < desired {
-            self.pending.push_back(now + dead_time);
+            // Fixed capacity never orders pods; with an autoscaler each has its delay.
+            let dead_time = self
+                .autoscaler
+                .as_mut()
+                .map_or(0.0, Autoscaler::next_dead_time);
+            self.pending.push_back(Ordered {
+                at: now,
+                ready_at: now + dead_time,
+            });
             have += 1;
         }
         // Pending pods are the not-ready ones, newest last: [`scale_down_victim`]'s rule.
@@ -294,9 +412,8 @@ impl Control {
 /// The pods as the controller's `groupPods` sees them: ready ones with the latest sample and
 /// their ready time; ordered ones running but not ready, idle, started at their order.
 fn pod_samples(
-    ready_since: &[f64],
-    pending: &VecDeque<f64>,
-    dead_time_s: f64,
+    ready_since: &[Ordered],
+    pending: &VecDeque<Ordered>,
     cpu: &CpuScraper,
 ) -> Vec<PodSample> {
     let sample = |usage: f64| {
@@ -309,9 +426,9 @@ fn pod_samples(
     let usage = cpu.sample.map_or(0.0, |(_, u)| u);
     let ready = ready_since
         .iter()
-        .map(|&since| PodSample::running(since - dead_time_s, (true, since), 1.0, sample(usage)));
-    let starting = pending.iter().map(|&ready_at| {
-        let ordered = ready_at - dead_time_s;
+        .map(|p| PodSample::running(p.at, (true, p.ready_at), 1.0, sample(usage)));
+    let starting = pending.iter().map(|p| {
+        let ordered = p.at;
         // metrics-server has a sample once it has scraped the pod after it started.
         let metric = sample(0.0).filter(|s| s.timestamp_s > ordered);
         PodSample::running(ordered, (false, ordered), 1.0, metric)
@@ -351,10 +468,12 @@ mod tests {
             metric_window_s: 30.0,
             scrape_interval_s: 1.0,
             dead_time_s,
+            each_dead_time_s: Vec::new(),
             cpu: CpuModel {
                 limit_ratio: 1.0,
                 window_s: 15.0,
             },
+            meter_outage: None,
         }
     }
 
@@ -426,6 +545,87 @@ mod tests {
     }
 
     #[test]
+    fn each_ordered_pod_waits_its_own_dead_time_then_the_mean() {
+        // The first two pods ordered wait 150 s and 30 s; the rest the 90 s of the config.
+        let mut cfg = config(90.0);
+        cfg.each_dead_time_s = vec![150.0, 30.0];
+        let mut c = Control::autoscaled(&cfg, 4, 0.0).unwrap();
+        let mut events = Vec::new();
+        let mut ready_at = Vec::new();
+        for t in 0..=200 {
+            let t = f64::from(t);
+            c.advance(t, steady(t), &mut events);
+            ready_at.push(c.ready());
+        }
+        // The sync at 7.5 s orders 4 (to 8), ready at 157.5, 37.5, 97.5, 97.5: the second is
+        // ready first though ordered after the first. The 8 ordered at 22.5 s and the 4 at
+        // 37.5 s wait the 90 s.
+        assert_eq!(ready_at[37], 4);
+        assert_eq!(ready_at[38], 5);
+        assert_eq!(ready_at[97], 5);
+        assert_eq!(ready_at[98], 7);
+        assert_eq!(ready_at[113], 15);
+        assert_eq!(ready_at[128], 19);
+        assert_eq!(ready_at[157], 19);
+        assert_eq!(ready_at[158], 20);
+    }
+
+    #[test]
+    fn a_meter_outage_holds_the_replicas_until_the_new_meter_has_a_window() {
+        // Down from 30 s to 60 s; the new meter answers from 90 s (a whole window).
+        let mut cfg = config(90.0);
+        cfg.meter_outage = Some((30.0, 60.0));
+        let mut c = Control::autoscaled(&cfg, 4, 0.0).unwrap();
+        let mut events = Vec::new();
+        let mut desired_at = Vec::new();
+        for t in 0..=120 {
+            let t = f64::from(t);
+            c.advance(t, steady(t), &mut events);
+            desired_at.push(c.desired());
+        }
+        // 7.5 s: 8; 22.5 s: 16; 37.5-82.5 s: no reading, held at 16 (not 20, not scaled in).
+        assert_eq!(desired_at[23], 16);
+        assert_eq!(desired_at[89], 16);
+        assert_eq!(
+            c.last_decision().map(|d| d.reason),
+            Some(crate::hpa::Reason::DesiredWithinRange)
+        );
+        // 97.5 s: the new meter's whole window reads 1000/s: 20.
+        assert_eq!(desired_at[98], 20);
+    }
+
+    #[test]
+    fn a_killed_pod_is_replaced_a_dead_time_later() {
+        let mut c = Control::autoscaled(&config(90.0), 4, 0.0)
+            .unwrap()
+            .killing_at(Some(3.0));
+        let mut events = Vec::new();
+        // 100/s: the HPA keeps 4 pods (2 pods' worth at a target of 50).
+        let low = |t: f64| Totals {
+            first: 200.0 * t,
+            all: 200.0 * t,
+            busy_s: 0.0,
+        };
+        let mut ready_at = Vec::new();
+        for t in 0..=100 {
+            let t = f64::from(t);
+            c.advance(t, low(t), &mut events);
+            ready_at.push(c.ready());
+        }
+        assert_eq!(events.first(), Some(&PodEvent::Killed));
+        assert_eq!(
+            (ready_at[2], ready_at[3], ready_at[92], ready_at[93]),
+            (4, 3, 3, 4)
+        );
+        assert_eq!(c.desired(), 4);
+        let mut fixed = Control::fixed(2).killing_at(Some(1.0));
+        let mut events = Vec::new();
+        fixed.advance(1.0, Totals::default(), &mut events);
+        assert_eq!(events, vec![PodEvent::Killed, PodEvent::Ready]);
+        assert_eq!(fixed.ready(), 2);
+    }
+
+    #[test]
     fn the_victim_is_the_newest_not_ready_pod_else_the_newest() {
         assert_eq!(
             scale_down_victim(&[true, false, true, false, true]),
@@ -452,9 +652,9 @@ mod tests {
     fn scale_down_drops_pending_pods_first_then_newest() {
         let mut c = Control::fixed(4);
         let mut events = Vec::new();
-        c.scale_to(0.0, 8, 90.0, &mut events);
+        c.scale_to(0.0, 8, &mut events);
         assert_eq!((c.ready(), c.pending.len()), (4, 4));
-        c.scale_to(1.0, 3, 90.0, &mut events);
+        c.scale_to(1.0, 3, &mut events);
         assert_eq!((c.ready(), c.pending.len()), (3, 0));
         assert_eq!(events, vec![PodEvent::Removed]);
         assert_eq!(c.next_event(), f64::INFINITY);

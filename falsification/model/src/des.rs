@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::Exp1;
 
 use crate::budget::BudgetState;
-use crate::control::{Control, PodEvent, Totals};
+use crate::control::{PodEvent, Totals};
 use crate::experiment::{Abandoned, Routing, Scenario, Topology};
 use crate::hpa::HpaError;
 use crate::outcome::Record;
@@ -126,10 +126,7 @@ struct Sim<'a> {
 pub fn simulate(s: &Scenario, topology: Topology, seed: u64) -> Result<Run, HpaError> {
     let start = -s.warmup_s;
     let end = s.end();
-    let mut control = match s.autoscaler() {
-        Some(config) => Control::autoscaled(&config, s.pods, start)?,
-        None => Control::fixed(s.pods),
-    };
+    let mut control = s.control(start)?;
     let pooled = topology == Topology::Pooled;
     let mut sim = Sim::new(s, pooled, seed, start, end);
     let changes = s.demand_changes();
@@ -309,6 +306,17 @@ impl Sim<'_> {
             (PodEvent::Removed, false) => {
                 self.free_at.pop();
                 self.in_flight.pop();
+            }
+            // A killed server: pooled, like a stop (the queue is the pool's); per pod, the oldest
+            // pod gets no more work. Outcomes already drawn for its queue stand: the request
+            // level does not take back answers the pod would have given (the fluid does).
+            (PodEvent::Killed, true) if self.idle > 0 => self.idle -= 1,
+            (PodEvent::Killed, true) => self.retiring += 1,
+            (PodEvent::Killed, false) => {
+                if !self.free_at.is_empty() {
+                    self.free_at.remove(0);
+                    self.in_flight.remove(0);
+                }
             }
         }
     }

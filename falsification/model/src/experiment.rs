@@ -10,16 +10,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::control::{AutoscalerConfig, CpuModel};
+use crate::control::{AutoscalerConfig, Control, CpuModel};
 use crate::hpa::{
-    Behavior, HpaSpec, MetricSpec, Policy, PolicyKind, ScalingRules, SelectPolicy, Target,
+    Behavior, HpaError, HpaSpec, MetricSpec, Policy, PolicyKind, ScalingRules, SelectPolicy, Target,
 };
 use crate::metric::Signal;
 use crate::outcome::Expect;
 
 /// The built-in experiments, as shipped in `falsification/model/experiments/`; the suite is F1-F4
 /// ([`SUITE`]), every claim's experiment [`CLAIMS`].
-pub const BUILTIN: [(&str, &str); 11] = [
+pub const BUILTIN: [(&str, &str); 13] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
         "F0-specimen",
@@ -35,8 +35,13 @@ pub const BUILTIN: [(&str, &str); 11] = [
         include_str!("../experiments/F5-autoscaled.toml"),
     ),
     ("F6", include_str!("../experiments/F6.toml")),
+    (
+        "F6-tolerance",
+        include_str!("../experiments/F6-tolerance.toml"),
+    ),
     ("F7", include_str!("../experiments/F7.toml")),
     ("F8", include_str!("../experiments/F8.toml")),
+    ("F9", include_str!("../experiments/F9.toml")),
 ];
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
@@ -59,7 +64,8 @@ pub const CLAIMS: [&str; 10] = [
 #[derive(Debug, Error)]
 pub enum ExperimentError {
     #[error(
-        "unknown experiment `{0}` (built in: F0, F0-specimen, F1, F2, F3, F4, F5, F5-autoscaled; or a path to a .toml file)"
+        "unknown experiment `{0}` (built in: {builtin}; or a path to a .toml file)",
+        builtin = BUILTIN.iter().map(|(id, _)| *id).collect::<Vec<_>>().join(", ")
     )]
     Unknown(String),
     // The causes are part of the message (not `source`), so a chain printer does not repeat them.
@@ -629,6 +635,10 @@ pub struct HpaSetup {
     pub scrape_interval_s: f64,
     /// From the scale decision to the new pod serving.
     pub dead_time_s: f64,
+    /// Each ordered pod's own delay, in order of ordering: a measured run's, when the runner
+    /// re-predicts what ran; empty before a run (every pod waits `dead_time_s`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub measured_dead_times_s: Vec<f64>,
     pub behavior: Behavior,
     /// The CPU signal: the pods' limit over their request, `l / r`. A pod busy all the time uses its
     /// limit, so utilization = busy fraction x `l / r`: it saturates there.
@@ -638,6 +648,84 @@ pub struct HpaSetup {
     /// The controller flags the CPU signal reads (upstream defaults 5 min and 30 s).
     pub cpu_initialization_period_s: f64,
     pub initial_readiness_delay_s: f64,
+}
+
+/// A fault the runner injects into a case (F9), in the case's time from the load event.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Fault {
+    /// The meter stops answering at `at_s` (its process, or its pod, is gone) and a new one starts
+    /// `length_s` later, with no history: the HPA reads no external metric meanwhile.
+    MeterOutage { at_s: f64, length_s: f64 },
+    /// The oldest ready service pod is killed at `at_s`: its queue, and the debt in it, is gone;
+    /// its ReplicaSet orders a replacement, ready a dead time later.
+    PodKilled { at_s: f64 },
+}
+
+/// What the runner does, and when (see [`Fault::steps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultStep {
+    MeterDown,
+    MeterUp,
+    KillPod,
+}
+
+impl Fault {
+    /// The runner's steps, in time order.
+    pub fn steps(&self) -> Vec<(f64, FaultStep)> {
+        match *self {
+            Fault::MeterOutage { at_s, length_s } => vec![
+                (at_s, FaultStep::MeterDown),
+                (at_s + length_s, FaultStep::MeterUp),
+            ],
+            Fault::PodKilled { at_s } => vec![(at_s, FaultStep::KillPod)],
+        }
+    }
+
+    /// When the meter is down, `[from, to)`, if this is an outage.
+    pub fn meter_outage(&self) -> Option<(f64, f64)> {
+        match *self {
+            Fault::MeterOutage { at_s, length_s } => Some((at_s, at_s + length_s)),
+            Fault::PodKilled { .. } => None,
+        }
+    }
+
+    /// When a pod is killed, if this kills one.
+    pub fn pod_killed(&self) -> Option<f64> {
+        match *self {
+            Fault::PodKilled { at_s } => Some(at_s),
+            Fault::MeterOutage { .. } => None,
+        }
+    }
+
+    /// The same fault `s` times faster.
+    pub fn time_scaled(&self, s: f64) -> Fault {
+        match *self {
+            Fault::MeterOutage { at_s, length_s } => Fault::MeterOutage {
+                at_s: at_s / s,
+                length_s: length_s / s,
+            },
+            Fault::PodKilled { at_s } => Fault::PodKilled { at_s: at_s / s },
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::MeterOutage { at_s, length_s } => write!(
+                f,
+                "the meter stops answering {at_s:.0} s after the load event and a new one starts {length_s:.0} s later"
+            ),
+            Fault::PodKilled { at_s } => {
+                write!(
+                    f,
+                    "the oldest ready pod is killed {at_s:.0} s after the load event"
+                )
+            }
+        }
+    }
 }
 
 /// One fully resolved case.
@@ -666,6 +754,8 @@ pub struct Scenario {
     /// First attempts replayed from a trace instead of the Poisson demand, if any.
     pub trace: Option<ArrivalTrace>,
     pub hpa: Option<HpaSetup>,
+    /// A fault injected during the run (F9), if any.
+    pub fault: Option<Fault>,
     pub warmup_s: f64,
     /// Accounting window after the event: lost demand counts requests started in `[0, horizon)`.
     pub horizon_s: f64,
@@ -808,6 +898,16 @@ impl Scenario {
         ])
     }
 
+    /// The models' capacity from `start`: the autoscaler's, else the fixed pods, with the
+    /// case's pod-killing fault, if any.
+    pub fn control(&self, start: f64) -> Result<Control, HpaError> {
+        let control = match self.autoscaler() {
+            Some(config) => Control::autoscaled(&config, self.pods, start)?,
+            None => Control::fixed(self.pods),
+        };
+        Ok(control.killing_at(self.fault.and_then(|f| f.pod_killed())))
+    }
+
     /// The autoscaler wiring for the control module.
     pub fn autoscaler(&self) -> Option<AutoscalerConfig> {
         let h = self.hpa.as_ref()?;
@@ -850,10 +950,12 @@ impl Scenario {
             metric_window_s: h.metric_window_s,
             scrape_interval_s: h.scrape_interval_s,
             dead_time_s: h.dead_time_s,
+            each_dead_time_s: h.measured_dead_times_s.clone(),
             cpu: CpuModel {
                 limit_ratio: h.cpu_limit_ratio,
                 window_s: h.cpu_window_s,
             },
+            meter_outage: self.fault.and_then(|f| f.meter_outage()),
         })
     }
 
@@ -886,12 +988,14 @@ impl Scenario {
             metric_window_s: h.metric_window_s / s,
             scrape_interval_s: h.scrape_interval_s / s,
             dead_time_s: h.dead_time_s / s,
+            measured_dead_times_s: h.measured_dead_times_s.iter().map(|d| d / s).collect(),
             behavior: h.behavior.time_scaled(s),
             cpu_window_s: h.cpu_window_s / s,
             cpu_initialization_period_s: h.cpu_initialization_period_s / s,
             initial_readiness_delay_s: h.initial_readiness_delay_s / s,
             ..h.clone()
         });
+        x.fault = self.fault.map(|f| f.time_scaled(s));
         x.trace = self.trace.as_ref().map(|t| ArrivalTrace {
             times: t.times.iter().map(|x| x / s).collect(),
             speed: t.speed * s,
@@ -1120,6 +1224,57 @@ pub struct Params {
     pub seeds: Option<Vec<u64>>,
     pub fluid_dt: Option<Span>,
     pub hpa: Option<HpaParams>,
+    /// `fault = { kind = "meter-outage", at = "300s", length = "60s" }` or
+    /// `{ kind = "pod-killed", at = "600s" }`.
+    pub fault: Option<FaultParams>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    MeterOutage,
+    PodKilled,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultParams {
+    pub kind: FaultKind,
+    pub at: Span,
+    pub length: Option<Span>,
+}
+
+impl FaultParams {
+    fn resolve(&self, context: &str, horizon_s: f64) -> Result<Fault, ExperimentError> {
+        let at_s = self.at.secs();
+        if at_s >= horizon_s {
+            return Err(field_err(
+                context,
+                "fault.at",
+                format!("{at_s}s"),
+                &format!("must fall within the horizon ({horizon_s} s)"),
+            ));
+        }
+        match (self.kind, self.length) {
+            (FaultKind::MeterOutage, Some(length)) => Ok(Fault::MeterOutage {
+                at_s,
+                length_s: positive(context, "fault.length", length.secs())?,
+            }),
+            (FaultKind::MeterOutage, None) => Err(field_err(
+                context,
+                "fault.length",
+                "",
+                "is required for a meter-outage",
+            )),
+            (FaultKind::PodKilled, None) => Ok(Fault::PodKilled { at_s }),
+            (FaultKind::PodKilled, Some(length)) => Err(field_err(
+                context,
+                "fault.length",
+                format!("{}s", length.secs()),
+                "has no meaning for a pod-killed fault",
+            )),
+        }
+    }
 }
 
 /// `gateway = { kind = "haproxy", retries = 2, timeout = "3s" }`; flags override field by field.
@@ -1193,6 +1348,9 @@ pub struct HpaParams {
     pub min: Option<u32>,
     pub max: Option<u32>,
     pub tolerance: Option<f64>,
+    /// The HPA's own tolerances (`behavior.scaleUp/scaleDown.tolerance`); unset keeps `tolerance`.
+    pub scale_up_tolerance: Option<f64>,
+    pub scale_down_tolerance: Option<f64>,
     pub sync_period: Option<Span>,
     pub sync_phase: Option<Span>,
     pub metric_window: Option<Span>,
@@ -1282,6 +1440,7 @@ impl Params {
             drained_wait: self.drained_wait.or(base.drained_wait),
             seeds: self.seeds.or(base.seeds),
             fluid_dt: self.fluid_dt.or(base.fluid_dt),
+            fault: self.fault.or(base.fault),
             hpa: match (self.hpa, base.hpa) {
                 (Some(a), Some(b)) => Some(a.over(b)),
                 (a, b) => a.or(b),
@@ -1384,6 +1543,7 @@ impl Params {
             bursts,
             trace,
             hpa,
+            fault: p.fault.map(|f| f.resolve(context, horizon_s)).transpose()?,
             warmup_s,
             horizon_s,
             // A quarter of the timeout by default, for the models as for a measured run: a pod the
@@ -1492,6 +1652,8 @@ impl HpaParams {
             min: self.min.or(base.min),
             max: self.max.or(base.max),
             tolerance: self.tolerance.or(base.tolerance),
+            scale_up_tolerance: self.scale_up_tolerance.or(base.scale_up_tolerance),
+            scale_down_tolerance: self.scale_down_tolerance.or(base.scale_down_tolerance),
             sync_period: self.sync_period.or(base.sync_period),
             sync_phase: self.sync_phase.or(base.sync_phase),
             metric_window: self.metric_window.or(base.metric_window),
@@ -1521,13 +1683,32 @@ impl HpaParams {
             ));
         }
         let sync_period_s = positive(context, "hpa.sync_period", d(self.sync_period, 15))?;
-        let behavior = match self.behavior {
+        let mut behavior = match self.behavior {
             Some(b) => Behavior {
                 scale_up: b.scale_up.resolve(),
                 scale_down: b.scale_down.resolve(),
             },
             None => Behavior::default(),
         };
+        for (field, value, rules) in [
+            (
+                "hpa.scale_up_tolerance",
+                self.scale_up_tolerance,
+                &mut behavior.scale_up,
+            ),
+            (
+                "hpa.scale_down_tolerance",
+                self.scale_down_tolerance,
+                &mut behavior.scale_down,
+            ),
+        ] {
+            if let Some(t) = value {
+                if !(t.is_finite() && t >= 0.0) {
+                    return Err(field_err(context, field, t, "must be a number >= 0"));
+                }
+                rules.tolerance = Some(t);
+            }
+        }
         Ok(HpaSetup {
             signal: self.signal.unwrap_or(HpaSignal::First),
             target_utilization,
@@ -1543,6 +1724,7 @@ impl HpaParams {
                 d(self.scrape_interval, 1),
             )?,
             dead_time_s: d(self.dead_time, 90),
+            measured_dead_times_s: Vec::new(),
             behavior,
             cpu_limit_ratio: positive(
                 context,
@@ -1570,6 +1752,7 @@ impl RulesParams {
                 })
                 .collect(),
             select: self.select,
+            tolerance: None,
         }
     }
 }
@@ -1682,7 +1865,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown field `cvv`"), "{e}");
-        assert!(matches!(load("F9"), Err(ExperimentError::Unknown(_))));
+        assert!(matches!(load("F99"), Err(ExperimentError::Unknown(_))));
     }
 
     #[test]

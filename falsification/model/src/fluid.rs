@@ -72,10 +72,7 @@ impl<'s> Fluid<'s> {
         let start = -s.warmup_s;
         let end = s.end();
         let record = Record::span(start, end, row_step);
-        let control = match s.autoscaler() {
-            Some(config) => Control::autoscaled(&config, s.pods, start)?,
-            None => Control::fixed(s.pods),
-        };
+        let control = s.control(start)?;
         let retries = s.pod_retries();
         let rings = (1..=retries)
             .map(|n| vec![0.0; (s.retry_delay(n) / dt).round().max(1.0) as usize])
@@ -131,7 +128,7 @@ impl<'s> Fluid<'s> {
     }
 
     /// Lets the control act at `t`: a new ready pod starts empty; a removed pod (the newest)
-    /// finishes its backlog for nobody.
+    /// finishes its backlog for nobody; a killed pod (the oldest) loses it.
     fn apply_pod_events(&mut self, t: f64) {
         if self.control.next_event() > t {
             return;
@@ -143,6 +140,14 @@ impl<'s> Fluid<'s> {
                 PodEvent::Removed => {
                     if let Some(b) = self.pods.pop().map(|p| p.backlog).filter(|b| *b > 0.0) {
                         self.draining.push(b);
+                    }
+                }
+                // The oldest pod's queue is gone; pooled, its share of the one backlog.
+                PodEvent::Killed => {
+                    let n = self.pods.len() as f64;
+                    if n > 0.0 {
+                        self.pooled_backlog *= (n - 1.0) / n;
+                        self.pods.remove(0);
                     }
                 }
             }

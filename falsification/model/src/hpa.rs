@@ -73,6 +73,11 @@ pub struct ScalingRules {
     pub stabilization_window_s: f64,
     pub policies: Vec<Policy>,
     pub select: SelectPolicy,
+    /// This HPA's own tolerance in this direction (`HPAScalingRules.tolerance`, beta since 1.35
+    /// behind the `HPAConfigurableTolerance` gate, on by default); `None` keeps the controller's
+    /// `--horizontal-pod-autoscaler-tolerance`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
 }
 
 /// `spec.behavior`. Always explicit here: the legacy no-behavior rule is not modelled.
@@ -102,6 +107,7 @@ impl Default for Behavior {
                     },
                 ],
                 select: SelectPolicy::Max,
+                tolerance: None,
             },
             scale_down: ScalingRules {
                 stabilization_window_s: DEFAULT_DOWNSCALE_STABILIZATION_S,
@@ -111,12 +117,22 @@ impl Default for Behavior {
                     period_s: 15.0,
                 }],
                 select: SelectPolicy::Max,
+                tolerance: None,
             },
         }
     }
 }
 
 impl Behavior {
+    /// The tolerances applied, (scale-down, scale-up): each direction's own, else the
+    /// controller's `controller`.
+    pub fn tolerances(&self, controller: f64) -> (f64, f64) {
+        (
+            self.scale_down.tolerance.unwrap_or(controller),
+            self.scale_up.tolerance.unwrap_or(controller),
+        )
+    }
+
     /// The same behavior with every window and period divided by `s` (the kit's time scale).
     pub fn time_scaled(&self, s: f64) -> Behavior {
         let scale = |r: &ScalingRules| ScalingRules {
@@ -130,6 +146,7 @@ impl Behavior {
                 })
                 .collect(),
             select: r.select,
+            tolerance: r.tolerance,
         };
         Behavior {
             scale_up: scale(&self.scale_up),
@@ -149,6 +166,13 @@ pub struct HpaSpec {
     /// Controller flags the Resource metric reads (see the constants' docs).
     pub cpu_initialization_period_s: f64,
     pub initial_readiness_delay_s: f64,
+}
+
+impl HpaSpec {
+    /// The tolerances the replica calculator applies, (scale-down, scale-up).
+    pub fn tolerances(&self) -> (f64, f64) {
+        self.behavior.tolerances(self.tolerance)
+    }
 }
 
 /// What the controller read for one metric at a sync.
@@ -274,6 +298,8 @@ pub enum HpaError {
     Target { name: String, value: f64 },
     #[error("hpa: tolerance must be within [0, 1), got {0}")]
     Tolerance(f64),
+    #[error("hpa: {0} tolerance must be a finite number >= 0, got {1}")]
+    DirectionTolerance(&'static str, f64),
     #[error(
         "hpa: {direction} policy needs a positive value and period, got value {value} period {period_s}s"
     )]
@@ -327,6 +353,15 @@ impl Hpa {
         }
         if !(0.0..1.0).contains(&spec.tolerance) {
             return Err(HpaError::Tolerance(spec.tolerance));
+        }
+        for (direction, t) in [
+            ("scale-up", spec.behavior.scale_up.tolerance),
+            ("scale-down", spec.behavior.scale_down.tolerance),
+        ] {
+            // Upstream's validation: a tolerance, when set, is a non-negative quantity.
+            if let Some(t) = t.filter(|t| !(t.is_finite() && *t >= 0.0)) {
+                return Err(HpaError::DirectionTolerance(direction, t));
+            }
         }
         for (flag, v) in [
             (
@@ -586,8 +621,11 @@ impl Hpa {
         Some((proposed, report))
     }
 
+    /// `tolerances.isWithin`: below 1 against the scale-down tolerance, above 1 against the
+    /// scale-up one; each is the HPA's own when its behavior sets it, else the controller's.
     fn within_tolerance(&self, ratio: f64) -> bool {
-        (1.0 - self.spec.tolerance) <= ratio && ratio <= (1.0 + self.spec.tolerance)
+        let (down, up) = self.spec.tolerances();
+        (1.0 - down) <= ratio && ratio <= (1.0 + up)
     }
 
     /// `stabilizeRecommendationWithBehaviors`: the recommendation is held between the lowest one of the
@@ -795,6 +833,29 @@ mod tests {
     }
 
     #[test]
+    fn an_hpa_tolerance_per_direction_replaces_the_controller_flag() {
+        let mut s = spec(vec![avg("first_attempt_rate", 50.0)], 1, 50);
+        s.behavior.scale_up.tolerance = Some(0.02);
+        s.behavior.scale_down.tolerance = Some(0.5);
+        let mut hpa = Hpa::new(s.clone()).unwrap();
+        // 219 over 4 x 50 is ratio 1.095: outside the HPA's 2% scale-up band, ceil(219/50) = 5.
+        let d = hpa.sync(0.0, &ext(&[Some(219.0)]), scale(4)).unwrap();
+        assert_eq!((d.desired, d.rescale), (5, true));
+        // 160 over 5 x 50 is 0.64: inside its 50% scale-down band (outside the controller's 10%).
+        let d = hpa.sync(15.0, &ext(&[Some(160.0)]), scale(5)).unwrap();
+        assert_eq!(d.proposals, vec![Some(5)]);
+        assert_eq!(s.tolerances(), (0.5, 0.02));
+        // Upstream refuses a negative tolerance; any non-negative one is valid, even above 1.
+        s.behavior.scale_up.tolerance = Some(-0.1);
+        assert_eq!(
+            Hpa::new(s.clone()).unwrap_err(),
+            HpaError::DirectionTolerance("scale-up", -0.1)
+        );
+        s.behavior.scale_up.tolerance = Some(2.0);
+        assert!(Hpa::new(s).is_ok());
+    }
+
+    #[test]
     fn average_value_uses_status_replicas_and_value_uses_ready_pods() {
         let mut hpa = Hpa::new(spec(vec![avg("m", 50.0)], 1, 100)).unwrap();
         // 8 pods exist (4 still starting): ratio 1000/(50*8) = 2.5 -> ceil(1000/50) = 20, limited to 16.
@@ -914,6 +975,7 @@ mod tests {
                 period_s: 60.0,
             }],
             select: SelectPolicy::Max,
+            tolerance: None,
         };
         let mut hpa = Hpa::new(s).unwrap();
         // 9 pods, nothing wanted: 50% of 9 = trunc(4.5) = 4 kept.

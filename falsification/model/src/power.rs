@@ -96,8 +96,11 @@ pub fn pod_resolution(rs: &Scenario) -> Option<PodResolution> {
     };
     let per_window = rate * window_s;
     let relative_noise = (variance / per_window).sqrt();
-    // The reading that adds a pod, over the steady reading (1 when the demand fills the target).
-    let band = (1.0 + h.tolerance) * f64::from(pods) * h.target_utilization * rs.rate_per_pod;
+    // The reading that adds a pod, over the steady reading (1 when the demand fills the target):
+    // above the scale-up tolerance, the HPA's own when it sets one.
+    let (_, scale_up_tolerance) = h.behavior.tolerances(h.tolerance);
+    let band =
+        (1.0 + scale_up_tolerance) * f64::from(pods) * h.target_utilization * rs.rate_per_pod;
     let chance_per_sync = if pods >= h.max_replicas {
         0.0
     } else {
@@ -113,7 +116,7 @@ pub fn pod_resolution(rs: &Scenario) -> Option<PodResolution> {
         window_s,
         per_window,
         relative_noise,
-        tolerance: h.tolerance,
+        tolerance: scale_up_tolerance,
         chance_per_sync,
         syncs,
         chance_per_run: 1.0 - (1.0 - chance_per_sync).powf(syncs),

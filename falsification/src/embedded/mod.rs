@@ -26,7 +26,7 @@ use crate::runner::{
     Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, RunPlan,
 };
 use falsification_model::control::AutoscalerConfig;
-use falsification_model::experiment::Scenario;
+use falsification_model::experiment::{FaultStep, Scenario};
 use falsification_model::hpa::{Hpa, PodSample, Reading, Scale};
 use falsification_model::metric::Signal;
 use loadgen::{Invocation, TargetSource};
@@ -68,6 +68,8 @@ pub struct Embedded {
     meter_listen: SocketAddr,
     meter_api: SocketAddr,
     meter_cpu0: f64,
+    /// CPU seconds of the meters stopped by a fault.
+    meter_cpu_before: f64,
     loadgen: Option<Child>,
     loadgen_metrics: SocketAddr,
     /// The retrying proxy between the loadgen and the pods, when the case has one.
@@ -128,6 +130,7 @@ impl Embedded {
             meter_listen: process::free_loopback_port()?,
             meter_api: process::free_loopback_port()?,
             meter_cpu0: 0.0,
+            meter_cpu_before: 0.0,
             loadgen: None,
             loadgen_metrics: process::free_loopback_port()?,
             gateway: None,
@@ -175,6 +178,85 @@ impl Embedded {
     fn sync_at(&self) -> Instant {
         // Syncs on the grid before the warm-up began are skipped by `max`.
         self.t0 + Duration::from_secs_f64((self.next_sync + self.rs.warmup_s).clamp(0.0, 1e9))
+    }
+
+    /// Starts a meter on fresh ports and waits until it answers; its log is `logs/{stem}.log`
+    /// (a retry's `{stem}-2.log`, ...).
+    async fn start_meter(&mut self, stem: &str) -> anyhow::Result<()> {
+        let (window, scrape) = self
+            .rs
+            .hpa
+            .as_ref()
+            .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
+        let logs = self.dir.join("logs");
+        // The meter's ports are chosen just before it binds them; one taken meanwhile (by another
+        // process's outgoing connection, say) makes it exit, and it starts again on fresh ones, as
+        // a pod does.
+        let mut attempt = 1;
+        loop {
+            self.meter_listen = process::free_loopback_port()?;
+            self.meter_api = process::free_loopback_port()?;
+            let flags = MeterFlags {
+                scrape_interval: Some(run_duration(scrape)),
+                window: Some(run_duration(window)),
+                listen: Some(self.meter_listen),
+                api_listen: Some(self.meter_api),
+                history: Some(Duration::from_secs(3600)),
+                // A request's ids must outlive its retry chain (the gateway's copies and the
+                // client's retries): ten minutes of experiment time, as the meter's default is at
+                // S = 1.
+                distinct_retention: Some(run_duration(600.0 / self.rs.time_scale)),
+                ..MeterFlags::new(PodSource::File(self.routing.path().join("pods.txt")))
+            };
+            let mut cmd = Command::new(&self.bins.meter);
+            cmd.args(flags.args());
+            let log = match attempt {
+                1 => logs.join(format!("{stem}.log")),
+                n => logs.join(format!("{stem}-{n}.log")),
+            };
+            let mut meter = spawn(cmd, &self.bins.meter, &log)?;
+            let url = format!("http://{}/healthz", self.meter_listen);
+            match wait_up(&self.probe, &url, &mut meter, Duration::from_secs(20)).await {
+                Startup::Up => {
+                    self.meter_cpu0 = meter
+                        .id()
+                        .and_then(|p| cpu_seconds(&p.to_string()))
+                        .unwrap_or(0.0)
+                        - self.meter_cpu_before;
+                    self.meter = Some(meter);
+                    break;
+                }
+                Startup::Exited(status) if attempt < 3 => {
+                    eprintln!(
+                        "falsification: the meter exited ({status}) before answering {url}; starting it again \
+                         (its log: {})",
+                        log.display()
+                    );
+                    attempt += 1;
+                }
+                Startup::Exited(status) => bail!(
+                    "the meter exited ({status}) before answering, {attempt} times; last log: {}",
+                    log.display()
+                ),
+                Startup::Silent => {
+                    stop(&mut meter, Duration::from_secs(2)).await;
+                    bail!(
+                        "the meter did not answer {url} within 20s (its log: {})",
+                        log.display()
+                    )
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The meter's CPU seconds since the case started, over every meter it ran.
+    fn meter_cpu_s(&self) -> f64 {
+        self.meter
+            .as_ref()
+            .and_then(|m| m.id())
+            .and_then(|p| cpu_seconds(&p.to_string()))
+            .map_or(self.meter_cpu_before, |c| c - self.meter_cpu0)
     }
 
     fn loadgen_command(&self) -> anyhow::Result<Command> {
@@ -252,69 +334,8 @@ impl Cluster for Embedded {
         self.pods
             .start_ready(self.rs.pods as usize, Duration::from_secs(20))
             .await?;
-        let (window, scrape) = self
-            .rs
-            .hpa
-            .as_ref()
-            .map_or((3.0, 0.1), |h| (h.metric_window_s, h.scrape_interval_s));
+        self.start_meter("meter").await?;
         let logs = self.dir.join("logs");
-        // The meter's ports are chosen just before it binds them; one taken meanwhile (by another
-        // process's outgoing connection, say) makes it exit, and it starts again on fresh ones, as
-        // a pod does.
-        let mut attempt = 1;
-        loop {
-            self.meter_listen = process::free_loopback_port()?;
-            self.meter_api = process::free_loopback_port()?;
-            let flags = MeterFlags {
-                scrape_interval: Some(run_duration(scrape)),
-                window: Some(run_duration(window)),
-                listen: Some(self.meter_listen),
-                api_listen: Some(self.meter_api),
-                history: Some(Duration::from_secs(3600)),
-                // A request's ids must outlive its retry chain (the gateway's copies and the
-                // client's retries): ten minutes of experiment time, as the meter's default is at
-                // S = 1.
-                distinct_retention: Some(run_duration(600.0 / self.rs.time_scale)),
-                ..MeterFlags::new(PodSource::File(self.routing.path().join("pods.txt")))
-            };
-            let mut cmd = Command::new(&self.bins.meter);
-            cmd.args(flags.args());
-            let log = match attempt {
-                1 => logs.join("meter.log"),
-                n => logs.join(format!("meter-{n}.log")),
-            };
-            let mut meter = spawn(cmd, &self.bins.meter, &log)?;
-            let url = format!("http://{}/healthz", self.meter_listen);
-            match wait_up(&self.probe, &url, &mut meter, Duration::from_secs(20)).await {
-                Startup::Up => {
-                    self.meter_cpu0 = meter
-                        .id()
-                        .and_then(|p| cpu_seconds(&p.to_string()))
-                        .unwrap_or(0.0);
-                    self.meter = Some(meter);
-                    break;
-                }
-                Startup::Exited(status) if attempt < 3 => {
-                    eprintln!(
-                        "falsification: the meter exited ({status}) before answering {url}; starting it again \
-                         (its log: {})",
-                        log.display()
-                    );
-                    attempt += 1;
-                }
-                Startup::Exited(status) => bail!(
-                    "the meter exited ({status}) before answering, {attempt} times; last log: {}",
-                    log.display()
-                ),
-                Startup::Silent => {
-                    stop(&mut meter, Duration::from_secs(2)).await;
-                    bail!(
-                        "the meter did not answer {url} within 20s (its log: {})",
-                        log.display()
-                    )
-                }
-            }
-        }
         std::fs::create_dir_all(self.dir.join("config"))
             .with_context(|| format!("creating {}", self.dir.join("config").display()))?;
         if let Some(g) = &self.rs.proxy() {
@@ -439,14 +460,30 @@ impl Cluster for Embedded {
         })
     }
 
+    async fn fault(&mut self, step: FaultStep) -> anyhow::Result<String> {
+        match step {
+            FaultStep::MeterDown => {
+                self.meter_cpu_before = self.meter_cpu_s();
+                if let Some(mut m) = self.meter.take() {
+                    stop(&mut m, Duration::from_secs(2)).await;
+                }
+                Ok(format!("meter stopped (was on {})", self.meter_listen))
+            }
+            FaultStep::MeterUp => {
+                self.start_meter("meter-after-outage").await?;
+                Ok(format!("a new meter on {}", self.meter_listen))
+            }
+            FaultStep::KillPod => {
+                let killed = self.pods.kill_oldest_ready().await?;
+                // Replaced at the next advance, as its ReplicaSet would.
+                Ok(killed.unwrap_or_else(|| "no ready pod to kill".into()))
+            }
+        }
+    }
+
     async fn finish(&mut self, _complete: bool) -> anyhow::Result<Ended> {
         // Orderly shutdown: clients first, then the meter, then the pods.
-        let meter_cpu_s = self
-            .meter
-            .as_ref()
-            .and_then(|m| m.id())
-            .and_then(|p| cpu_seconds(&p.to_string()))
-            .map_or(0.0, |c| c - self.meter_cpu0);
+        let meter_cpu_s = self.meter_cpu_s();
         self.teardown().await?;
         let origin = self.run_s(self.pods.started());
         Ok(Ended {

@@ -272,6 +272,20 @@ impl EmbeddedCluster {
         Ok(())
     }
 
+    /// Kills the oldest ready pod at once (SIGKILL, a fault): its queue is gone, and the caller
+    /// replaces it as its ReplicaSet would. Its name, if there was one.
+    pub async fn kill_oldest_ready(&mut self) -> Result<Option<String>, ClusterError> {
+        let Some(i) = self.pods.iter().position(|p| p.ready) else {
+            return Ok(None);
+        };
+        let mut pod = self.pods.remove(i);
+        self.publish()?;
+        // `kill` waits for the exit: the child is reaped here.
+        let _ = pod.child.kill().await;
+        self.record(&pod.name, PodEventKind::Killed);
+        Ok(Some(pod.name))
+    }
+
     fn start_pod(&mut self, ready_after: Duration) -> Result<(), ClusterError> {
         self.serial += 1;
         let name = format!("pod-{}", self.serial);

@@ -61,6 +61,66 @@ pub enum ManifestError {
         "case {case}: the kube backend deploys HAProxy only (`gateway.kind = \"{kind}\"` runs on the embedded cluster)"
     )]
     Gateway { case: String, kind: GatewayKind },
+    #[error(
+        "the API server stored spec.behavior.{direction}.tolerance as {stored} for the {sent} sent: \
+         its HPAConfigurableTolerance feature gate is off (on by default since 1.35); turn it on or drop \
+         the case's hpa.{direction_toml}_tolerance"
+    )]
+    ToleranceDropped {
+        direction: &'static str,
+        direction_toml: &'static str,
+        sent: String,
+        stored: String,
+    },
+}
+
+/// Whether the API server kept the HPA's own tolerances: a server whose feature gate is off
+/// drops `behavior.*.tolerance` when it stores the object, and the case would run on the
+/// controller's.
+pub fn tolerances_kept(
+    sent: &HorizontalPodAutoscaler,
+    stored: &HorizontalPodAutoscaler,
+) -> Result<(), ManifestError> {
+    let tolerance = |h: &HorizontalPodAutoscaler, up: bool| {
+        let b = h.spec.behavior.as_ref();
+        let rules = b.and_then(|b| {
+            if up {
+                b.scale_up.as_ref()
+            } else {
+                b.scale_down.as_ref()
+            }
+        });
+        rules
+            .and_then(|r| r.tolerance.as_ref())
+            .map(|q| q.0.clone())
+    };
+    for (up, direction, direction_toml) in [
+        (true, "scaleUp", "scale_up"),
+        (false, "scaleDown", "scale_down"),
+    ] {
+        if let Some(sent_q) = tolerance(sent, up) {
+            let stored_q = tolerance(stored, up);
+            // The server may write the quantity in another form ("20m" as "0.02"): compare values.
+            let value = |q: &str| quantity_value(q);
+            if stored_q.as_deref().and_then(value) != value(&sent_q) {
+                return Err(ManifestError::ToleranceDropped {
+                    direction,
+                    direction_toml,
+                    sent: sent_q,
+                    stored: stored_q.unwrap_or_else(|| "nothing".into()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A quantity as `quantity` writes it, or in plain decimal, as a number.
+fn quantity_value(q: &str) -> Option<f64> {
+    match q.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().ok().map(|v| v / 1000.0),
+        None => q.parse().ok(),
+    }
 }
 
 /// The `k8s/` directory: `K8S_DIR`-like flag, else `./k8s`, else the one beside this crate's
@@ -627,7 +687,7 @@ fn rules(r: &ScalingRules) -> HPAScalingRules {
                 })
                 .collect(),
         ),
-        tolerance: None,
+        tolerance: r.tolerance.map(|t| Quantity(quantity(t))),
     }
 }
 
@@ -871,6 +931,53 @@ mod tests {
         for s in &m.services {
             assert_eq!(s.metadata.namespace.as_deref(), Some("rdk-test"));
         }
+    }
+
+    #[test]
+    fn an_hpa_tolerance_is_rendered_and_a_server_that_drops_it_is_caught() {
+        let v = values(0, 5.0);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        let hpa = &m.autoscaling.as_ref().unwrap().hpa;
+        let up = |h: &HorizontalPodAutoscaler| {
+            h.spec.behavior.as_ref().unwrap().scale_up.clone().unwrap()
+        };
+        // F3 leaves the tolerance to the controller: nothing is sent, nothing to check.
+        assert_eq!(up(hpa).tolerance, None);
+        assert!(tolerances_kept(hpa, hpa).is_ok());
+
+        let mut se = load("F3").unwrap().cases[0].scenario.clone();
+        se.hpa.as_mut().unwrap().behavior.scale_up.tolerance = Some(0.02);
+        let behavior = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
+        // The time scale leaves a tolerance (a ratio) as it is.
+        assert_eq!(behavior.scale_up.tolerance, Some(0.02));
+        let v = Values::new(
+            &se.time_scaled(5.0),
+            "rdk-test",
+            "i",
+            7,
+            2,
+            Some(behavior),
+            6.0,
+        );
+        let m = Manifests::new(&base_yaml(), &v.unwrap()).unwrap();
+        let sent = m.autoscaling.as_ref().unwrap().hpa.clone();
+        assert_eq!(up(&sent).tolerance, Some(Quantity("20m".into())));
+        // A server writing it back in decimal kept it; one that dropped it is named.
+        let stored_with = |q: Option<&str>| {
+            let mut h = sent.clone();
+            let b = h.spec.behavior.as_mut().unwrap();
+            b.scale_up.as_mut().unwrap().tolerance = q.map(|q| Quantity(q.into()));
+            h
+        };
+        assert!(tolerances_kept(&sent, &stored_with(Some("0.02"))).is_ok());
+        assert!(tolerances_kept(&sent, &stored_with(Some("0.1"))).is_err());
+        let dropped = stored_with(None);
+        let err = tolerances_kept(&sent, &dropped).unwrap_err().to_string();
+        assert!(
+            err.contains("spec.behavior.scaleUp.tolerance as nothing for the 20m sent"),
+            "{err}"
+        );
+        assert!(err.contains("hpa.scale_up_tolerance"), "{err}");
     }
 
     #[test]

@@ -39,9 +39,11 @@ use tokio::time::Instant;
 use crate::gateway::GatewayCounters;
 use crate::runner::probe::{MeterGauges, PodQueue};
 use crate::runner::record::write;
-use crate::runner::{Cluster, Description, Ended, Environment, Observation, RunPlan};
+use crate::runner::{
+    Cluster, Description, Ended, Environment, Observation, PodEvent, PodEventKind, RunPlan,
+};
 use books::{HpaBook, PodBook};
-use falsification_model::experiment::Scenario;
+use falsification_model::experiment::{FaultStep, Scenario};
 use manifests::{FIELD_MANAGER, MANAGED_BY, Manifests, Values};
 use scale::ControllerAssumed;
 use shards::ShardLog;
@@ -464,14 +466,15 @@ impl KubeCluster {
         Instant::now().duration_since(self.t0).as_secs_f64() - self.rs.warmup_s
     }
 
-    async fn apply_ns<K>(&self, obj: &K) -> anyhow::Result<()>
+    /// Applies `obj` in the case's namespace; the object as the API server stored it.
+    async fn apply_ns<K>(&self, obj: &K) -> anyhow::Result<K>
     where
         K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
         apply(Api::namespaced(self.client.clone(), self.ns()), obj).await
     }
 
-    async fn apply_cluster<K>(&self, obj: &K) -> anyhow::Result<()>
+    async fn apply_cluster<K>(&self, obj: &K) -> anyhow::Result<K>
     where
         K: Object,
     {
@@ -568,7 +571,9 @@ impl KubeCluster {
             self.apply_cluster(&a.api_service).await?;
             self.ensure(&a.cluster_role, Created::ClusterRole).await?;
             self.ensure(&a.binding, Created::ClusterRoleBinding).await?;
-            self.apply_ns(&a.hpa).await?;
+            let stored = self.apply_ns(&a.hpa).await?;
+            // An API server with `HPAConfigurableTolerance` off drops the field without a word.
+            manifests::tolerances_kept(&a.hpa, &stored)?;
         }
         self.record.created_cluster_scoped = self.created.iter().map(ToString::to_string).collect();
         self.write_record()
@@ -792,8 +797,27 @@ impl<K> Object for K where
 {
 }
 
-/// Server-side apply of `obj` with the kit's field manager.
-async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<()> {
+/// The oldest Ready pod not being deleted, by creation time (then name).
+fn oldest_ready(pods: &[Pod]) -> Option<String> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .min_by_key(|p| {
+            (
+                p.metadata.creation_timestamp.clone(),
+                p.metadata.name.clone(),
+            )
+        })
+        .and_then(|p| p.metadata.name.clone())
+}
+
+/// Server-side apply of `obj` with the kit's field manager; the object as stored.
+async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<K> {
     let name = obj.meta().name.clone().unwrap_or_default();
     api.patch(
         &name,
@@ -801,8 +825,7 @@ async fn apply<K: Object>(api: Api<K>, obj: &K) -> anyhow::Result<()> {
         &Patch::Apply(obj),
     )
     .await
-    .with_context(|| format!("applying {} {name}", K::kind(&())))?;
-    Ok(())
+    .with_context(|| format!("applying {} {name}", K::kind(&())))
 }
 
 impl Cluster for KubeCluster {
@@ -927,6 +950,44 @@ impl Cluster for KubeCluster {
             hpa,
             gateway: self.last_gateway,
         })
+    }
+
+    async fn fault(&mut self, step: FaultStep) -> anyhow::Result<String> {
+        match step {
+            // The meter's Deployment at 0 replicas: the aggregator answers 503 for the external
+            // metrics API, as for a meter that crashed; back at 1, a new pod with no history.
+            FaultStep::MeterDown | FaultStep::MeterUp => {
+                let replicas = i32::from(step == FaultStep::MeterUp);
+                let mut meter = self.manifests.meter.clone();
+                if let Some(spec) = meter.spec.as_mut() {
+                    spec.replicas = Some(replicas);
+                }
+                self.apply_ns(&meter).await?;
+                Ok(format!("deployment/meter scaled to {replicas}"))
+            }
+            FaultStep::KillPod => {
+                let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns());
+                let listed = pods
+                    .list(&ListParams::default().labels("app.kubernetes.io/name=service"))
+                    .await?
+                    .items;
+                let Some(name) = oldest_ready(&listed) else {
+                    return Ok("no ready pod to kill".into());
+                };
+                // No grace: the pod's queue goes with it, as with a node lost or an OOM kill.
+                let now = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                };
+                pods.delete(&name, &now).await?;
+                self.pods.events.push(PodEvent {
+                    at_s: self.now_rel(),
+                    pod: name.clone(),
+                    kind: PodEventKind::Killed,
+                });
+                Ok(name)
+            }
+        }
     }
 
     async fn finish(&mut self, complete: bool) -> anyhow::Result<Ended> {

@@ -12,7 +12,9 @@
 //! Layout: [`probe`] reads the parts over HTTP, [`record`] builds the record and its files,
 //! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index.
 
+mod fault;
 pub mod judge;
+mod lag;
 mod plan;
 pub mod plot;
 pub mod probe;
@@ -23,7 +25,8 @@ pub mod stack;
 
 pub use plan::RunPlan;
 pub use seam::{
-    Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, PodEventKind,
+    Cluster, Description, Ended, Environment, FaultDone, HpaSync, Observation, PodEvent,
+    PodEventKind,
 };
 
 use std::collections::HashMap;
@@ -37,7 +40,7 @@ use tokio::time::Instant;
 
 use crate::gateway::GatewayCounters;
 use crate::process::cpu_seconds;
-use falsification_model::experiment::{Case, Experiment};
+use falsification_model::experiment::{Case, Experiment, FaultStep};
 use probe::{LoadCounters, PodQueue};
 use record::Sample;
 
@@ -243,6 +246,8 @@ pub struct Session {
 /// Everything one case measured, handed to the record writer.
 pub struct Measured {
     pub samples: Vec<Sample>,
+    /// The fault steps injected, in order.
+    pub faults: Vec<FaultDone>,
     pub syncs: Vec<HpaSync>,
     pub pod_events: Vec<PodEvent>,
     pub complete: bool,
@@ -306,6 +311,47 @@ fn announce_power(e: &Experiment, case: &Case, plan: &RunPlan) {
     );
 }
 
+/// The case's fault steps (F9), due at their run time from the load event, and those done.
+struct FaultSchedule {
+    due: std::collections::VecDeque<(Instant, FaultStep)>,
+    done: Vec<FaultDone>,
+}
+
+impl FaultSchedule {
+    fn new(rs: &falsification_model::experiment::Scenario, event: Instant) -> FaultSchedule {
+        let steps = rs.fault.map(|f| f.steps()).unwrap_or_default();
+        FaultSchedule {
+            due: steps
+                .into_iter()
+                .map(|(at, step)| (event + Duration::from_secs_f64(at.max(0.0)), step))
+                .collect(),
+            done: Vec::new(),
+        }
+    }
+
+    fn next_at(&self) -> Option<Instant> {
+        self.due.front().map(|f| f.0)
+    }
+
+    /// Injects every step due by now; `rel` gives run seconds from the load event.
+    async fn inject_due<C: Cluster>(
+        &mut self,
+        cluster: &mut C,
+        rel: impl Fn(Instant) -> f64,
+    ) -> anyhow::Result<()> {
+        while let Some(&(at, step)) = self.due.front().filter(|f| Instant::now() >= f.0) {
+            self.due.pop_front();
+            let detail = cluster.fault(step).await?;
+            self.done.push(FaultDone {
+                at_s: rel(at),
+                step,
+                detail,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Starts the case, samples a row every step until the schedule ends (or an interrupt), and
 /// finishes the load.
 async fn drive<C: Cluster>(
@@ -342,16 +388,19 @@ async fn drive<C: Cluster>(
     let mut last_flush = Instant::now();
     let mut complete = true;
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
+    let mut faults = FaultSchedule::new(rs, event);
 
     while samples.len() < n_rows {
         let next_sample = t0 + Duration::from_secs_f64((samples.len() + 1) as f64 * step);
         let wake = next_sample
             .min(cluster.next_due().unwrap_or(far))
+            .min(faults.next_at().unwrap_or(far))
             .min(Instant::now() + Duration::from_millis(50));
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             _ = interrupt.changed() => { complete = false; break; }
         }
+        faults.inject_due(cluster, rel).await?;
         cluster.advance().await?;
         let now = Instant::now();
         if now >= next_sample {
@@ -397,6 +446,7 @@ async fn drive<C: Cluster>(
     }
     Ok(Measured {
         samples,
+        faults: faults.done,
         syncs: ended.syncs,
         pod_events: ended.pod_events,
         complete,

@@ -249,3 +249,79 @@ pub fn pod_waits(
         &series,
     )
 }
+
+/// `lag.svg`: one line per scale decision (the first at the bottom), from the demand change to
+/// the crossing of the band (the meter's window), to the decision (a sync), to the ready pods
+/// (the dead time), in experiment seconds. `lags` are in experiment time.
+pub fn lag(dir: &Path, lags: &[super::lag::Lag]) -> anyhow::Result<()> {
+    let times = || {
+        lags.iter().flat_map(|l| {
+            [
+                l.demand_changed_s,
+                l.crossed_s,
+                Some(l.decided_s),
+                l.ready_s,
+            ]
+            .into_iter()
+            .flatten()
+        })
+    };
+    let x0 = times().fold(f64::INFINITY, f64::min);
+    let x1 = times().fold(f64::NEG_INFINITY, f64::max);
+    let (x0, x1) = if x0 < x1 {
+        (x0, x1 + 0.05 * (x1 - x0))
+    } else {
+        (0.0, 1.0)
+    };
+    let rows = lags.len().max(1) as f64;
+    let axes = ("experiment time from the load event, s", "scale decision");
+    let title = "Signal to replicas: demand change, meter crossing, HPA decision, pods ready";
+    let parts: [(&str, RGBColor); 3] = [
+        ("demand to meter crossing", BLUE),
+        ("crossing to HPA decision", RGBColor(230, 140, 0)),
+        ("decision to pods ready", GREEN),
+    ];
+    svg(
+        &dir.join("lag.svg"),
+        (960, 120 + 22 * lags.len().min(40) as u32),
+        title,
+        axes,
+        (x0..x1, 0.0..rows + 1.0),
+        |c| {
+            for (i, l) in lags.iter().enumerate() {
+                let y = i as f64 + 1.0;
+                let start = l.demand_changed_s.or(l.crossed_s).unwrap_or(l.decided_s);
+                let spans = [
+                    (l.demand_changed_s, l.crossed_s),
+                    (l.crossed_s.or(l.demand_changed_s), Some(l.decided_s)),
+                    (Some(l.decided_s), l.ready_s),
+                ];
+                for ((a, b), (_, color)) in spans.into_iter().zip(parts) {
+                    if let (Some(a), Some(b)) = (a, b) {
+                        c.draw_series([Rectangle::new(
+                            [(a, y - 0.3), (b.max(a), y + 0.3)],
+                            color.filled(),
+                        )])?;
+                    }
+                }
+                c.draw_series([Text::new(
+                    format!("{} to {}", l.from, l.to),
+                    (start, y + 0.45),
+                    ("sans-serif", 11).into_font(),
+                )])?;
+            }
+            for (name, color) in parts {
+                c.draw_series([Rectangle::new([(x0, -1.0), (x0, -1.0)], color.filled())])?
+                    .label(name)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 4), (x + 14, y + 4)], color.filled())
+                    });
+            }
+            c.configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()?;
+            Ok(())
+        },
+    )
+}

@@ -7,11 +7,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::fault::{self, FaultReport};
 use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial};
+use super::lag::{self, Distribution, Lag};
 use super::record::{self, Sample};
 use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
-use falsification_model::experiment::{Case, Experiment, Gateway, LoadEvent, Scenario, Topology};
+use falsification_model::experiment::{
+    Case, Experiment, FaultStep, Gateway, LoadEvent, Scenario, Topology,
+};
 use falsification_model::fluid;
 use falsification_model::outcome::{self, Criteria, Outcome, State};
 use falsification_model::power::PodResolution;
@@ -209,6 +213,64 @@ struct Summary<'a> {
     /// Whether the noise of one metric window could move the steady pod count (autoscaled cases).
     pod_resolution: Option<PodResolution>,
     stack: Option<StackMeasure>,
+    /// The tolerances the HPA ran with (autoscaled cases).
+    tolerance: Option<Tolerances>,
+    /// Every scale decision's moments and their distribution, experiment seconds (autoscaled
+    /// cases).
+    lag: Option<LagJson<'a>>,
+    /// The pods' own dead times against their mean, in the per-pod fluid (when pods were ordered).
+    dead_time_effect: Option<DeadTimeEffect>,
+    /// What the case's fault did (F9).
+    fault: Option<&'a FaultReport>,
+}
+
+#[derive(Serialize)]
+struct LagJson<'a> {
+    distribution: Distribution,
+    decisions: &'a [Lag],
+}
+
+/// The HPA's tolerances as the case ran: the controller's flag (on a cluster, the cluster's),
+/// the HPA's own per direction when its behavior sets one, and what the replica calculator
+/// applied.
+#[derive(Serialize)]
+struct Tolerances {
+    controller: f64,
+    scale_up_own: Option<f64>,
+    scale_down_own: Option<f64>,
+    scale_up: f64,
+    scale_down: f64,
+}
+
+impl Tolerances {
+    fn of(rs: &Scenario) -> Option<Tolerances> {
+        let h = rs.hpa.as_ref()?;
+        let (scale_down, scale_up) = h.behavior.tolerances(h.tolerance);
+        Some(Tolerances {
+            controller: h.tolerance,
+            scale_up_own: h.behavior.scale_up.tolerance,
+            scale_down_own: h.behavior.scale_down.tolerance,
+            scale_up,
+            scale_down,
+        })
+    }
+
+    fn text(&self) -> String {
+        let whose = |own: Option<f64>| {
+            if own.is_some() {
+                "the HPA's own"
+            } else {
+                "the controller's"
+            }
+        };
+        format!(
+            "scale-up {} ({}), scale-down {} ({})",
+            self.scale_up,
+            whose(self.scale_up_own),
+            self.scale_down,
+            whose(self.scale_down_own)
+        )
+    }
 }
 
 fn mean(v: &[f64]) -> Option<f64> {
@@ -231,6 +293,10 @@ struct Assessment {
     pod_resolution: Option<PodResolution>,
     stack: Option<StackMeasure>,
     judged: Judged,
+    /// Every scale decision's moments, experiment seconds.
+    lags: Vec<Lag>,
+    dead_time_effect: Option<DeadTimeEffect>,
+    fault: Option<FaultReport>,
 }
 
 /// Evaluates the run, predicts the configuration that ran, judges it, writes every file.
@@ -261,9 +327,10 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
     let rs = &plan.run;
     let (record, criteria) = measured(&m.samples, rs, m.step);
     let measured_run = outcome::evaluate(&record, &criteria);
-    let dead_time_s = dead_time_s(m, rs, s);
+    let dead = dead_times_s(m, rs, s);
+    let dead_time_s = mean(&dead);
     let reached = (!m.complete).then(|| m.samples.last().map_or(0.0, |x| x.t) * s);
-    let ran = plan.as_measured(dead_time_s, reached);
+    let ran = plan.as_measured(&dead, reached);
     let ran_case = Case {
         scenario: ran.experiment.clone(),
         published: case.published.clone(),
@@ -275,6 +342,13 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
     };
     let prediction = predict::predict(&ran_experiment, s)?;
     let measured = record::in_experiment_time(&measured_run, s);
+    let dead_time_effect = DeadTimeEffect::of(
+        &ran.run,
+        &prediction.cases[0].fluid_per_pod,
+        &measured_run,
+        &dead,
+        s,
+    )?;
     let pod_resolution = falsification_model::power::pod_resolution(rs);
     // Behind a gateway the layers must multiply at the pods.
     let stack = rs
@@ -299,7 +373,15 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
         stack: stack.as_ref(),
         completeness,
     });
+    let lags = lag::lags(&m.samples, &m.syncs, rs, m.step)
+        .iter()
+        .map(|l| l.in_experiment_time(s))
+        .collect();
+    let fault = rs
+        .fault
+        .map(|f| fault::report(f, &m.faults, &m.syncs, &m.samples, m.step, s));
     Ok(Assessment {
+        fault,
         record,
         criteria,
         measured_run,
@@ -310,22 +392,83 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
         pod_resolution,
         stack,
         judged,
+        lags,
+        dead_time_effect,
     })
 }
 
-/// Mean dead time of the pods ordered during the run (the initial ones were ready at once),
-/// experiment seconds.
-fn dead_time_s(m: &Measured, rs: &Scenario, s: f64) -> Option<f64> {
-    let dead: Vec<f64> = m
+/// The dead time of each pod ordered during the run (the initial ones were ready at once) that
+/// turned ready, in order of ordering, experiment seconds.
+fn dead_times_s(m: &Measured, rs: &Scenario, s: f64) -> Vec<f64> {
+    let mut ordered: Vec<(f64, f64)> = m
         .pod_events
         .iter()
         .filter(|e| e.at_s > -rs.warmup_s)
         .filter_map(|e| match e.kind {
-            PodEventKind::Ready { dead_time_s } => Some(dead_time_s * s),
+            PodEventKind::Ready { dead_time_s } => Some((e.at_s - dead_time_s, dead_time_s * s)),
             _ => None,
         })
         .collect();
-    mean(&dead)
+    ordered.sort_by(|a, b| a.0.total_cmp(&b.0));
+    ordered.into_iter().map(|(_, d)| d).collect()
+}
+
+/// How much of the gap between the measured recovery and the per-pod prediction with one mean
+/// dead time the pods' own dead times explain (experiment seconds).
+#[derive(Debug, Clone, Copy, Serialize)]
+struct DeadTimeEffect {
+    pods: usize,
+    min_s: f64,
+    mean_s: f64,
+    max_s: f64,
+    /// The per-pod fluid with every pod waiting the mean.
+    with_mean: Outcome,
+    /// The per-pod fluid with each ordered pod waiting its own (the prediction beside the
+    /// measurement).
+    with_each: Outcome,
+    /// Of the goodput-recovery gap with the mean, the fraction each pod's own delay closes
+    /// (negative when it widens it); `None` when either is missing or there is no gap.
+    goodput_gap_closed: Option<f64>,
+    debt_served_gap_closed: Option<f64>,
+}
+
+impl DeadTimeEffect {
+    /// From the run-time scenario re-predicted `ran`, the per-pod fluid's outcome for it
+    /// `with_each` and the `measured` one (run time), the pods' dead times `dead` (experiment
+    /// seconds); figures in experiment time (`s`).
+    fn of(
+        ran: &Scenario,
+        with_each: &Outcome,
+        measured: &Outcome,
+        dead: &[f64],
+        s: f64,
+    ) -> anyhow::Result<Option<Self>> {
+        let Some(mean_s) = mean(dead) else {
+            return Ok(None);
+        };
+        let mut one = ran.clone();
+        if let Some(h) = one.hpa.as_mut() {
+            h.measured_dead_times_s.clear();
+        }
+        let exp = |o: &Outcome| record::in_experiment_time(o, s);
+        let with_mean = exp(&predict::fluid_outcome(&one, Topology::PerPod)?);
+        let (with_each, measured) = (exp(with_each), exp(measured));
+        let closed = |f: fn(&Outcome) -> Option<f64>| {
+            let (m, one, each) = (f(&measured)?, f(&with_mean)?, f(&with_each)?);
+            let gap = (one - m).abs();
+            (gap > 1e-9).then(|| (gap - (each - m).abs()) / gap)
+        };
+        Ok(Some(DeadTimeEffect {
+            pods: dead.len(),
+            min_s: dead.iter().copied().fold(f64::INFINITY, f64::min),
+            mean_s,
+            max_s: dead.iter().copied().fold(0.0, f64::max),
+            with_mean,
+            with_each,
+            goodput_gap_closed: closed(|o| o.goodput_recovery_s),
+            debt_served_gap_closed: closed(|o| o.debt_served_s),
+        }))
+    }
 }
 
 /// `summary.json`: the verdict, the measured outcome beside every prediction, the CPU used.
@@ -381,6 +524,13 @@ fn summary<'a>(
             .count(),
         pod_resolution: a.pod_resolution,
         stack: a.stack,
+        tolerance: Tolerances::of(&plan.experiment),
+        lag: plan.experiment.hpa.as_ref().map(|_| LagJson {
+            distribution: Distribution::of(&a.lags),
+            decisions: &a.lags,
+        }),
+        dead_time_effect: a.dead_time_effect,
+        fault: a.fault.as_ref(),
     }
 }
 
@@ -446,6 +596,9 @@ fn write_record(plan: &RunPlan, m: &Measured, a: &Assessment) -> anyhow::Result<
         s,
         timeout_s,
     )?;
+    if plan.run.hpa.is_some() {
+        super::plot::lag(dir, &a.lags)?;
+    }
     super::plot::pod_waits(
         dir,
         &m.samples,
@@ -489,11 +642,27 @@ fn events_csv(m: &Measured, s: f64) -> String {
                 ("ready", format!("dead_time_exp_s={:.1}", dead_time_s * s))
             }
             PodEventKind::Terminating => ("terminating", String::new()),
+            PodEventKind::Killed => ("killed", "fault".into()),
             PodEventKind::Exited { code } => ("exited", format!("code={}", opt(code))),
             PodEventKind::Crashed { code } => ("crashed", format!("code={}", opt(code))),
         };
         let (at, pod) = (e.at_s, &e.pod);
         let _ = writeln!(out, "{at:.3},{:.1},{pod},{what},{detail}", at * s);
+    }
+    // The fault's steps, as events of the thing they hit.
+    for f in &m.faults {
+        let (who, what) = match f.step {
+            FaultStep::MeterDown => ("meter", "down"),
+            FaultStep::MeterUp => ("meter", "up"),
+            FaultStep::KillPod => ("-", "kill"),
+        };
+        let _ = writeln!(
+            out,
+            "{:.3},{:.1},{who},{what},\"{}\"",
+            f.at_s,
+            f.at_s * s,
+            f.detail.replace('"', "'")
+        );
     }
     out
 }
@@ -566,6 +735,12 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         gateway_section(&mut o, r, g, rs, summary.time_scale);
     }
     agreement(&mut o, r);
+    if let Some(f) = summary.fault {
+        o += &f.markdown();
+    }
+    if let (Some(l), Some(h)) = (&summary.lag, &rs.hpa) {
+        lag_section(&mut o, l, h.signal);
+    }
     let _ = writeln!(
         o,
         "\nCPU per wall second: runner {:.1}%, meter {:.1}% of one core. Pod crashes: {}.",
@@ -576,10 +751,104 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     let _ = writeln!(
         o,
         "\nFiles: `experiment.toml`, `timeseries.csv`, `decisions.csv`, `events.csv`, \
-         `summary.json`, `pods.csv`, `pods.svg`, `goodput.svg`, `wait.svg`, `pod-waits.svg` \
+         `summary.json`, `pods.csv`, `pods.svg`, `goodput.svg`, `wait.svg`, `lag.svg` (autoscaled), `pod-waits.svg` \
          (every pod's wait: a steady queue under the timeout is not debt), `loadgen/`, `logs/`."
     );
     o
+}
+
+impl DeadTimeEffect {
+    /// The line of the report's heading.
+    fn text(&self, measured: &Outcome) -> String {
+        let part = |what: &str, f: fn(&Outcome) -> Option<f64>, closed: Option<f64>| {
+            format!(
+                "{what} {} with the mean, {} with each pod's own, {} measured{}",
+                secs(f(&self.with_mean)),
+                secs(f(&self.with_each)),
+                secs(f(measured)),
+                closed.map_or(String::new(), |c| format!(
+                    " ({:.0}% of the gap closed)",
+                    c * 100.0
+                ))
+            )
+        };
+        format!(
+            "Measured dead times (decision to ready) of the {} pods ordered: {:.1}-{:.1} s, mean \
+             {:.1} s; predictions give each ordered pod its own, in order of ordering. Per-pod \
+             fluid: {}; {}.",
+            self.pods,
+            self.min_s,
+            self.max_s,
+            self.mean_s,
+            part(
+                "goodput recovery",
+                |o| o.goodput_recovery_s,
+                self.goodput_gap_closed
+            ),
+            part(
+                "debt served",
+                |o| o.debt_served_s,
+                self.debt_served_gap_closed
+            ),
+        )
+    }
+}
+
+/// `## Signal to replicas`: the distribution of the scale-ups' lags by part, then every decision.
+fn lag_section(o: &mut String, l: &LagJson, signal: falsification_model::experiment::HpaSignal) {
+    let d = &l.distribution;
+    let _ = writeln!(
+        o,
+        "\n## Signal to replicas\n\n{} scale-ups, {} scale-downs. For each scale decision: the last \
+         change of the first-attempt demand, the first row of the meter's {} beyond the HPA's \
+         tolerance band around the pods it had, the decision, the ready pods reaching the decided \
+         count (experiment seconds from the load event; rows are the record's, so a crossing is \
+         known to a row). Plot: `lag.svg`.\n",
+        d.scale_ups,
+        d.scale_downs,
+        lag::gauge_name(signal)
+    );
+    let _ = writeln!(
+        o,
+        "| scale-ups | n | min | median | max |\n|---|---|---|---|---|"
+    );
+    for (what, spread) in [
+        ("demand to crossing (meter window)", d.window),
+        ("crossing to decision (sync, tolerance)", d.sync),
+        ("decision to ready (dead time)", d.dead),
+        ("demand to ready", d.total),
+    ] {
+        let cell =
+            |f: fn(&lag::Spread) -> f64| spread.map_or("-".into(), |x| format!("{:.1} s", f(&x)));
+        let _ = writeln!(
+            o,
+            "| {what} | {} | {} | {} | {} |",
+            spread.map_or(0, |x| x.n),
+            cell(|x| x.min_s),
+            cell(|x| x.median_s),
+            cell(|x| x.max_s)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n| pods | demand changed | crossed | decided | ready |\n|---|---|---|---|---|"
+    );
+    let t = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    for x in l.decisions.iter().take(40) {
+        let _ = writeln!(
+            o,
+            "| {} to {} | {} | {} | {:.1} | {} |",
+            x.from,
+            x.to,
+            t(x.demand_changed_s),
+            t(x.crossed_s),
+            x.decided_s,
+            t(x.ready_s)
+        );
+    }
+    if l.decisions.len() > 40 {
+        let _ = writeln!(o, "\n({} more in `summary.json`.)", l.decisions.len() - 40);
+    }
 }
 
 /// The title, the rule, the verdict and how the case ran.
@@ -594,6 +863,9 @@ fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs
         r.reason
     );
     let _ = writeln!(o, "- Cluster: {}; hpa: {}.", summary.cluster, summary.hpa);
+    if let Some(t) = &summary.tolerance {
+        let _ = writeln!(o, "- HPA tolerance: {}.", t.text());
+    }
     let _ = writeln!(
         o,
         "- Time scale S = {} (figures below in experiment time = run time x S), rate scale {} \
@@ -649,11 +921,8 @@ fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs
             p.text()
         );
     }
-    if let Some(d) = r.dead_time_s {
-        let _ = writeln!(
-            o,
-            "- Measured dead time (decision to ready): {d:.1} s; predictions use it."
-        );
+    if let Some(d) = &summary.dead_time_effect {
+        let _ = writeln!(o, "- {}", d.text(&summary.measured.outcome));
     }
 }
 

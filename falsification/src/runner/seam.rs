@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::RunPlan;
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::gateway::GatewayCounters;
-use falsification_model::experiment::Scenario;
+use falsification_model::experiment::{FaultStep, Scenario};
 use falsification_model::hpa::Decision;
 
 /// Where cases run: the embedded cluster or a Kubernetes cluster. The command line picks one;
@@ -55,6 +55,15 @@ pub struct Observation {
     pub gateway: Option<GatewayCounters>,
 }
 
+/// A fault step the runner injected, for the record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultDone {
+    /// Run seconds from the load event.
+    pub at_s: f64,
+    pub step: FaultStep,
+    pub detail: String,
+}
+
 /// What a cluster hands back once the load has ended.
 #[derive(Debug, Default)]
 pub struct Ended {
@@ -93,6 +102,9 @@ pub trait Cluster {
     /// whose own HPA scales has nothing to do here.
     async fn advance(&mut self) -> anyhow::Result<()>;
     async fn observe(&mut self) -> anyhow::Result<Observation>;
+    /// Injects a step of the case's fault (F9) now; what it did, for the record (the pod it
+    /// killed, say).
+    async fn fault(&mut self, step: FaultStep) -> anyhow::Result<String>;
     /// Ends the load (at the schedule's end, or early when `complete` is false) and collects
     /// what the cluster recorded.
     async fn finish(&mut self, complete: bool) -> anyhow::Result<Ended>;
@@ -120,6 +132,8 @@ pub enum PodEventKind {
         dead_time_s: f64,
     },
     Terminating,
+    /// Killed at once by the case's fault: its queue is gone.
+    Killed,
     Exited {
         code: Option<i32>,
     },

@@ -1,0 +1,301 @@
+//! What a case's fault did, pure: from the steps the runner injected, the HPA's decisions and the
+//! record's rows, whether the HPA held its replicas while its meter was gone and what it said,
+//! whether any row read a zero the meter did not measure, and what became of the pods after one
+//! was killed. Experiment seconds throughout (`s` x run seconds).
+
+use serde::Serialize;
+
+use super::record::Sample;
+use super::seam::{FaultDone, HpaSync};
+use falsification_model::experiment::{Fault, FaultStep};
+use falsification_model::hpa::Reason;
+
+/// One injected step, for the record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    pub at_s: f64,
+    pub step: FaultStep,
+    pub detail: String,
+}
+
+/// The meter's outage as the HPA and the record saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Outage {
+    pub from_s: f64,
+    pub to_s: f64,
+    /// The HPA's desired replicas on the last row before the meter went down.
+    pub desired_before: Option<i32>,
+    /// The smallest and largest desired replicas on the rows while it was down.
+    pub desired_min: Option<i32>,
+    pub desired_max: Option<i32>,
+    /// The HPA changed nothing while its meter was down.
+    pub held: bool,
+    /// A decision while it was down said the metric was unavailable (ScalingActive False).
+    pub said_unavailable: bool,
+    /// Rows while it was down on which the meter's gauges answered (none: it was gone).
+    pub rows_answered: usize,
+    /// The first row after it came back on which the gauges answered.
+    pub answered_again_s: Option<f64>,
+}
+
+/// A killed pod and the pods after it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Kill {
+    pub at_s: f64,
+    pub pod: String,
+    pub ready_before: u32,
+    pub ready_least_after: u32,
+    /// When the ready pods were back to their count before the kill.
+    pub ready_again_s: Option<f64>,
+}
+
+/// A case's fault, judged from the record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FaultReport {
+    pub fault: Fault,
+    pub steps: Vec<Step>,
+    pub outage: Option<Outage>,
+    pub kill: Option<Kill>,
+    /// Rows (over the whole run) on which a meter gauge read 0 while first attempts arrived in
+    /// that row and the one before: a zero the meter did not measure.
+    pub unmeasured_zeros: usize,
+}
+
+/// The report of `fault` (run time, as the plan's run scenario has it) from the steps done,
+/// the decisions and the rows of a run, in experiment time (`s`).
+pub fn report(
+    fault: Fault,
+    done: &[FaultDone],
+    syncs: &[HpaSync],
+    samples: &[Sample],
+    step: f64,
+    s: f64,
+) -> FaultReport {
+    let observed = |x: &Sample| x.t + step;
+    let rows_within = |from: f64, to: f64| {
+        samples
+            .iter()
+            .filter(move |x| observed(x) > from && observed(x) <= to)
+    };
+    let outage = fault.meter_outage().map(|(from, to)| {
+        let before = samples
+            .iter()
+            .rev()
+            .find(|x| observed(x) <= from)
+            .and_then(|x| x.hpa_desired);
+        let desired: Vec<i32> = rows_within(from, to)
+            .filter_map(|x| x.hpa_desired)
+            .collect();
+        let (min, max) = (desired.iter().copied().min(), desired.iter().copied().max());
+        Outage {
+            from_s: from * s,
+            to_s: to * s,
+            desired_before: before,
+            desired_min: min,
+            desired_max: max,
+            held: desired.iter().all(|d| Some(*d) == before),
+            said_unavailable: syncs
+                .iter()
+                .filter(|x| x.t > from && x.t <= to)
+                .any(|x| x.decision.reason == Reason::MetricsUnavailable),
+            rows_answered: rows_within(from, to).filter(|x| x.meter.is_some()).count(),
+            answered_again_s: samples
+                .iter()
+                .find(|x| observed(x) > to && x.meter.is_some())
+                .map(|x| observed(x) * s),
+        }
+    });
+    let kill = fault.pod_killed().map(|at| {
+        let pod = done
+            .iter()
+            .find(|d| d.step == FaultStep::KillPod)
+            .map_or_else(String::new, |d| d.detail.clone());
+        let ready_before = samples
+            .iter()
+            .rev()
+            .find(|x| observed(x) <= at)
+            .map_or(0, |x| x.pods_ready);
+        let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) > at).collect();
+        Kill {
+            at_s: at * s,
+            pod,
+            ready_before,
+            ready_least_after: after.iter().map(|x| x.pods_ready).min().unwrap_or(0),
+            ready_again_s: after
+                .iter()
+                .skip_while(|x| x.pods_ready >= ready_before)
+                .find(|x| x.pods_ready >= ready_before)
+                .map(|x| observed(x) * s),
+        }
+    });
+    let unmeasured_zeros = samples
+        .windows(2)
+        .filter(|w| w[0].load.first_attempts > 0.0 && w[1].load.first_attempts > 0.0)
+        .filter_map(|w| w[1].meter)
+        .filter(|m| m.first_attempt_rate == 0.0 || m.ingress_rate == 0.0)
+        .count();
+    FaultReport {
+        fault: fault.time_scaled(1.0 / s),
+        steps: done
+            .iter()
+            .map(|d| Step {
+                at_s: d.at_s * s,
+                step: d.step,
+                detail: d.detail.clone(),
+            })
+            .collect(),
+        outage,
+        kill,
+        unmeasured_zeros,
+    }
+}
+
+impl FaultReport {
+    /// The report's `## Fault` section.
+    pub fn markdown(&self) -> String {
+        let mut o = format!("\n## Fault\n\n{}.\n\n", self.fault);
+        for st in &self.steps {
+            o += &format!("- {:.1} s: {:?}: {}\n", st.at_s, st.step, st.detail);
+        }
+        let cell = |v: Option<i32>| v.map_or("-".into(), |v| v.to_string());
+        if let Some(x) = &self.outage {
+            o += &format!(
+                "\nWhile the meter was down ({:.0}-{:.0} s): the HPA's desired replicas {} (before: {}, \
+                 during: {}-{}); a decision said the metric was unavailable: {}; rows on which the \
+                 meter answered: {}; it answered again at {}.\n",
+                x.from_s,
+                x.to_s,
+                if x.held { "held" } else { "**changed**" },
+                cell(x.desired_before),
+                cell(x.desired_min),
+                cell(x.desired_max),
+                if x.said_unavailable { "yes" } else { "no" },
+                x.rows_answered,
+                x.answered_again_s
+                    .map_or("no row".into(), |t| format!("{t:.0} s"))
+            );
+        }
+        if let Some(k) = &self.kill {
+            o += &format!(
+                "\n{} killed at {:.0} s: ready pods {} before, {} at the fewest after, back to {} at {}.\n",
+                if k.pod.is_empty() { "no pod" } else { &k.pod },
+                k.at_s,
+                k.ready_before,
+                k.ready_least_after,
+                k.ready_before,
+                k.ready_again_s
+                    .map_or("no row".into(), |t| format!("{t:.0} s"))
+            );
+        }
+        o += &format!(
+            "\nRows on which a meter gauge read 0 while first attempts arrived: {}.\n",
+            self.unmeasured_zeros
+        );
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::probe::{LoadCounters, MeterGauges};
+    use falsification_model::hpa::Decision;
+
+    fn row(t: f64, desired: i32, ready: u32, meter: Option<f64>) -> Sample {
+        Sample {
+            t,
+            pods_ready: ready,
+            hpa_desired: Some(desired),
+            load: LoadCounters {
+                first_attempts: 100.0,
+                ..LoadCounters::default()
+            },
+            meter: meter.map(|v| MeterGauges {
+                first_attempt_rate: v,
+                header_first_attempt_rate: None,
+                ingress_rate: 3.0 * v,
+            }),
+            ..Sample::default()
+        }
+    }
+
+    fn unavailable(t: f64, desired: i32) -> HpaSync {
+        HpaSync {
+            t,
+            readings: vec![None],
+            decision: Decision {
+                desired,
+                proposals: vec![None],
+                current: vec![None],
+                recommendation: None,
+                stabilized: None,
+                reason: Reason::MetricsUnavailable,
+                rescale: false,
+            },
+        }
+    }
+
+    #[test]
+    fn an_outage_held_and_a_kill_that_came_back() {
+        // Rows of 1 s (run time) at S = 10; the meter down from 5 to 8.
+        let fault = Fault::MeterOutage {
+            at_s: 5.0,
+            length_s: 3.0,
+        };
+        let mut rows = Vec::new();
+        for i in 0..12 {
+            let t = f64::from(i);
+            let gone = (4.0..8.0).contains(&t);
+            rows.push(row(t, 20, 20, (!gone).then_some(1000.0)));
+        }
+        let done = [FaultDone {
+            at_s: 5.0,
+            step: FaultStep::MeterDown,
+            detail: "meter stopped".into(),
+        }];
+        let r = report(fault, &done, &[unavailable(6.5, 20)], &rows, 1.0, 10.0);
+        let o = r.outage.unwrap();
+        assert!(o.held && o.said_unavailable);
+        assert_eq!(
+            (o.desired_before, o.desired_min, o.rows_answered),
+            (Some(20), Some(20), 0)
+        );
+        assert_eq!(o.answered_again_s, Some(90.0));
+        assert_eq!(r.steps[0].at_s, 50.0);
+        assert_eq!(r.unmeasured_zeros, 0);
+        assert!(
+            r.markdown()
+                .contains("desired replicas held (before: 20, during: 20-20)")
+        );
+
+        // A scale-in while the meter was down, and a zero served, are both named.
+        rows[6].hpa_desired = Some(4);
+        rows[10].meter.as_mut().unwrap().first_attempt_rate = 0.0;
+        let r = report(fault, &done, &[], &rows, 1.0, 10.0);
+        assert!(!r.outage.unwrap().held && !r.outage.unwrap().said_unavailable);
+        assert_eq!(r.unmeasured_zeros, 1);
+
+        let kill = Fault::PodKilled { at_s: 5.0 };
+        let mut rows: Vec<Sample> = (0..12)
+            .map(|i| row(f64::from(i), 20, 20, Some(1.0)))
+            .collect();
+        for r in &mut rows[5..9] {
+            r.pods_ready = 19;
+        }
+        let done = [FaultDone {
+            at_s: 5.0,
+            step: FaultStep::KillPod,
+            detail: "pod-3".into(),
+        }];
+        let k = report(kill, &done, &[], &rows, 1.0, 10.0).kill.unwrap();
+        assert_eq!(
+            (
+                k.pod.as_str(),
+                k.ready_before,
+                k.ready_least_after,
+                k.ready_again_s
+            ),
+            ("pod-3", 20, 19, Some(100.0))
+        );
+    }
+}
