@@ -215,6 +215,51 @@ fn f3_first_attempt_stays_trapped_at_twenty_pods() {
     assert!(s["predicted"]["cases"][0]["fluid_per_pod"].is_object());
 }
 
+/// F9: the trapped first-attempt HPA loses its meter for 120 s and keeps its pods (upstream's
+/// rule: every metric failed, the scale is left alone); the record says so, names the metric as
+/// unavailable, and no row reads a zero the meter did not measure. Every autoscaled record also
+/// carries the tolerances, the signal-to-replica lag and the pods' own dead times.
+#[test]
+fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, dir, s) = run_case(&[
+        "run",
+        "F9",
+        "--case",
+        "meter-outage-trapped",
+        "--horizon",
+        "500s",
+    ]);
+    assert_eq!(s["verdict"], "held", "{s}");
+    assert_eq!(s["measured"]["trapped"], true);
+    let i = &s["interventions"];
+    let o = &i["outage"];
+    assert_eq!(o["held"], true, "{i}");
+    assert_eq!(o["said_unavailable"], true, "{i}");
+    assert_eq!(o["rows_answered"], 0, "{i}");
+    assert!(o["answered_again_s"].as_f64().unwrap() >= 420.0, "{i}");
+    assert_eq!(i["unmeasured_zeros"], 0, "{i}");
+    let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
+    assert!(
+        events.contains(",meter,down,") && events.contains(",meter,up,"),
+        "{events}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Fault") && report.contains("desired replicas held"),
+        "{report}"
+    );
+    assert_eq!(s["tolerance"]["scale_up"], 0.1);
+    assert!(
+        s["lag"]["distribution"]["scale_ups"].as_u64().unwrap() >= 3,
+        "{}",
+        s["lag"]
+    );
+    let dead = &s["dead_time_effect"];
+    assert!(dead["pods"].as_u64().unwrap() >= 16, "{dead}");
+    assert!(dir.join("lag.svg").is_file());
+}
+
 #[test]
 fn f4_paired_step_follows_the_per_pod_prediction() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

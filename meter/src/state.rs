@@ -2,7 +2,7 @@
 //! data state, the per-scrape history, and the meter's own Prometheus metrics.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
@@ -129,11 +129,16 @@ impl Shared {
         inner.latest = Some(reading);
         drop(inner);
         let m = &self.metrics;
-        m.first_attempt_rate.set(rates.first_attempt);
-        m.header_first_attempt_rate.set(rates.header_first_attempt);
-        m.client_attempt_rate.set(rates.client_attempt);
-        m.ingress_rate.set(rates.ingress);
-        m.retry_rate.set(rates.retry);
+        // A round no pod contributed to measured nothing: the gauges keep what was measured (or
+        // stay absent), and `published` and the scrape age say how old it is.
+        if rates.pods > 0 {
+            let g = m.rates();
+            g.first_attempt_rate.set(rates.first_attempt);
+            g.header_first_attempt_rate.set(rates.header_first_attempt);
+            g.client_attempt_rate.set(rates.client_attempt);
+            g.ingress_rate.set(rates.ingress);
+            g.retry_rate.set(rates.retry);
+        }
         m.pods_listed.set(listed as f64);
         m.pods_scraped.set(scraped as f64);
         m.pods_contributing.set(rates.pods as f64);
@@ -202,11 +207,9 @@ pub fn rfc3339_seconds(t: OffsetDateTime) -> String {
 pub struct MeterMetrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    first_attempt_rate: Gauge,
-    header_first_attempt_rate: Gauge,
-    client_attempt_rate: Gauge,
-    ingress_rate: Gauge,
-    retry_rate: Gauge,
+    /// Registered at the first published round: before it, the rates are absent from the
+    /// exposition rather than a zero nobody measured.
+    rates: OnceLock<RateGauges>,
     distinct_ids: Gauge,
     distinct_first_attempts: Counter,
     distinct_client_attempts: Counter,
@@ -222,6 +225,39 @@ pub struct MeterMetrics {
     pub discovery_errors: Counter,
     scrape_errors: HashMap<&'static str, Counter>,
 }
+
+/// The published rates' gauges.
+struct RateGauges {
+    first_attempt_rate: Gauge,
+    header_first_attempt_rate: Gauge,
+    client_attempt_rate: Gauge,
+    ingress_rate: Gauge,
+    retry_rate: Gauge,
+}
+
+/// The rates' names and help texts, described at start and registered at the first round.
+const RATES: [(&str, &str); 5] = [
+    (
+        FIRST_ATTEMPT_RATE,
+        "First attempts per second over the window: distinct request ids with attempt 0 over all pods (a gateway's copies count once).",
+    ),
+    (
+        HEADER_FIRST_ATTEMPT_RATE,
+        "Arrivals with x-attempt 0 per second, summed over pods, over the window: a header-only count, a gateway's retries included.",
+    ),
+    (
+        CLIENT_ATTEMPT_RATE,
+        "Attempts the clients made per second over the window: distinct (request id, attempt) pairs over all pods.",
+    ),
+    (
+        INGRESS_RATE,
+        "All attempts per second, summed over pods, over the window.",
+    ),
+    (
+        RETRY_RATE,
+        "Retries (attempt >= 1) per second: ingress minus first attempts.",
+    ),
+];
 
 const META: Metadata<'static> = Metadata::new("meter", Level::INFO, None);
 
@@ -272,6 +308,14 @@ impl Register<'_> {
         self.0.register_gauge(&Key::from_static_name(name), &META)
     }
 
+    fn describe_gauge(&self, name: &'static str, help: &'static str) {
+        self.0.describe_gauge(
+            KeyName::from_const_str(name),
+            None,
+            SharedString::const_str(help),
+        );
+    }
+
     fn describe_counter(&self, name: &'static str, help: &'static str) {
         self.0.describe_counter(
             KeyName::from_const_str(name),
@@ -308,22 +352,11 @@ impl MeterMetrics {
             API_REQUESTS_TOTAL,
             "External metrics API requests answered, by HTTP status code.",
         );
+        for (name, help) in RATES {
+            r.describe_gauge(name, help);
+        }
         Self {
-            first_attempt_rate: r.gauge(
-                FIRST_ATTEMPT_RATE,
-                None,
-                "First attempts per second over the window: distinct request ids with attempt 0 over all pods (a gateway's copies count once).",
-            ),
-            header_first_attempt_rate: r.gauge(
-                HEADER_FIRST_ATTEMPT_RATE,
-                None,
-                "Arrivals with x-attempt 0 per second, summed over pods, over the window: a header-only count, a gateway's retries included.",
-            ),
-            client_attempt_rate: r.gauge(
-                CLIENT_ATTEMPT_RATE,
-                None,
-                "Attempts the clients made per second over the window: distinct (request id, attempt) pairs over all pods.",
-            ),
+            rates: OnceLock::new(),
             distinct_ids: r.gauge(
                 DISTINCT_IDS,
                 None,
@@ -348,16 +381,6 @@ impl MeterMetrics {
             distinct_evicted_early: r.counter(
                 DISTINCT_EVICTED_EARLY_TOTAL,
                 "Request ids forgotten before --distinct-retention because --distinct-max-ids were remembered.",
-            ),
-            ingress_rate: r.gauge(
-                INGRESS_RATE,
-                None,
-                "All attempts per second, summed over pods, over the window.",
-            ),
-            retry_rate: r.gauge(
-                RETRY_RATE,
-                None,
-                "Retries (attempt >= 1) per second: ingress minus first attempts.",
             ),
             pods_listed: r.gauge(
                 PODS_LISTED,
@@ -395,6 +418,23 @@ impl MeterMetrics {
         }
     }
 
+    /// The rates' gauges, registered on the first call (the first published round).
+    fn rates(&self) -> &RateGauges {
+        self.rates.get_or_init(|| {
+            let g = |name| {
+                self.recorder
+                    .register_gauge(&Key::from_static_name(name), &META)
+            };
+            RateGauges {
+                first_attempt_rate: g(FIRST_ATTEMPT_RATE),
+                header_first_attempt_rate: g(HEADER_FIRST_ATTEMPT_RATE),
+                client_attempt_rate: g(CLIENT_ATTEMPT_RATE),
+                ingress_rate: g(INGRESS_RATE),
+                retry_rate: g(RETRY_RATE),
+            }
+        })
+    }
+
     /// The distinct count's cumulative figures after a round.
     pub fn distinct(&self, counts: DistinctCounts, remembered: usize, lost: u64) {
         self.distinct_first_attempts.absolute(counts.first_attempts);
@@ -418,5 +458,52 @@ impl MeterMetrics {
             vec![Label::new(CODE_LABEL, code.to_string())],
         );
         self.recorder.register_counter(&key, &META).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(text: &str, name: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_rates_are_absent_until_a_round_measured_them() {
+        let s = Shared::new(
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            false,
+        );
+        let now = Instant::now();
+        // At start, and after a round no pod contributed to: no series, not a zero.
+        assert!(samples(&s.render_metrics(now), FIRST_ATTEMPT_RATE).is_empty());
+        let wall = OffsetDateTime::now_utc();
+        s.publish(now, wall, Rates::default(), 2, 2);
+        assert!(samples(&s.render_metrics(now), INGRESS_RATE).is_empty());
+        let measured = Rates {
+            first_attempt: 100.0,
+            ingress: 300.0,
+            retry: 200.0,
+            pods: 2,
+            ..Rates::default()
+        };
+        s.publish(now, wall, measured, 2, 2);
+        let text = s.render_metrics(now);
+        assert_eq!(
+            samples(&text, INGRESS_RATE),
+            vec![format!("{INGRESS_RATE} 300")]
+        );
+        // A later round that measured nothing leaves the last measurement; the age says how old.
+        s.publish(now, wall, Rates::default(), 2, 0);
+        assert_eq!(
+            samples(&s.render_metrics(now), FIRST_ATTEMPT_RATE),
+            vec![format!("{FIRST_ATTEMPT_RATE} 100")]
+        );
     }
 }

@@ -30,6 +30,8 @@ pub struct AutoscalerConfig {
     /// When the meter is down, `[from, to)`: no external reading; a new meter, with no history,
     /// scrapes from `to` on and answers once it holds a whole window.
     pub meter_outage: Option<(f64, f64)>,
+    /// `minReplicas` set to the value from the time on (a remedy), in time order.
+    pub min_replicas_changes: Vec<(f64, i32)>,
 }
 
 impl AutoscalerConfig {
@@ -89,6 +91,8 @@ struct Autoscaler {
     metric_window_s: f64,
     scrape_interval_s: f64,
     meter_outage: Option<(f64, f64)>,
+    /// `minReplicas` changes still to come, in time order.
+    min_replicas_changes: VecDeque<(f64, i32)>,
     dead_time_s: f64,
     each_dead_time_s: Vec<f64>,
     /// Pods ordered so far (the index of the next one's delay).
@@ -209,6 +213,7 @@ impl Control {
                 metric_window_s: config.metric_window_s,
                 scrape_interval_s: config.scrape_interval_s,
                 meter_outage: config.meter_outage,
+                min_replicas_changes: config.min_replicas_changes.iter().copied().collect(),
                 dead_time_s: config.dead_time_s,
                 each_dead_time_s: config.each_dead_time_s.clone(),
                 ordered: 0,
@@ -293,6 +298,11 @@ impl Control {
             }
             let at = a.next_sync;
             a.next_sync += a.sync_period_s;
+            // The HPA object as edited by then: the controller reads it at each sync.
+            while let Some((_, min)) = a.min_replicas_changes.front().filter(|c| c.0 <= at) {
+                a.hpa.set_min_replicas(*min);
+                a.min_replicas_changes.pop_front();
+            }
             let pods = a
                 .cpu
                 .as_ref()
@@ -474,6 +484,7 @@ mod tests {
                 window_s: 15.0,
             },
             meter_outage: None,
+            min_replicas_changes: Vec::new(),
         }
     }
 

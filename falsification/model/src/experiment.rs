@@ -19,7 +19,7 @@ use crate::outcome::Expect;
 
 /// The built-in experiments, as shipped in `falsification/model/experiments/`; the suite is F1-F4
 /// ([`SUITE`]), every claim's experiment [`CLAIMS`].
-pub const BUILTIN: [(&str, &str); 13] = [
+pub const BUILTIN: [(&str, &str); 14] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
         "F0-specimen",
@@ -42,6 +42,7 @@ pub const BUILTIN: [(&str, &str); 13] = [
     ("F7", include_str!("../experiments/F7.toml")),
     ("F8", include_str!("../experiments/F8.toml")),
     ("F9", include_str!("../experiments/F9.toml")),
+    ("F10", include_str!("../experiments/F10.toml")),
 ];
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
@@ -662,24 +663,74 @@ pub enum Fault {
     PodKilled { at_s: f64 },
 }
 
-/// What the runner does, and when (see [`Fault::steps`]).
+/// What the runner does to a running case, and when (see [`Scenario::actions`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum FaultStep {
+pub enum Action {
     MeterDown,
     MeterUp,
     KillPod,
+    /// The HPA's `minReplicas` set to this (a remedy, F10).
+    SetMinReplicas(u32),
+}
+
+/// What an operator does to get a trapped service out (F10), in the case's time from the load
+/// event.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Remedy {
+    /// The HPA's `minReplicas` raised to `min` at `at_s`, and set back `length_s` later.
+    RaiseMin { at_s: f64, min: u32, length_s: f64 },
+}
+
+impl Remedy {
+    /// When `minReplicas` is raised, `[from, to)`, and to what.
+    pub fn raised_min(&self) -> (f64, f64, u32) {
+        match *self {
+            Remedy::RaiseMin {
+                at_s,
+                min,
+                length_s,
+            } => (at_s, at_s + length_s, min),
+        }
+    }
+
+    /// The same remedy `s` times faster.
+    pub fn time_scaled(&self, s: f64) -> Remedy {
+        match *self {
+            Remedy::RaiseMin {
+                at_s,
+                min,
+                length_s,
+            } => Remedy::RaiseMin {
+                at_s: at_s / s,
+                min,
+                length_s: length_s / s,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (from, to, min) = self.raised_min();
+        write!(
+            f,
+            "minReplicas raised to {min} {from:.0} s after the load event and set back {:.0} s later",
+            to - from
+        )
+    }
 }
 
 impl Fault {
     /// The runner's steps, in time order.
-    pub fn steps(&self) -> Vec<(f64, FaultStep)> {
+    pub fn steps(&self) -> Vec<(f64, Action)> {
         match *self {
             Fault::MeterOutage { at_s, length_s } => vec![
-                (at_s, FaultStep::MeterDown),
-                (at_s + length_s, FaultStep::MeterUp),
+                (at_s, Action::MeterDown),
+                (at_s + length_s, Action::MeterUp),
             ],
-            Fault::PodKilled { at_s } => vec![(at_s, FaultStep::KillPod)],
+            Fault::PodKilled { at_s } => vec![(at_s, Action::KillPod)],
         }
     }
 
@@ -756,6 +807,8 @@ pub struct Scenario {
     pub hpa: Option<HpaSetup>,
     /// A fault injected during the run (F9), if any.
     pub fault: Option<Fault>,
+    /// A remedy applied during the run (F10), if any.
+    pub remedy: Option<Remedy>,
     pub warmup_s: f64,
     /// Accounting window after the event: lost demand counts requests started in `[0, horizon)`.
     pub horizon_s: f64,
@@ -898,6 +951,19 @@ impl Scenario {
         ])
     }
 
+    /// What the runner does during the case (the fault's and the remedy's actions), in time
+    /// order.
+    pub fn actions(&self) -> Vec<(f64, Action)> {
+        let mut actions = self.fault.map(|f| f.steps()).unwrap_or_default();
+        if let (Some(r), Some(h)) = (self.remedy, &self.hpa) {
+            let (from, to, min) = r.raised_min();
+            actions.push((from, Action::SetMinReplicas(min)));
+            actions.push((to, Action::SetMinReplicas(h.min_replicas)));
+        }
+        actions.sort_by(|a, b| a.0.total_cmp(&b.0));
+        actions
+    }
+
     /// The models' capacity from `start`: the autoscaler's, else the fixed pods, with the
     /// case's pod-killing fault, if any.
     pub fn control(&self, start: f64) -> Result<Control, HpaError> {
@@ -956,6 +1022,14 @@ impl Scenario {
                 window_s: h.cpu_window_s,
             },
             meter_outage: self.fault.and_then(|f| f.meter_outage()),
+            min_replicas_changes: self
+                .actions()
+                .into_iter()
+                .filter_map(|(at, a)| match a {
+                    Action::SetMinReplicas(min) => Some((at, min as i32)),
+                    _ => None,
+                })
+                .collect(),
         })
     }
 
@@ -996,6 +1070,7 @@ impl Scenario {
             ..h.clone()
         });
         x.fault = self.fault.map(|f| f.time_scaled(s));
+        x.remedy = self.remedy.map(|r| r.time_scaled(s));
         x.trace = self.trace.as_ref().map(|t| ArrivalTrace {
             times: t.times.iter().map(|x| x / s).collect(),
             speed: t.speed * s,
@@ -1227,6 +1302,49 @@ pub struct Params {
     /// `fault = { kind = "meter-outage", at = "300s", length = "60s" }` or
     /// `{ kind = "pod-killed", at = "600s" }`.
     pub fault: Option<FaultParams>,
+    /// `remedy = { kind = "raise-min", at = "300s", min = 40, length = "600s" }`.
+    pub remedy: Option<RemedyParams>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RemedyKind {
+    RaiseMin,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemedyParams {
+    pub kind: RemedyKind,
+    pub at: Span,
+    pub min: u32,
+    pub length: Span,
+}
+
+impl RemedyParams {
+    fn resolve(&self, context: &str, hpa: Option<&HpaSetup>) -> Result<Remedy, ExperimentError> {
+        let Some(h) = hpa else {
+            return Err(field_err(context, "remedy", "raise-min", "needs an hpa"));
+        };
+        if self.min <= h.min_replicas || self.min > h.max_replicas {
+            return Err(field_err(
+                context,
+                "remedy.min",
+                self.min,
+                &format!(
+                    "must be above minReplicas ({}) and at most maxReplicas ({})",
+                    h.min_replicas, h.max_replicas
+                ),
+            ));
+        }
+        match self.kind {
+            RemedyKind::RaiseMin => Ok(Remedy::RaiseMin {
+                at_s: self.at.secs(),
+                min: self.min,
+                length_s: positive(context, "remedy.length", self.length.secs())?,
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -1441,6 +1559,7 @@ impl Params {
             seeds: self.seeds.or(base.seeds),
             fluid_dt: self.fluid_dt.or(base.fluid_dt),
             fault: self.fault.or(base.fault),
+            remedy: self.remedy.or(base.remedy),
             hpa: match (self.hpa, base.hpa) {
                 (Some(a), Some(b)) => Some(a.over(b)),
                 (a, b) => a.or(b),
@@ -1484,20 +1603,18 @@ impl Params {
             }),
             Some(ratio) => return Err(field_err(context, "retry_budget", ratio, "must be >= 0")),
         };
-        let hpa = match p.hpa {
-            Some(h) => Some(h.resolve(context, pods)?),
-            None => None,
-        };
+        let hpa = p.hpa.map(|h| h.resolve(context, pods)).transpose()?;
         let warmup_s = required(context, "warmup", p.warmup)?.secs();
         let horizon_s = positive(
             context,
             "horizon",
             required(context, "horizon", p.horizon)?.secs(),
         )?;
-        let gateway = match &p.gateway {
-            Some(g) => Some(g.resolve(context, timeout_s)?),
-            None => None,
-        };
+        let gateway = p
+            .gateway
+            .as_ref()
+            .map(|g| g.resolve(context, timeout_s))
+            .transpose()?;
         let (routing, bursts) = routing_and_bursts(
             context,
             p.routing,
@@ -1542,6 +1659,11 @@ impl Params {
             routing,
             bursts,
             trace,
+            // Before `hpa` moves: the remedy is checked against it.
+            remedy: p
+                .remedy
+                .map(|r| r.resolve(context, hpa.as_ref()))
+                .transpose()?,
             hpa,
             fault: p.fault.map(|f| f.resolve(context, horizon_s)).transpose()?,
             warmup_s,
@@ -1866,6 +1988,64 @@ mod tests {
             .to_string();
         assert!(e.contains("unknown field `cvv`"), "{e}");
         assert!(matches!(load("F99"), Err(ExperimentError::Unknown(_))));
+    }
+
+    #[test]
+    fn faults_remedies_and_tolerances_are_checked_by_field() {
+        let head = "id='X'\ntitle='t'\ncondition='c'\nrefuted_if='r'\n[[cases]]\nname='a'\n\
+                    [cases.params]\nrho=0.3\nstep='5x'\nhorizon='100s'\n";
+        let err = |tail: &str| {
+            parse("x", &format!("{head}{tail}\n"))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("fault = { kind = 'meter-outage', at = '10s' }"),
+            "X case a: field `fault.length`: is required for a meter-outage, got ``"
+        );
+        assert!(err("fault = { kind = 'pod-killed', at = '200s' }").contains("within the horizon"));
+        assert!(err("fault = { kind = 'meteor', at = '1s' }").contains("unknown variant `meteor`"));
+        assert!(
+            err("remedy = { kind = 'raise-min', at = '1s', min = 8, length = '9s' }")
+                .contains("needs an hpa")
+        );
+        let hpa = "hpa = { min = 4, max = 10 }";
+        assert!(
+            err(&format!(
+                "remedy = {{ kind = 'raise-min', at = '1s', min = 11, length = '9s' }}\n{hpa}"
+            ))
+            .contains("field `remedy.min`: must be above minReplicas (4) and at most maxReplicas (10), got `11`")
+        );
+        assert!(
+            err("hpa = { scale_up_tolerance = -0.5 }")
+                .contains("field `hpa.scale_up_tolerance`: must be a number >= 0, got `-0.5`")
+        );
+        let ok = parse(
+            "x",
+            &format!(
+                "{head}fault = {{ kind = 'meter-outage', at = '10s', length = '30s' }}\n\
+                 remedy = {{ kind = 'raise-min', at = '20s', min = 8, length = '40s' }}\n\
+                 hpa = {{ min = 4, scale_down_tolerance = 0.2 }}\n"
+            ),
+        )
+        .unwrap();
+        let s = &ok.cases[0].scenario;
+        assert_eq!(
+            s.actions(),
+            vec![
+                (10.0, Action::MeterDown),
+                (20.0, Action::SetMinReplicas(8)),
+                (40.0, Action::MeterUp),
+                (60.0, Action::SetMinReplicas(4)),
+            ]
+        );
+        let h = s.hpa.as_ref().unwrap();
+        assert_eq!(h.behavior.tolerances(h.tolerance), (0.2, 0.1));
+        // Run time divides the times, not the floor.
+        assert_eq!(
+            s.time_scaled(10.0).actions()[1],
+            (2.0, Action::SetMinReplicas(8))
+        );
     }
 
     #[test]

@@ -621,6 +621,12 @@ impl Hpa {
         Some((proposed, report))
     }
 
+    /// The object's `minReplicas` edited (kubectl patch, an operator's remedy); the next sync reads
+    /// it. A value outside `[1, maxReplicas]` is clamped into it, as validation would refuse it.
+    pub fn set_min_replicas(&mut self, min: i32) {
+        self.spec.min_replicas = min.clamp(1, self.spec.max_replicas);
+    }
+
     /// `tolerances.isWithin`: below 1 against the scale-down tolerance, above 1 against the
     /// scale-up one; each is the HPA's own when its behavior sets it, else the controller's.
     fn within_tolerance(&self, ratio: f64) -> bool {

@@ -324,3 +324,58 @@ fn f6_the_per_pod_threshold_moves_with_the_routing() {
             .any(|p| p.target > 0.34 && p.state == Some(State::Recovered))
     );
 }
+
+/// F6-tolerance: the HPA's own 0.3 scale-up tolerance holds 33 pods where the controller's 0.1
+/// goes to the 40 the demand needs; at a target of 0.42 with keep-alive, the per-pod fluid gets
+/// the first out and keeps the second trapped.
+#[test]
+fn f6_tolerance_an_hpa_own_tolerance_stops_short_and_stays_trapped() {
+    let controller = fluid(
+        &case("F6-tolerance", "controller").scenario,
+        Topology::PerPod,
+    );
+    let own = fluid(&case("F6-tolerance", "own-0.3").scenario, Topology::PerPod);
+    assert_eq!((controller.final_pods, own.final_pods), (40, 33));
+    assert!(controller.goodput_recovery_s.is_some() && !controller.trapped);
+    assert!(own.trapped, "{own:?}");
+}
+
+/// F9: the HPA holds its replicas while its meter is gone (ScalingActive False upstream); the
+/// ingress HPA still gets out once the meter is back, later than F3's; a trap survives both the
+/// outage and the loss of one pod's debt.
+#[test]
+fn f9_faults_hold_the_replicas_and_keep_the_trap() {
+    let outage = case("F9", "meter-outage");
+    let f3_ingress = fluid(&case("F3", "ingress").scenario, Topology::PerPod);
+    let o = fluid(&outage.scenario, Topology::PerPod);
+    assert!(o.recovered && !o.trapped, "{o:?}");
+    assert!(
+        o.goodput_recovery_s > f3_ingress.goodput_recovery_s,
+        "{o:?}"
+    );
+    for name in ["meter-outage-trapped", "pod-killed"] {
+        let c = case("F9", name);
+        for topology in [Topology::Pooled, Topology::PerPod] {
+            let o = fluid(&c.scenario, topology);
+            assert!(
+                o.trapped && o.final_pods == 20,
+                "{name} {topology:?}: {o:?}"
+            );
+        }
+    }
+}
+
+/// F10: minReplicas raised to 40 for 600 s drains the debt and the HPA settles at 20 healthy pods;
+/// for 120 s it does not, and the trap comes back.
+#[test]
+fn f10_a_raised_floor_gets_out_when_held_long_enough() {
+    for topology in [Topology::Pooled, Topology::PerPod] {
+        let long = fluid(&case("F10", "raise-min").scenario, topology);
+        assert!(
+            long.recovered && long.peak_pods == 40 && long.final_pods == 20,
+            "{long:?}"
+        );
+        let short = fluid(&case("F10", "raise-min-short").scenario, topology);
+        assert!(short.trapped, "{short:?}");
+    }
+}

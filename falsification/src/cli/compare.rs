@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::run::{CommonArgs, Selection};
 use crate::kube::{ClusterFacts, Kube};
+use crate::runner::intervention::Outage;
 use crate::runner::judge::{BAND, LOST_BAND};
 use crate::runner::{CaseResult, RunOptions, Session, plot, record, run_all};
 use crate::table::Table;
@@ -89,6 +90,13 @@ pub fn figures(emulated: &CaseResult, upstream: &CaseResult, time_scale: f64) ->
             },
         },
         Figure {
+            figure: "replicas while the meter was down".into(),
+            emulated: outage_cell(emulated.outage.as_ref()),
+            upstream: outage_cell(upstream.outage.as_ref()),
+            // Both HPAs hold (upstream: `computeReplicasForMetrics` fails, the scale is left).
+            within_band: emulated.outage.map(|o| o.held) == upstream.outage.map(|o| o.held),
+        },
+        Figure {
             figure: "dead time (decision to ready)".into(),
             emulated: secs(emulated.dead_time_s),
             upstream: secs(upstream.dead_time_s),
@@ -96,6 +104,21 @@ pub fn figures(emulated: &CaseResult, upstream: &CaseResult, time_scale: f64) ->
             within_band: true,
         },
     ]
+}
+
+/// What the HPA did while its meter was down: `held at N`, or the range it moved through.
+fn outage_cell(o: Option<&Outage>) -> String {
+    let n = |v: Option<i32>| v.map_or("-".into(), |v| v.to_string());
+    match o {
+        None => "-".into(),
+        Some(o) if o.held => format!("held at {}", n(o.desired_before)),
+        Some(o) => format!(
+            "{} -> {}-{}",
+            n(o.desired_before),
+            n(o.desired_min),
+            n(o.desired_max)
+        ),
+    }
 }
 
 /// `(t_exp_s, pods_desired, pods_ready)` of a record's `timeseries.csv`.
@@ -329,6 +352,7 @@ mod tests {
             meter_cpu: 0.0,
             stack: None,
             sweep: None,
+            outage: None,
             series: Default::default(),
         }
     }

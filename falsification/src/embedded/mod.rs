@@ -26,7 +26,7 @@ use crate::runner::{
     Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, RunPlan,
 };
 use falsification_model::control::AutoscalerConfig;
-use falsification_model::experiment::{FaultStep, Scenario};
+use falsification_model::experiment::{Action, Scenario};
 use falsification_model::hpa::{Hpa, PodSample, Reading, Scale};
 use falsification_model::metric::Signal;
 use loadgen::{Invocation, TargetSource};
@@ -460,24 +460,31 @@ impl Cluster for Embedded {
         })
     }
 
-    async fn fault(&mut self, step: FaultStep) -> anyhow::Result<String> {
-        match step {
-            FaultStep::MeterDown => {
+    async fn act(&mut self, action: Action) -> anyhow::Result<String> {
+        match action {
+            Action::MeterDown => {
                 self.meter_cpu_before = self.meter_cpu_s();
                 if let Some(mut m) = self.meter.take() {
                     stop(&mut m, Duration::from_secs(2)).await;
                 }
                 Ok(format!("meter stopped (was on {})", self.meter_listen))
             }
-            FaultStep::MeterUp => {
+            Action::MeterUp => {
                 self.start_meter("meter-after-outage").await?;
                 Ok(format!("a new meter on {}", self.meter_listen))
             }
-            FaultStep::KillPod => {
+            Action::KillPod => {
                 let killed = self.pods.kill_oldest_ready().await?;
                 // Replaced at the next advance, as its ReplicaSet would.
                 Ok(killed.unwrap_or_else(|| "no ready pod to kill".into()))
             }
+            Action::SetMinReplicas(min) => match self.hpa.as_mut() {
+                Some((h, _)) => {
+                    h.set_min_replicas(i32::try_from(min).unwrap_or(i32::MAX));
+                    Ok(format!("minReplicas set to {min}"))
+                }
+                None => Ok("no HPA".into()),
+            },
         }
     }
 

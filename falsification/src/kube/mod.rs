@@ -43,7 +43,7 @@ use crate::runner::{
     Cluster, Description, Ended, Environment, Observation, PodEvent, PodEventKind, RunPlan,
 };
 use books::{HpaBook, PodBook};
-use falsification_model::experiment::{FaultStep, Scenario};
+use falsification_model::experiment::{Action, Scenario};
 use manifests::{FIELD_MANAGER, MANAGED_BY, Manifests, Values};
 use scale::ControllerAssumed;
 use shards::ShardLog;
@@ -952,12 +952,12 @@ impl Cluster for KubeCluster {
         })
     }
 
-    async fn fault(&mut self, step: FaultStep) -> anyhow::Result<String> {
-        match step {
+    async fn act(&mut self, action: Action) -> anyhow::Result<String> {
+        match action {
             // The meter's Deployment at 0 replicas: the aggregator answers 503 for the external
             // metrics API, as for a meter that crashed; back at 1, a new pod with no history.
-            FaultStep::MeterDown | FaultStep::MeterUp => {
-                let replicas = i32::from(step == FaultStep::MeterUp);
+            Action::MeterDown | Action::MeterUp => {
+                let replicas = i32::from(action == Action::MeterUp);
                 let mut meter = self.manifests.meter.clone();
                 if let Some(spec) = meter.spec.as_mut() {
                     spec.replicas = Some(replicas);
@@ -965,7 +965,7 @@ impl Cluster for KubeCluster {
                 self.apply_ns(&meter).await?;
                 Ok(format!("deployment/meter scaled to {replicas}"))
             }
-            FaultStep::KillPod => {
+            Action::KillPod => {
                 let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns());
                 let listed = pods
                     .list(&ListParams::default().labels("app.kubernetes.io/name=service"))
@@ -986,6 +986,17 @@ impl Cluster for KubeCluster {
                     kind: PodEventKind::Killed,
                 });
                 Ok(name)
+            }
+            // As `kubectl patch hpa service -p '{"spec":{"minReplicas":N}}'`, with the kit's
+            // field manager (it owns the field already).
+            Action::SetMinReplicas(min) => {
+                let Some(a) = &self.manifests.autoscaling else {
+                    return Ok("no HPA".into());
+                };
+                let mut hpa = a.hpa.clone();
+                hpa.spec.min_replicas = Some(i32::try_from(min).unwrap_or(i32::MAX));
+                self.apply_ns(&hpa).await?;
+                Ok(format!("hpa/service minReplicas set to {min}"))
             }
         }
     }

@@ -138,6 +138,8 @@ pub struct Trial<'a> {
     pub pod_resolution: Option<PodResolution>,
     /// Behind a gateway: each layer's amplification over the failed phase.
     pub stack: Option<&'a StackMeasure>,
+    /// With a meter outage (F9): whether the HPA held its replicas while the meter was down.
+    pub outage_held: Option<bool>,
     pub completeness: Completeness,
 }
 
@@ -160,7 +162,7 @@ pub fn judge(t: &Trial) -> Judged {
             matches,
         },
         Completeness::Complete => {
-            let v = product_rule(rule(t), t.stack, t.run);
+            let v = outage_rule(product_rule(rule(t), t.stack, t.run), t.outage_held);
             Judged {
                 verdict: v.judgement.into(),
                 reason: v.reason,
@@ -205,6 +207,21 @@ fn product_rule(v: Verdict, stack: Option<&StackMeasure>, run: &Scenario) -> Ver
                 ),
             }
         }
+        _ => v,
+    }
+}
+
+/// Upstream's rule when every metric fails: the scale is left alone. A held verdict is refuted
+/// when the HPA changed its replicas while its only meter was down.
+fn outage_rule(v: Verdict, outage_held: Option<bool>) -> Verdict {
+    match outage_held {
+        Some(false) if v.held() => Verdict {
+            judgement: Judgement::Refuted,
+            reason: format!(
+                "{}; but the HPA changed its replicas while its meter was down",
+                v.reason
+            ),
+        },
         _ => v,
     }
 }
@@ -313,6 +330,7 @@ mod tests {
             },
             pod_resolution: None,
             stack,
+            outage_held: None,
             completeness,
         })
     }
@@ -454,6 +472,23 @@ mod tests {
         assert_eq!(
             RunVerdict::from(Judgement::Inconclusive),
             RunVerdict::Inconclusive
+        );
+    }
+
+    #[test]
+    fn a_scale_change_while_the_meter_was_down_refutes_a_held_verdict() {
+        let held = Verdict {
+            judgement: Judgement::Held,
+            reason: "as predicted".into(),
+        };
+        assert_eq!(outage_rule(held.clone(), Some(true)), held);
+        assert_eq!(outage_rule(held.clone(), None), held);
+        let v = outage_rule(held, Some(false));
+        assert_eq!(v.judgement, Judgement::Refuted);
+        assert!(
+            v.reason.ends_with("while its meter was down"),
+            "{}",
+            v.reason
         );
     }
 }

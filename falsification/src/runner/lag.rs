@@ -18,7 +18,9 @@ use falsification_model::metric::Signal;
 pub struct Lag {
     pub from: i32,
     pub to: i32,
-    /// The last change of the first-attempt demand at or before the crossing (or the decision).
+    /// The last change of the first-attempt demand at or before the crossing (or the decision),
+    /// when the crossing came within two meter windows of it; `None` when it came later (noise,
+    /// or the retries, moved the reading, not the demand).
     pub demand_changed_s: Option<f64>,
     /// The start of the run of rows, up to the decision, in which the meter's value read beyond
     /// the band around `from` pods. `None` for the CPU signal (metrics-server's samples are not
@@ -128,7 +130,8 @@ pub fn lags(samples: &[Sample], syncs: &[HpaSync], rs: &Scenario, step: f64) -> 
             .filter(|&c| c <= cause + 1e-9 && c >= -rs.warmup_s)
             .fold(None, |latest: Option<f64>, c| {
                 Some(latest.map_or(c, |l| l.max(c)))
-            });
+            })
+            .filter(|&c| cause - c <= 2.0 * h.metric_window_s);
         let ready_s = samples
             .iter()
             .filter(|x| observed(x) >= sync.t)
@@ -288,6 +291,8 @@ mod tests {
         // (every row reads above 0.9 x 50 x 20 = 900/s), the ready pods never fell to 12.
         let d = lags[1];
         assert_eq!((d.from, d.to, d.crossed_s, d.ready_s), (20, 12, None, None));
+        // 500 s after the step is more than two meter windows: not the demand's doing.
+        assert_eq!(d.demand_changed_s, None);
         let exp: Vec<Lag> = lags.iter().map(|l| l.in_experiment_time(2.0)).collect();
         let dist = Distribution::of(&exp);
         assert_eq!((dist.scale_ups, dist.scale_downs), (1, 1));

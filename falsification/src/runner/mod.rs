@@ -12,7 +12,7 @@
 //! Layout: [`probe`] reads the parts over HTTP, [`record`] builds the record and its files,
 //! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index.
 
-mod fault;
+pub mod intervention;
 pub mod judge;
 mod lag;
 mod plan;
@@ -25,7 +25,7 @@ pub mod stack;
 
 pub use plan::RunPlan;
 pub use seam::{
-    Cluster, Description, Ended, Environment, FaultDone, HpaSync, Observation, PodEvent,
+    ActionDone, Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent,
     PodEventKind,
 };
 
@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use crate::gateway::GatewayCounters;
 use crate::process::cpu_seconds;
-use falsification_model::experiment::{Case, Experiment, FaultStep};
+use falsification_model::experiment::{Action, Case, Experiment};
 use probe::{LoadCounters, PodQueue};
 use record::Sample;
 
@@ -92,6 +92,8 @@ pub struct CaseResult {
     /// With an HPA: the case's place in a sweep of targets (routing, signal, amplification,
     /// target); `index.json` carries it as `sweep`.
     pub sweep: Option<falsification_model::threshold::SweepPoint>,
+    /// With a meter outage (F9): what the HPA did while the meter was down.
+    pub outage: Option<intervention::Outage>,
     /// Measured ready pods and successes per second over experiment time, and the pooled and
     /// per-pod fluid's ready pods, for the session's side-by-side plots.
     #[serde(skip)]
@@ -246,8 +248,8 @@ pub struct Session {
 /// Everything one case measured, handed to the record writer.
 pub struct Measured {
     pub samples: Vec<Sample>,
-    /// The fault steps injected, in order.
-    pub faults: Vec<FaultDone>,
+    /// The actions taken (a fault's, a remedy's), in order.
+    pub actions: Vec<ActionDone>,
     pub syncs: Vec<HpaSync>,
     pub pod_events: Vec<PodEvent>,
     pub complete: bool,
@@ -311,16 +313,17 @@ fn announce_power(e: &Experiment, case: &Case, plan: &RunPlan) {
     );
 }
 
-/// The case's fault steps (F9), due at their run time from the load event, and those done.
-struct FaultSchedule {
-    due: std::collections::VecDeque<(Instant, FaultStep)>,
-    done: Vec<FaultDone>,
+/// The case's actions (a fault's, F9, a remedy's, F10), due at their run time from the load
+/// event, and those done.
+struct ActionSchedule {
+    due: std::collections::VecDeque<(Instant, Action)>,
+    done: Vec<ActionDone>,
 }
 
-impl FaultSchedule {
-    fn new(rs: &falsification_model::experiment::Scenario, event: Instant) -> FaultSchedule {
-        let steps = rs.fault.map(|f| f.steps()).unwrap_or_default();
-        FaultSchedule {
+impl ActionSchedule {
+    fn new(rs: &falsification_model::experiment::Scenario, event: Instant) -> ActionSchedule {
+        let steps = rs.actions();
+        ActionSchedule {
             due: steps
                 .into_iter()
                 .map(|(at, step)| (event + Duration::from_secs_f64(at.max(0.0)), step))
@@ -333,16 +336,16 @@ impl FaultSchedule {
         self.due.front().map(|f| f.0)
     }
 
-    /// Injects every step due by now; `rel` gives run seconds from the load event.
-    async fn inject_due<C: Cluster>(
+    /// Takes every action due by now; `rel` gives run seconds from the load event.
+    async fn take_due<C: Cluster>(
         &mut self,
         cluster: &mut C,
         rel: impl Fn(Instant) -> f64,
     ) -> anyhow::Result<()> {
         while let Some(&(at, step)) = self.due.front().filter(|f| Instant::now() >= f.0) {
             self.due.pop_front();
-            let detail = cluster.fault(step).await?;
-            self.done.push(FaultDone {
+            let detail = cluster.act(step).await?;
+            self.done.push(ActionDone {
                 at_s: rel(at),
                 step,
                 detail,
@@ -388,19 +391,19 @@ async fn drive<C: Cluster>(
     let mut last_flush = Instant::now();
     let mut complete = true;
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
-    let mut faults = FaultSchedule::new(rs, event);
+    let mut actions = ActionSchedule::new(rs, event);
 
     while samples.len() < n_rows {
         let next_sample = t0 + Duration::from_secs_f64((samples.len() + 1) as f64 * step);
         let wake = next_sample
             .min(cluster.next_due().unwrap_or(far))
-            .min(faults.next_at().unwrap_or(far))
+            .min(actions.next_at().unwrap_or(far))
             .min(Instant::now() + Duration::from_millis(50));
         tokio::select! {
             _ = tokio::time::sleep_until(wake) => {}
             _ = interrupt.changed() => { complete = false; break; }
         }
-        faults.inject_due(cluster, rel).await?;
+        actions.take_due(cluster, rel).await?;
         cluster.advance().await?;
         let now = Instant::now();
         if now >= next_sample {
@@ -446,7 +449,7 @@ async fn drive<C: Cluster>(
     }
     Ok(Measured {
         samples,
-        faults: faults.done,
+        actions: actions.done,
         syncs: ended.syncs,
         pod_events: ended.pod_events,
         complete,

@@ -132,13 +132,14 @@ pub struct MeterGauges {
 }
 
 impl MeterGauges {
-    /// From the meter's `/metrics`; `None` when it is not exposition text.
+    /// From the meter's `/metrics`; `None` when it is not exposition text or holds no rates yet.
     pub fn read(text: &str) -> Option<MeterGauges> {
         let b = Body::read(text)?;
+        // A meter that has measured nothing yet leaves its rates out: no reading, not a zero.
         Some(MeterGauges {
-            first_attempt_rate: b.sum(gauges::FIRST_ATTEMPT_RATE),
+            first_attempt_rate: b.first(gauges::FIRST_ATTEMPT_RATE)?,
             header_first_attempt_rate: b.first(gauges::HEADER_FIRST_ATTEMPT_RATE),
-            ingress_rate: b.sum(gauges::INGRESS_RATE),
+            ingress_rate: b.first(gauges::INGRESS_RATE)?,
         })
     }
 }
@@ -335,7 +336,12 @@ mod tests {
         assert_eq!(LoadCounters::read(garbage), None);
         assert_eq!(PodQueue::read(garbage), None);
         assert_eq!(MeterGauges::read(garbage), None);
-        let meter = MeterGauges::read("retrydebt_meter_first_attempt_rate 2.5\n").unwrap();
+        // A meter with no rates yet gives no reading (not a zero).
+        assert_eq!(MeterGauges::read("retrydebt_meter_published 0\n"), None);
+        let meter = MeterGauges::read(
+            "retrydebt_meter_first_attempt_rate 2.5\nretrydebt_meter_ingress_rate 7.5\n",
+        )
+        .unwrap();
         assert_eq!(
             (meter.first_attempt_rate, meter.header_first_attempt_rate),
             (2.5, None)
@@ -394,7 +400,23 @@ mod tests {
             Duration::from_secs(10),
             false,
         );
-        let g = MeterGauges::read(&shared.render_metrics(std::time::Instant::now())).unwrap();
-        assert_eq!(g.header_first_attempt_rate, Some(0.0));
+        let now = std::time::Instant::now();
+        assert_eq!(MeterGauges::read(&shared.render_metrics(now)), None);
+        let rates = meter::rate::Rates {
+            first_attempt: 4.0,
+            ingress: 12.0,
+            pods: 1,
+            ..meter::rate::Rates::default()
+        };
+        shared.publish(now, time::OffsetDateTime::now_utc(), rates, 1, 1);
+        let g = MeterGauges::read(&shared.render_metrics(now)).unwrap();
+        assert_eq!(
+            (
+                g.first_attempt_rate,
+                g.header_first_attempt_rate,
+                g.ingress_rate
+            ),
+            (4.0, Some(0.0), 12.0)
+        );
     }
 }

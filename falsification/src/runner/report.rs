@@ -7,14 +7,14 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::fault::{self, FaultReport};
+use super::intervention::{self, Interventions};
 use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial};
 use super::lag::{self, Distribution, Lag};
 use super::record::{self, Sample};
 use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
 use falsification_model::experiment::{
-    Case, Experiment, FaultStep, Gateway, LoadEvent, Scenario, Topology,
+    Action, Case, Experiment, Gateway, LoadEvent, Scenario, Topology,
 };
 use falsification_model::fluid;
 use falsification_model::outcome::{self, Criteria, Outcome, State};
@@ -220,8 +220,8 @@ struct Summary<'a> {
     lag: Option<LagJson<'a>>,
     /// The pods' own dead times against their mean, in the per-pod fluid (when pods were ordered).
     dead_time_effect: Option<DeadTimeEffect>,
-    /// What the case's fault did (F9).
-    fault: Option<&'a FaultReport>,
+    /// What the case's fault (F9) or remedy (F10) did.
+    interventions: Option<&'a Interventions>,
 }
 
 #[derive(Serialize)]
@@ -296,7 +296,7 @@ struct Assessment {
     /// Every scale decision's moments, experiment seconds.
     lags: Vec<Lag>,
     dead_time_effect: Option<DeadTimeEffect>,
-    fault: Option<FaultReport>,
+    interventions: Option<Interventions>,
 }
 
 /// Evaluates the run, predicts the configuration that ran, judges it, writes every file.
@@ -347,7 +347,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
         &prediction.cases[0].fluid_per_pod,
         &measured_run,
         &dead,
-        s,
+        (s, m.step * s),
     )?;
     let pod_resolution = falsification_model::power::pod_resolution(rs);
     // Behind a gateway the layers must multiply at the pods.
@@ -361,6 +361,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
             at_s: m.samples.last().map_or(-rs.warmup_s, |x| x.t) * s,
         }
     };
+    let interventions = intervention::report(rs, &m.actions, &m.syncs, &m.samples, m.step, s);
     let judged = judge::judge(&Trial {
         expect: &case.expect,
         run: rs,
@@ -371,17 +372,18 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
         predicted: (&prediction.cases[0]).into(),
         pod_resolution,
         stack: stack.as_ref(),
+        outage_held: interventions
+            .as_ref()
+            .and_then(|i| i.outage)
+            .map(|o| o.held),
         completeness,
     });
     let lags = lag::lags(&m.samples, &m.syncs, rs, m.step)
         .iter()
         .map(|l| l.in_experiment_time(s))
         .collect();
-    let fault = rs
-        .fault
-        .map(|f| fault::report(f, &m.faults, &m.syncs, &m.samples, m.step, s));
     Ok(Assessment {
-        fault,
+        interventions,
         record,
         criteria,
         measured_run,
@@ -436,12 +438,14 @@ impl DeadTimeEffect {
     /// From the run-time scenario re-predicted `ran`, the per-pod fluid's outcome for it
     /// `with_each` and the `measured` one (run time), the pods' dead times `dead` (experiment
     /// seconds); figures in experiment time (`s`).
+    /// A gap of less than two record rows (`row_s`, experiment seconds) or 5% of the measured
+    /// time is no gap: nothing to close.
     fn of(
         ran: &Scenario,
         with_each: &Outcome,
         measured: &Outcome,
         dead: &[f64],
-        s: f64,
+        (s, row_s): (f64, f64),
     ) -> anyhow::Result<Option<Self>> {
         let Some(mean_s) = mean(dead) else {
             return Ok(None);
@@ -456,7 +460,7 @@ impl DeadTimeEffect {
         let closed = |f: fn(&Outcome) -> Option<f64>| {
             let (m, one, each) = (f(&measured)?, f(&with_mean)?, f(&with_each)?);
             let gap = (one - m).abs();
-            (gap > 1e-9).then(|| (gap - (each - m).abs()) / gap)
+            (gap > (2.0 * row_s).max(0.05 * m)).then(|| (gap - (each - m).abs()) / gap)
         };
         Ok(Some(DeadTimeEffect {
             pods: dead.len(),
@@ -530,7 +534,7 @@ fn summary<'a>(
             decisions: &a.lags,
         }),
         dead_time_effect: a.dead_time_effect,
-        fault: a.fault.as_ref(),
+        interventions: a.interventions.as_ref(),
     }
 }
 
@@ -557,6 +561,7 @@ fn case_result(summary: &Summary, plan: &RunPlan, m: &Measured) -> CaseResult {
         meter_cpu: summary.cpu.meter_fraction,
         stack: summary.stack,
         sweep: SweepPoint::of(&plan.experiment),
+        outage: summary.interventions.and_then(|i| i.outage),
         series: Series {
             pods_ready: m
                 .samples
@@ -650,11 +655,12 @@ fn events_csv(m: &Measured, s: f64) -> String {
         let _ = writeln!(out, "{at:.3},{:.1},{pod},{what},{detail}", at * s);
     }
     // The fault's steps, as events of the thing they hit.
-    for f in &m.faults {
+    for f in &m.actions {
         let (who, what) = match f.step {
-            FaultStep::MeterDown => ("meter", "down"),
-            FaultStep::MeterUp => ("meter", "up"),
-            FaultStep::KillPod => ("-", "kill"),
+            Action::MeterDown => ("meter", "down"),
+            Action::MeterUp => ("meter", "up"),
+            Action::KillPod => ("-", "kill"),
+            Action::SetMinReplicas(_) => ("hpa", "min-replicas"),
         };
         let _ = writeln!(
             out,
@@ -735,8 +741,8 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
         gateway_section(&mut o, r, g, rs, summary.time_scale);
     }
     agreement(&mut o, r);
-    if let Some(f) = summary.fault {
-        o += &f.markdown();
+    if let Some(i) = summary.interventions {
+        o += &i.markdown();
     }
     if let (Some(l), Some(h)) = (&summary.lag, &rs.hpa) {
         lag_section(&mut o, l, h.signal);
@@ -1351,6 +1357,7 @@ mod tests {
                 amplification: 3.0,
                 target,
             }),
+            outage: None,
             series: Default::default(),
         }
     }

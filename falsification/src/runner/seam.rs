@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::RunPlan;
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::gateway::GatewayCounters;
-use falsification_model::experiment::{FaultStep, Scenario};
+use falsification_model::experiment::{Action, Scenario};
 use falsification_model::hpa::Decision;
 
 /// Where cases run: the embedded cluster or a Kubernetes cluster. The command line picks one;
@@ -55,12 +55,12 @@ pub struct Observation {
     pub gateway: Option<GatewayCounters>,
 }
 
-/// A fault step the runner injected, for the record.
+/// An action the runner took, for the record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FaultDone {
+pub struct ActionDone {
     /// Run seconds from the load event.
     pub at_s: f64,
-    pub step: FaultStep,
+    pub step: Action,
     pub detail: String,
 }
 
@@ -102,9 +102,9 @@ pub trait Cluster {
     /// whose own HPA scales has nothing to do here.
     async fn advance(&mut self) -> anyhow::Result<()>;
     async fn observe(&mut self) -> anyhow::Result<Observation>;
-    /// Injects a step of the case's fault (F9) now; what it did, for the record (the pod it
-    /// killed, say).
-    async fn fault(&mut self, step: FaultStep) -> anyhow::Result<String>;
+    /// Does one of the case's actions now (a fault's, F9, a remedy's, F10); what it did, for
+    /// the record (the pod it killed, say).
+    async fn act(&mut self, action: Action) -> anyhow::Result<String>;
     /// Ends the load (at the schedule's end, or early when `complete` is false) and collects
     /// what the cluster recorded.
     async fn finish(&mut self, complete: bool) -> anyhow::Result<Ended>;

@@ -1,20 +1,21 @@
-//! What a case's fault did, pure: from the steps the runner injected, the HPA's decisions and the
-//! record's rows, whether the HPA held its replicas while its meter was gone and what it said,
-//! whether any row read a zero the meter did not measure, and what became of the pods after one
-//! was killed. Experiment seconds throughout (`s` x run seconds).
+//! What a case's fault (F9) or remedy (F10) did, pure: from the actions the runner took, the
+//! HPA's decisions and the record's rows, whether the HPA held its replicas while its meter was
+//! gone and what it said, whether any row read a zero the meter did not measure, what became of
+//! the pods after one was killed, and what a raised `minReplicas` gave. Experiment seconds
+//! throughout (`s` x run seconds).
 
 use serde::Serialize;
 
 use super::record::Sample;
-use super::seam::{FaultDone, HpaSync};
-use falsification_model::experiment::{Fault, FaultStep};
+use super::seam::{ActionDone, HpaSync};
+use falsification_model::experiment::{Action, Fault, Remedy, Scenario};
 use falsification_model::hpa::Reason;
 
 /// One injected step, for the record.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Step {
     pub at_s: f64,
-    pub step: FaultStep,
+    pub step: Action,
     pub detail: String,
 }
 
@@ -49,39 +50,56 @@ pub struct Kill {
     pub ready_again_s: Option<f64>,
 }
 
-/// A case's fault, judged from the record.
+/// A raised `minReplicas` and the pods it gave.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Raised {
+    pub from_s: f64,
+    pub to_s: f64,
+    pub min: u32,
+    /// The most ready pods while it was raised, and at the end of the record.
+    pub ready_max: u32,
+    pub ready_at_end: u32,
+}
+
+/// A case's fault or remedy, judged from the record.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FaultReport {
-    pub fault: Fault,
+pub struct Interventions {
+    pub fault: Option<Fault>,
+    pub remedy: Option<Remedy>,
     pub steps: Vec<Step>,
     pub outage: Option<Outage>,
     pub kill: Option<Kill>,
+    pub raised: Option<Raised>,
     /// Rows (over the whole run) on which a meter gauge read 0 while first attempts arrived in
     /// that row and the one before: a zero the meter did not measure.
     pub unmeasured_zeros: usize,
 }
 
-/// The report of `fault` (run time, as the plan's run scenario has it) from the steps done,
-/// the decisions and the rows of a run, in experiment time (`s`).
+/// The report of the run-time scenario `rs`'s fault and remedy from the actions done, the
+/// decisions and the rows of a run, in experiment time (`s`); `None` when it has neither.
 pub fn report(
-    fault: Fault,
-    done: &[FaultDone],
+    rs: &Scenario,
+    done: &[ActionDone],
     syncs: &[HpaSync],
     samples: &[Sample],
     step: f64,
     s: f64,
-) -> FaultReport {
+) -> Option<Interventions> {
+    if rs.fault.is_none() && rs.remedy.is_none() {
+        return None;
+    }
     let observed = |x: &Sample| x.t + step;
+    // Rows observed after `from` and before `to` (an action at a row's end comes first).
     let rows_within = |from: f64, to: f64| {
         samples
             .iter()
-            .filter(move |x| observed(x) > from && observed(x) <= to)
+            .filter(move |x| observed(x) > from && observed(x) < to)
     };
-    let outage = fault.meter_outage().map(|(from, to)| {
+    let outage = rs.fault.and_then(|f| f.meter_outage()).map(|(from, to)| {
         let before = samples
             .iter()
             .rev()
-            .find(|x| observed(x) <= from)
+            .find(|x| observed(x) < from)
             .and_then(|x| x.hpa_desired);
         let desired: Vec<i32> = rows_within(from, to)
             .filter_map(|x| x.hpa_desired)
@@ -101,21 +119,21 @@ pub fn report(
             rows_answered: rows_within(from, to).filter(|x| x.meter.is_some()).count(),
             answered_again_s: samples
                 .iter()
-                .find(|x| observed(x) > to && x.meter.is_some())
+                .find(|x| observed(x) >= to && x.meter.is_some())
                 .map(|x| observed(x) * s),
         }
     });
-    let kill = fault.pod_killed().map(|at| {
+    let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| {
         let pod = done
             .iter()
-            .find(|d| d.step == FaultStep::KillPod)
+            .find(|d| d.step == Action::KillPod)
             .map_or_else(String::new, |d| d.detail.clone());
         let ready_before = samples
             .iter()
             .rev()
-            .find(|x| observed(x) <= at)
+            .find(|x| observed(x) < at)
             .map_or(0, |x| x.pods_ready);
-        let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) > at).collect();
+        let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) >= at).collect();
         Kill {
             at_s: at * s,
             pod,
@@ -128,14 +146,28 @@ pub fn report(
                 .map(|x| observed(x) * s),
         }
     });
+    let raised = rs.remedy.map(|r| {
+        let (from, to, min) = r.raised_min();
+        Raised {
+            from_s: from * s,
+            to_s: to * s,
+            min,
+            ready_max: rows_within(from, to)
+                .map(|x| x.pods_ready)
+                .max()
+                .unwrap_or(0),
+            ready_at_end: samples.last().map_or(0, |x| x.pods_ready),
+        }
+    });
     let unmeasured_zeros = samples
         .windows(2)
         .filter(|w| w[0].load.first_attempts > 0.0 && w[1].load.first_attempts > 0.0)
         .filter_map(|w| w[1].meter)
         .filter(|m| m.first_attempt_rate == 0.0 || m.ingress_rate == 0.0)
         .count();
-    FaultReport {
-        fault: fault.time_scaled(1.0 / s),
+    Some(Interventions {
+        fault: rs.fault.map(|f| f.time_scaled(1.0 / s)),
+        remedy: rs.remedy.map(|r| r.time_scaled(1.0 / s)),
         steps: done
             .iter()
             .map(|d| Step {
@@ -146,14 +178,22 @@ pub fn report(
             .collect(),
         outage,
         kill,
+        raised,
         unmeasured_zeros,
-    }
+    })
 }
 
-impl FaultReport {
-    /// The report's `## Fault` section.
+impl Interventions {
+    /// The report's `## Fault` / `## Remedy` section.
     pub fn markdown(&self) -> String {
-        let mut o = format!("\n## Fault\n\n{}.\n\n", self.fault);
+        let mut o = String::new();
+        if let Some(f) = &self.fault {
+            o += &format!("\n## Fault\n\n{f}.\n");
+        }
+        if let Some(r) = &self.remedy {
+            o += &format!("\n## Remedy\n\n{r}.\n");
+        }
+        o += "\n";
         for st in &self.steps {
             o += &format!("- {:.1} s: {:?}: {}\n", st.at_s, st.step, st.detail);
         }
@@ -185,6 +225,12 @@ impl FaultReport {
                 k.ready_before,
                 k.ready_again_s
                     .map_or("no row".into(), |t| format!("{t:.0} s"))
+            );
+        }
+        if let Some(r) = &self.raised {
+            o += &format!(
+                "\nWhile minReplicas was {} ({:.0}-{:.0} s): at most {} ready pods; {} at the end.\n",
+                r.min, r.from_s, r.to_s, r.ready_max, r.ready_at_end
             );
         }
         o += &format!(
@@ -238,22 +284,25 @@ mod tests {
     #[test]
     fn an_outage_held_and_a_kill_that_came_back() {
         // Rows of 1 s (run time) at S = 10; the meter down from 5 to 8.
-        let fault = Fault::MeterOutage {
+        let mut rs = falsification_model::experiment::load("F9").unwrap().cases[0]
+            .scenario
+            .time_scaled(10.0);
+        rs.fault = Some(Fault::MeterOutage {
             at_s: 5.0,
             length_s: 3.0,
-        };
+        });
         let mut rows = Vec::new();
         for i in 0..12 {
             let t = f64::from(i);
             let gone = (4.0..8.0).contains(&t);
             rows.push(row(t, 20, 20, (!gone).then_some(1000.0)));
         }
-        let done = [FaultDone {
+        let done = [ActionDone {
             at_s: 5.0,
-            step: FaultStep::MeterDown,
+            step: Action::MeterDown,
             detail: "meter stopped".into(),
         }];
-        let r = report(fault, &done, &[unavailable(6.5, 20)], &rows, 1.0, 10.0);
+        let r = report(&rs, &done, &[unavailable(6.5, 20)], &rows, 1.0, 10.0).unwrap();
         let o = r.outage.unwrap();
         assert!(o.held && o.said_unavailable);
         assert_eq!(
@@ -271,23 +320,26 @@ mod tests {
         // A scale-in while the meter was down, and a zero served, are both named.
         rows[6].hpa_desired = Some(4);
         rows[10].meter.as_mut().unwrap().first_attempt_rate = 0.0;
-        let r = report(fault, &done, &[], &rows, 1.0, 10.0);
+        let r = report(&rs, &done, &[], &rows, 1.0, 10.0).unwrap();
         assert!(!r.outage.unwrap().held && !r.outage.unwrap().said_unavailable);
         assert_eq!(r.unmeasured_zeros, 1);
 
-        let kill = Fault::PodKilled { at_s: 5.0 };
+        rs.fault = Some(Fault::PodKilled { at_s: 5.0 });
         let mut rows: Vec<Sample> = (0..12)
             .map(|i| row(f64::from(i), 20, 20, Some(1.0)))
             .collect();
         for r in &mut rows[5..9] {
             r.pods_ready = 19;
         }
-        let done = [FaultDone {
+        let done = [ActionDone {
             at_s: 5.0,
-            step: FaultStep::KillPod,
+            step: Action::KillPod,
             detail: "pod-3".into(),
         }];
-        let k = report(kill, &done, &[], &rows, 1.0, 10.0).kill.unwrap();
+        let k = report(&rs, &done, &[], &rows, 1.0, 10.0)
+            .unwrap()
+            .kill
+            .unwrap();
         assert_eq!(
             (
                 k.pod.as_str(),
