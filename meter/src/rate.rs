@@ -36,6 +36,9 @@ pub struct Rates {
     pub retry: f64,
     /// Pods with a recent sample (they contribute once they have two).
     pub pods: usize,
+    /// Some counter spans two samples in the window: the rates are a measurement, not the
+    /// zero of a meter that has seen nothing yet.
+    pub measured: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -153,6 +156,7 @@ impl RateWindow {
         for (first_attempt, all) in self.pods.values().filter_map(CounterHistory::rates) {
             rates.first_attempt += first_attempt;
             rates.ingress += all;
+            rates.measured = true;
         }
         rates.header_first_attempt = rates.first_attempt;
         rates.retry = (rates.ingress - rates.first_attempt).max(0.0);
@@ -269,6 +273,17 @@ mod tests {
         assert!(close(r.ingress, 35.0), "{r:?}");
         assert!(close(r.retry, 20.0), "{r:?}");
         assert_eq!(r.pods, 2);
+    }
+
+    #[test]
+    fn one_sample_a_pod_is_no_measurement() {
+        let t0 = Instant::now();
+        let mut w = RateWindow::new(W, secs(3.0));
+        w.record("a", t0, counts(100.0, 300.0));
+        let first = w.rates(t0);
+        assert_eq!((first.pods, first.measured, first.ingress), (1, false, 0.0));
+        w.record("a", t0 + secs(1.0), counts(110.0, 330.0));
+        assert!(w.rates(t0 + secs(1.0)).measured);
     }
 
     #[test]

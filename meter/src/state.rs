@@ -129,9 +129,9 @@ impl Shared {
         inner.latest = Some(reading);
         drop(inner);
         let m = &self.metrics;
-        // A round no pod contributed to measured nothing: the gauges keep what was measured (or
-        // stay absent), and `published` and the scrape age say how old it is.
-        if rates.pods > 0 {
+        // A round whose counters do not span two samples measured nothing: the gauges keep what
+        // was measured (or stay absent), and `published` and the scrape age say how old it is.
+        if rates.measured {
             let g = m.rates();
             g.first_attempt_rate.set(rates.first_attempt);
             g.header_first_attempt_rate.set(rates.header_first_attempt);
@@ -484,13 +484,19 @@ mod tests {
         // At start, and after a round no pod contributed to: no series, not a zero.
         assert!(samples(&s.render_metrics(now), FIRST_ATTEMPT_RATE).is_empty());
         let wall = OffsetDateTime::now_utc();
-        s.publish(now, wall, Rates::default(), 2, 2);
+        // The first round after a start: pods listed, one sample each, no rate yet.
+        let first_round = Rates {
+            pods: 2,
+            ..Rates::default()
+        };
+        s.publish(now, wall, first_round, 2, 2);
         assert!(samples(&s.render_metrics(now), INGRESS_RATE).is_empty());
         let measured = Rates {
             first_attempt: 100.0,
             ingress: 300.0,
             retry: 200.0,
             pods: 2,
+            measured: true,
             ..Rates::default()
         };
         s.publish(now, wall, measured, 2, 2);

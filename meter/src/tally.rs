@@ -119,6 +119,7 @@ impl Tally {
         let distinct = self.distinct_window.rates(now);
         rates.first_attempt = distinct.first_attempt;
         rates.client_attempt = distinct.ingress;
+        rates.measured = rates.measured && distinct.measured;
         rates.retry = (rates.ingress - rates.first_attempt).max(0.0);
         rates
     }

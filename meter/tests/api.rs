@@ -33,6 +33,7 @@ fn ready_shared(require_client_cert: bool) -> Arc<Shared> {
         pods: 3,
         header_first_attempt: 4.5,
         client_attempt: 2.25,
+        measured: true,
     };
     for back_ms in [2500, 2000, 1500, 1000, 500, 0] {
         let at = now - Duration::from_millis(back_ms);

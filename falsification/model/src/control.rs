@@ -246,7 +246,15 @@ impl Control {
             // In time order; at equal times a pod turns ready, then the meters scrape, then the HPA syncs.
             let next_ready = self.next_ready();
             let ready_at = next_ready.map_or(f64::INFINITY, |(_, p)| p.ready_at);
-            if let Some(k) = self.kill_at.filter(|k| *k <= now && *k <= ready_at) {
+            // A kill comes before anything due at the same time or later.
+            let others = self.autoscaler.as_ref().map_or(f64::INFINITY, |a| {
+                let cpu = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
+                a.meter.next_scrape().min(a.next_sync).min(cpu)
+            });
+            if let Some(k) = self
+                .kill_at
+                .filter(|k| *k <= now && *k <= ready_at.min(others))
+            {
                 self.kill(k, events);
                 continue;
             }
@@ -384,7 +392,13 @@ impl Control {
         }
         // Pending pods are the not-ready ones, newest last: [`scale_down_victim`]'s rule.
         while have > desired {
-            if self.pending.pop_back().is_none() {
+            if self.pending.pop_back().is_some() {
+                // A cancelled order never turns ready: a measured run's list of delays holds
+                // only pods that did, so the next pod ordered takes this one's.
+                if let Some(a) = self.autoscaler.as_mut() {
+                    a.ordered = a.ordered.saturating_sub(1);
+                }
+            } else {
                 self.accrue(now);
                 self.ready -= 1;
                 self.ready_since.pop();

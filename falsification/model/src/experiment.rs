@@ -1322,10 +1322,24 @@ pub struct RemedyParams {
 }
 
 impl RemedyParams {
-    fn resolve(&self, context: &str, hpa: Option<&HpaSetup>) -> Result<Remedy, ExperimentError> {
+    fn resolve(
+        &self,
+        context: &str,
+        hpa: Option<&HpaSetup>,
+        horizon_s: f64,
+    ) -> Result<Remedy, ExperimentError> {
         let Some(h) = hpa else {
             return Err(field_err(context, "remedy", "raise-min", "needs an hpa"));
         };
+        let end_s = self.at.secs() + self.length.secs();
+        if end_s >= horizon_s {
+            return Err(field_err(
+                context,
+                "remedy.length",
+                format!("{}s", self.length.secs()),
+                &format!("must end within the horizon ({horizon_s} s)"),
+            ));
+        }
         if self.min <= h.min_replicas || self.min > h.max_replicas {
             return Err(field_err(
                 context,
@@ -1374,10 +1388,18 @@ impl FaultParams {
             ));
         }
         match (self.kind, self.length) {
-            (FaultKind::MeterOutage, Some(length)) => Ok(Fault::MeterOutage {
-                at_s,
-                length_s: positive(context, "fault.length", length.secs())?,
-            }),
+            (FaultKind::MeterOutage, Some(length)) => {
+                let length_s = positive(context, "fault.length", length.secs())?;
+                if at_s + length_s >= horizon_s {
+                    return Err(field_err(
+                        context,
+                        "fault.length",
+                        format!("{length_s}s"),
+                        &format!("must end within the horizon ({horizon_s} s)"),
+                    ));
+                }
+                Ok(Fault::MeterOutage { at_s, length_s })
+            }
             (FaultKind::MeterOutage, None) => Err(field_err(
                 context,
                 "fault.length",
@@ -1662,7 +1684,7 @@ impl Params {
             // Before `hpa` moves: the remedy is checked against it.
             remedy: p
                 .remedy
-                .map(|r| r.resolve(context, hpa.as_ref()))
+                .map(|r| r.resolve(context, hpa.as_ref(), horizon_s))
                 .transpose()?,
             hpa,
             fault: p.fault.map(|f| f.resolve(context, horizon_s)).transpose()?,
@@ -1825,8 +1847,15 @@ impl HpaParams {
             ),
         ] {
             if let Some(t) = value {
-                if !(t.is_finite() && t >= 0.0) {
-                    return Err(field_err(context, field, t, "must be a number >= 0"));
+                // A Kubernetes quantity in milli-units carries it exactly.
+                let milli = t * 1000.0;
+                if !(t.is_finite() && t >= 0.0 && (milli.round() - milli).abs() < 1e-6) {
+                    return Err(field_err(
+                        context,
+                        field,
+                        t,
+                        "must be a number >= 0 in steps of 0.001",
+                    ));
                 }
                 rules.tolerance = Some(t);
             }
@@ -2016,10 +2045,9 @@ mod tests {
             ))
             .contains("field `remedy.min`: must be above minReplicas (4) and at most maxReplicas (10), got `11`")
         );
-        assert!(
-            err("hpa = { scale_up_tolerance = -0.5 }")
-                .contains("field `hpa.scale_up_tolerance`: must be a number >= 0, got `-0.5`")
-        );
+        assert!(err("hpa = { scale_up_tolerance = -0.5 }").contains(
+            "field `hpa.scale_up_tolerance`: must be a number >= 0 in steps of 0.001, got `-0.5`"
+        ));
         let ok = parse(
             "x",
             &format!(

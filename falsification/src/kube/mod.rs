@@ -974,7 +974,10 @@ impl Cluster for KubeCluster {
                 let Some(name) = oldest_ready(&listed) else {
                     return Ok("no ready pod to kill".into());
                 };
-                // No grace: the pod's queue goes with it, as with a node lost or an OOM kill.
+                // Force-deleted with no grace: the object goes at once and the kubelet stops the
+                // container with its shortest grace (about 2 s, in which the pod may still
+                // answer), where the embedded cluster's SIGKILL is instant; its queue goes with
+                // it, as with a lost node.
                 let now = DeleteParams {
                     grace_period_seconds: Some(0),
                     ..DeleteParams::default()

@@ -37,6 +37,9 @@ pub struct Outage {
     pub rows_answered: usize,
     /// The first row after it came back on which the gauges answered.
     pub answered_again_s: Option<f64>,
+    /// The first decision after it came back that read the metric (the new meter answers the
+    /// external metrics API only once it holds a window).
+    pub read_again_s: Option<f64>,
 }
 
 /// A killed pod and the pods after it.
@@ -121,6 +124,10 @@ pub fn report(
                 .iter()
                 .find(|x| observed(x) >= to && x.meter.is_some())
                 .map(|x| observed(x) * s),
+            read_again_s: syncs
+                .iter()
+                .find(|x| x.t >= to && x.decision.reason != Reason::MetricsUnavailable)
+                .map(|x| x.t * s),
         }
     });
     let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| {
@@ -202,7 +209,8 @@ impl Interventions {
             o += &format!(
                 "\nWhile the meter was down ({:.0}-{:.0} s): the HPA's desired replicas {} (before: {}, \
                  during: {}-{}); a decision said the metric was unavailable: {}; rows on which the \
-                 meter answered: {}; it answered again at {}.\n",
+                 meter answered: {}; its gauges answered again at {}, the HPA read its metric again \
+                 at {}.\n",
                 x.from_s,
                 x.to_s,
                 if x.held { "held" } else { "**changed**" },
@@ -212,7 +220,9 @@ impl Interventions {
                 if x.said_unavailable { "yes" } else { "no" },
                 x.rows_answered,
                 x.answered_again_s
-                    .map_or("no row".into(), |t| format!("{t:.0} s"))
+                    .map_or("no row".into(), |t| format!("{t:.0} s")),
+                x.read_again_s
+                    .map_or("no decision".into(), |t| format!("{t:.0} s"))
             );
         }
         if let Some(k) = &self.kill {

@@ -87,15 +87,17 @@ pub fn lags(samples: &[Sample], syncs: &[HpaSync], rs: &Scenario, step: f64) -> 
         let d = &sync.decision;
         let to = d.desired;
         let scales_up = to > from;
-        // The metric that drove it: the largest proposal (upstream takes the largest).
+        // The metric that drove it: the largest proposal (upstream takes the largest); where the
+        // proposals are not known (a real HPA's status), whichever metric crossed first.
         let driver = d
             .proposals
             .iter()
             .enumerate()
             .filter_map(|(i, p)| p.map(|p| (i, p)))
             .max_by_key(|&(_, p)| p)
-            .map(|(i, _)| i);
-        let band = driver.and_then(|i| {
+            .map(|(i, _)| vec![i])
+            .unwrap_or_else(|| (0..config.spec.metrics.len()).collect());
+        let band = |i: usize| {
             let per_pod = match config.spec.metrics.get(i)?.target {
                 Target::AverageValue(v) => v,
                 Target::Value(_) | Target::Utilization(_) => return None,
@@ -107,8 +109,8 @@ pub fn lags(samples: &[Sample], syncs: &[HpaSync], rs: &Scenario, step: f64) -> 
                 (1.0 - down) * per_pod * f64::from(from)
             };
             Some((signal, limit))
-        });
-        let crossed_s = band.and_then(|(signal, limit)| {
+        };
+        let crossed_at = |(signal, limit): (Signal, f64)| {
             let beyond = |x: &Sample| {
                 x.meter
                     .as_ref()
@@ -122,7 +124,11 @@ pub fn lags(samples: &[Sample], syncs: &[HpaSync], rs: &Scenario, step: f64) -> 
                 .collect();
             let run = before.iter().rev().take_while(|x| beyond(x)).count();
             (run > 0).then(|| observed(before[before.len() - run]))
-        });
+        };
+        let crossed_s = driver
+            .into_iter()
+            .filter_map(|i| band(i).and_then(crossed_at))
+            .reduce(f64::min);
         let cause = crossed_s.unwrap_or(sync.t);
         let demand_changed_s = changes
             .iter()

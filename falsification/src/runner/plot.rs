@@ -283,7 +283,7 @@ pub fn lag(dir: &Path, lags: &[super::lag::Lag]) -> anyhow::Result<()> {
     ];
     svg(
         &dir.join("lag.svg"),
-        (960, 120 + 22 * lags.len().min(40) as u32),
+        (960, 120 + 16 * lags.len().min(200) as u32),
         title,
         axes,
         (x0..x1, 0.0..rows + 1.0),

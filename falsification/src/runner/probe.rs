@@ -406,6 +406,7 @@ mod tests {
             first_attempt: 4.0,
             ingress: 12.0,
             pods: 1,
+            measured: true,
             ..meter::rate::Rates::default()
         };
         shared.publish(now, time::OffsetDateTime::now_utc(), rates, 1, 1);

@@ -639,22 +639,24 @@ fn decisions_csv(m: &Measured, s: f64) -> String {
 }
 
 fn events_csv(m: &Measured, s: f64) -> String {
-    let mut out = String::from("t_run_s,t_exp_s,pod,event,detail\n");
-    for e in &m.pod_events {
-        let (what, detail) = match e.kind {
-            PodEventKind::Ordered => ("ordered", String::new()),
-            PodEventKind::Ready { dead_time_s } => {
-                ("ready", format!("dead_time_exp_s={:.1}", dead_time_s * s))
-            }
-            PodEventKind::Terminating => ("terminating", String::new()),
-            PodEventKind::Killed => ("killed", "fault".into()),
-            PodEventKind::Exited { code } => ("exited", format!("code={}", opt(code))),
-            PodEventKind::Crashed { code } => ("crashed", format!("code={}", opt(code))),
-        };
-        let (at, pod) = (e.at_s, &e.pod);
-        let _ = writeln!(out, "{at:.3},{:.1},{pod},{what},{detail}", at * s);
-    }
-    // The fault's steps, as events of the thing they hit.
+    // Pod events and the case's actions, in time order (the actions as events of what they hit).
+    let mut rows: Vec<(f64, String, &str, String)> = m
+        .pod_events
+        .iter()
+        .map(|e| {
+            let (what, detail) = match e.kind {
+                PodEventKind::Ordered => ("ordered", String::new()),
+                PodEventKind::Ready { dead_time_s } => {
+                    ("ready", format!("dead_time_exp_s={:.1}", dead_time_s * s))
+                }
+                PodEventKind::Terminating => ("terminating", String::new()),
+                PodEventKind::Killed => ("killed", "fault".into()),
+                PodEventKind::Exited { code } => ("exited", format!("code={}", opt(code))),
+                PodEventKind::Crashed { code } => ("crashed", format!("code={}", opt(code))),
+            };
+            (e.at_s, e.pod.clone(), what, detail)
+        })
+        .collect();
     for f in &m.actions {
         let (who, what) = match f.step {
             Action::MeterDown => ("meter", "down"),
@@ -662,13 +664,13 @@ fn events_csv(m: &Measured, s: f64) -> String {
             Action::KillPod => ("-", "kill"),
             Action::SetMinReplicas(_) => ("hpa", "min-replicas"),
         };
-        let _ = writeln!(
-            out,
-            "{:.3},{:.1},{who},{what},\"{}\"",
-            f.at_s,
-            f.at_s * s,
-            f.detail.replace('"', "'")
-        );
+        let detail = format!("\"{}\"", f.detail.replace('"', "'"));
+        rows.push((f.at_s, who.into(), what, detail));
+    }
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out = String::from("t_run_s,t_exp_s,pod,event,detail\n");
+    for (at, pod, what, detail) in rows {
+        let _ = writeln!(out, "{at:.3},{:.1},{pod},{what},{detail}", at * s);
     }
     out
 }
