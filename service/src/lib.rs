@@ -7,6 +7,8 @@
 //!   deadlines, seeded service times, drop modes). Pure: time is an argument.
 //! - [`queue`]: [`Queue`], the backlog behind a lock, and the single worker
 //!   thread that sleeps or spins through each service time.
+//! - [`cpu`]: the process's and the worker's CPU clocks, and [`CpuAccount`],
+//!   which makes the spin pay for the HTTP path's CPU (pure).
 //! - [`metrics`]: the counters and their Prometheus text.
 //! - [`arrivals`]: [`ArrivalLog`], the bounded log of `(x-request-id,
 //!   x-attempt)` behind `GET /arrivals`, from which the meter counts distinct
@@ -23,6 +25,7 @@
 pub mod arrivals;
 pub mod backlog;
 pub mod config;
+pub mod cpu;
 pub mod http;
 pub mod metrics;
 pub mod pod;

@@ -28,6 +28,11 @@ pub const WAIT_SECONDS: &str = "retrydebt_wait_seconds";
 pub const BUSY_SECONDS_TOTAL: &str = "retrydebt_busy_seconds_total";
 /// Counter: CPU seconds the work used (fractional).
 pub const CPU_SECONDS_TOTAL: &str = "retrydebt_cpu_seconds_total";
+/// Counter: CPU seconds the worker spun (`--work=spin`).
+pub const SPIN_SECONDS_TOTAL: &str = "retrydebt_spin_seconds_total";
+/// Counter: CPU seconds the whole process used, as the kernel counts them (the client
+/// libraries' standard name).
+pub const PROCESS_CPU_SECONDS_TOTAL: &str = "process_cpu_seconds_total";
 /// Gauge: 1 when ready, else 0.
 pub const READY: &str = "retrydebt_ready";
 /// [`ARRIVALS_TOTAL`]'s label: the attempt number (`x-attempt`), "0" for a first attempt.
@@ -91,6 +96,7 @@ pub struct Metrics {
     rejections: [AtomicU64; 4],
     busy_nanos: AtomicU64,
     cpu_nanos: AtomicU64,
+    spin_nanos: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -101,6 +107,7 @@ impl Default for Metrics {
             rejections: Default::default(),
             busy_nanos: AtomicU64::new(0),
             cpu_nanos: AtomicU64::new(0),
+            spin_nanos: AtomicU64::new(0),
         }
     }
 }
@@ -133,6 +140,11 @@ impl Metrics {
     /// CPU the work used: its share of a service time (see `--cpu-limit`).
     pub fn cpu(&self, used: Duration) {
         add_nanos(&self.cpu_nanos, used);
+    }
+
+    /// CPU the worker thread spun for a request.
+    pub fn spun(&self, used: Duration) {
+        add_nanos(&self.spin_nanos, used);
     }
 
     /// Completions so far with this outcome.
@@ -189,6 +201,7 @@ impl Metrics {
         );
         let busy = Duration::from_nanos(self.busy_nanos.load(Relaxed)).as_secs_f64();
         let cpu = Duration::from_nanos(self.cpu_nanos.load(Relaxed)).as_secs_f64();
+        let spun = Duration::from_nanos(self.spin_nanos.load(Relaxed)).as_secs_f64();
         let series = [
             (
                 QUEUE_DEPTH,
@@ -211,8 +224,20 @@ impl Metrics {
             (
                 CPU_SECONDS_TOTAL,
                 "counter",
-                "CPU seconds the work used, as cAdvisor's container_cpu_usage_seconds_total counts them: each service time times the CPU limit (spun with --work=spin, counted alike when it sleeps).",
+                "CPU seconds the work was budgeted: each service time times the CPU limit (with --work=spin the process uses this, the HTTP path included; counted alike when it sleeps).",
                 cpu,
+            ),
+            (
+                SPIN_SECONDS_TOTAL,
+                "counter",
+                "CPU seconds the worker spun (--work=spin): the budget less what the HTTP path used.",
+                spun,
+            ),
+            (
+                PROCESS_CPU_SECONDS_TOTAL,
+                "counter",
+                "Total user and system CPU time spent in seconds (the whole process, as cAdvisor counts the container).",
+                crate::cpu::process_seconds(),
             ),
             (
                 READY,
@@ -265,6 +290,7 @@ mod tests {
         m.rejection(Rejection::QueueFull);
         m.busy(Duration::from_millis(1500));
         m.cpu(Duration::from_millis(30));
+        m.spun(Duration::from_millis(20));
         let text = m.render(Gauges {
             queue_depth: 7,
             wait: Duration::from_millis(250),
@@ -284,6 +310,8 @@ mod tests {
             "retrydebt_wait_seconds 0.25",
             "retrydebt_busy_seconds_total 1.5",
             "retrydebt_cpu_seconds_total 0.03",
+            "retrydebt_spin_seconds_total 0.02",
+            "# TYPE process_cpu_seconds_total counter",
             "retrydebt_ready 1",
             "# TYPE retrydebt_busy_seconds_total counter",
         ] {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::backlog::{Backlog, Client, Full, Step};
+use crate::cpu::{self, CpuAccount};
 use crate::metrics::{Metrics, Outcome};
 
 /// How the answer reaches the handler: the time the request waited before its
@@ -34,8 +35,9 @@ impl Client for Reply {
 pub enum Work {
     /// Sleep until the completion deadline (no CPU used).
     Sleep,
-    /// Burn CPU for the share of the service time the CPU limit allows, then
-    /// sleep the rest (so a CPU-based HPA sees the work).
+    /// Burn CPU for the share of the service time the CPU limit allows, less
+    /// what the HTTP path used (see [`crate::cpu`]), then sleep the rest (so a
+    /// CPU-based HPA sees the work).
     Spin,
 }
 
@@ -108,6 +110,7 @@ impl Queue {
     /// The worker loop; returns how many requests it abandoned mid-service
     /// because it was stopped (0 or 1).
     fn serve(&self, work: Work, cpu_share: f64) -> usize {
+        let mut account = CpuAccount::new(cpu_share, cpu::process_seconds());
         loop {
             let step = {
                 let mut backlog = self.lock();
@@ -134,15 +137,25 @@ impl Queue {
                 } => {
                     // The CPU share comes first: on a busy pod the spinning is spread
                     // evenly, as a quota's throttling spreads it.
-                    let spin = match work {
-                        Work::Spin => service.mul_f64(cpu_share),
-                        Work::Sleep => Duration::ZERO,
+                    let share = service.mul_f64(cpu_share);
+                    let spin_to = match work {
+                        Work::Spin => {
+                            Some(account.serve(share.as_secs_f64(), cpu::process_seconds()))
+                        }
+                        Work::Sleep => None,
                     };
-                    if !self.work_until(done - service + spin, done) {
+                    let spun_from = cpu::thread_seconds();
+                    let finished = self.work_until(spin_to, done);
+                    if spin_to.is_some() {
+                        self.metrics.spun(Duration::from_secs_f64(
+                            (cpu::thread_seconds() - spun_from).max(0.0),
+                        ));
+                    }
+                    if !finished {
                         return 1;
                     }
                     self.metrics.busy(service);
-                    self.metrics.cpu(service.mul_f64(cpu_share));
+                    self.metrics.cpu(share);
                     let outcome = if client.answer(wait) {
                         Outcome::Answered
                     } else {
@@ -154,9 +167,10 @@ impl Queue {
         }
     }
 
-    /// Spins until `spin_until`, then sleeps until the absolute deadline
-    /// `done`; false if stopped first.
-    fn work_until(&self, spin_until: Instant, done: Instant) -> bool {
+    /// Spins while the process has used less CPU than `spin_to` seconds, then
+    /// sleeps until the absolute deadline `done`; false if stopped first.
+    fn work_until(&self, spin_to: Option<f64>, done: Instant) -> bool {
+        let mut spinning = spin_to.is_some();
         loop {
             let now = Instant::now();
             if now >= done {
@@ -165,7 +179,8 @@ impl Queue {
             if self.stopping.load(Ordering::Relaxed) {
                 return false;
             }
-            if now < spin_until {
+            spinning = spinning && spin_to.is_some_and(|to| cpu::process_seconds() < to);
+            if spinning {
                 std::hint::spin_loop();
             } else {
                 std::thread::sleep((done - now).min(SLEEP_SLICE));

@@ -57,6 +57,12 @@ pub fn scale_down_victim(ready_in_creation_order: &[bool]) -> Option<usize> {
 pub struct CpuModel {
     pub limit_ratio: f64,
     pub window_s: f64,
+    /// The HTTP path's CPU per arrival as a share of one request's budget (`h mu / l`): the pod
+    /// pays it out of the budget, so it shows only where arrivals outrun the budget
+    /// (`http_share x arrivals > served`, the service crate's `cpu` module).
+    pub http_share: f64,
+    /// Service rate of one pod, to turn arrivals into budgets.
+    pub rate_per_pod: f64,
 }
 
 /// The model's cumulative counters, passed at each step.
@@ -121,8 +127,8 @@ struct Ordered {
 struct CpuScraper {
     model: CpuModel,
     next: f64,
-    /// The last scrape: its time and the counters then (busy and ready pod-seconds).
-    last: (f64, f64, f64),
+    /// The last scrape: its time and the counters then (busy and ready pod-seconds, arrivals).
+    last: (f64, f64, f64, f64),
     /// The latest sample: its time and the usage of one pod, in cores.
     sample: Option<(f64, f64)>,
 }
@@ -194,7 +200,7 @@ impl Control {
         let cpu = config.signals.contains(&Signal::Cpu).then_some(CpuScraper {
             model: config.cpu,
             next: start + config.cpu.window_s,
-            last: (start, 0.0, 0.0),
+            last: (start, 0.0, 0.0, 0.0),
             sample: None,
         });
         Ok(Control {
@@ -294,13 +300,16 @@ impl Control {
             if let Some(c) = a.cpu.as_mut().filter(|c| c.next <= a.next_sync) {
                 // Counters are as of `now`; the scrape happens within the model's step before it.
                 let ready_s = ready_now;
-                let (t0, busy0, ready0) = c.last;
+                let (t0, busy0, ready0, all0) = c.last;
                 let pod_seconds = ready_s - ready0;
                 if pod_seconds > 0.0 {
-                    let busy = ((totals.busy_s - busy0) / pod_seconds).clamp(0.0, 1.0);
-                    c.sample = Some((c.next, busy * c.model.limit_ratio));
+                    let busy = (totals.busy_s - busy0) / pod_seconds;
+                    let http = c.model.http_share * (totals.all - all0)
+                        / (c.model.rate_per_pod * pod_seconds);
+                    let used = busy.max(http).clamp(0.0, 1.0);
+                    c.sample = Some((c.next, used * c.model.limit_ratio));
                 }
-                c.last = (c.next.max(t0), totals.busy_s, ready_s);
+                c.last = (c.next.max(t0), totals.busy_s, ready_s, totals.all);
                 c.next += c.model.window_s;
                 continue;
             }
@@ -496,6 +505,8 @@ mod tests {
             cpu: CpuModel {
                 limit_ratio: 1.0,
                 window_s: 15.0,
+                http_share: 0.0,
+                rate_per_pod: 100.0,
             },
             meter_outage: None,
             min_replicas_changes: Vec::new(),
@@ -549,6 +560,38 @@ mod tests {
         // is 62.5%) -> ceil(16 x 62/50) = 20 at 262.5 s.
         assert_eq!(desired_at[262], 16);
         assert_eq!(desired_at[263], 20);
+    }
+
+    #[test]
+    fn the_http_cpu_shows_only_where_arrivals_outrun_the_budget() {
+        // 10 pods half busy at 100/s, 1000 arrivals/s (100 a pod): the HTTP path at 30% of a
+        // request's budget uses 0.3 of the limit, under the 0.5 busy: the read is 50%, no
+        // change. At 80% it uses 0.8, over the busy: the read is 80% -> ceil(10 x 80/50) = 16.
+        let desired_with = |http_share: f64| {
+            let mut cfg = config(90.0);
+            cfg.spec.metrics = vec![MetricSpec {
+                name: "cpu".into(),
+                target: Target::Utilization(50),
+            }];
+            cfg.signals = vec![Signal::Cpu];
+            cfg.cpu.http_share = http_share;
+            let mut c = Control::autoscaled(&cfg, 10, 0.0).unwrap();
+            let mut events = Vec::new();
+            for t in 0..=30 {
+                let t = f64::from(t);
+                c.advance(
+                    t,
+                    Totals {
+                        busy_s: 5.0 * t,
+                        ..steady(t)
+                    },
+                    &mut events,
+                );
+            }
+            c.desired()
+        };
+        assert_eq!(desired_with(0.3), 10);
+        assert_eq!(desired_with(0.8), 16);
     }
 
     #[test]

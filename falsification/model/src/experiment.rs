@@ -646,6 +646,9 @@ pub struct HpaSetup {
     pub cpu_limit_ratio: f64,
     /// metrics-server's resolution: how often it scrapes, and the window of each CPU sample.
     pub cpu_window_s: f64,
+    /// The pod's HTTP path's CPU per arrival as a share of one request's CPU budget (`h mu / l`,
+    /// [`crate::control::CpuModel::http_share`]); 0 unless measured.
+    pub http_cpu_share: f64,
     /// The controller flags the CPU signal reads (upstream defaults 5 min and 30 s).
     pub cpu_initialization_period_s: f64,
     pub initial_readiness_delay_s: f64,
@@ -1020,6 +1023,8 @@ impl Scenario {
             cpu: CpuModel {
                 limit_ratio: h.cpu_limit_ratio,
                 window_s: h.cpu_window_s,
+                http_share: h.http_cpu_share,
+                rate_per_pod: self.rate_per_pod,
             },
             meter_outage: self.fault.and_then(|f| f.meter_outage()),
             min_replicas_changes: self
@@ -1501,6 +1506,8 @@ pub struct HpaParams {
     pub cpu_limit_ratio: Option<f64>,
     /// metrics-server's resolution, default `15s`.
     pub cpu_window: Option<Span>,
+    /// The HTTP path's CPU per arrival as a share of one request's CPU budget, default 0.
+    pub http_cpu_share: Option<f64>,
     /// Controller flags, defaults `300s` and `30s`.
     pub cpu_initialization_period: Option<Span>,
     pub initial_readiness_delay: Option<Span>,
@@ -1806,6 +1813,7 @@ impl HpaParams {
             behavior: self.behavior.or(base.behavior),
             cpu_limit_ratio: self.cpu_limit_ratio.or(base.cpu_limit_ratio),
             cpu_window: self.cpu_window.or(base.cpu_window),
+            http_cpu_share: self.http_cpu_share.or(base.http_cpu_share),
             cpu_initialization_period: self
                 .cpu_initialization_period
                 .or(base.cpu_initialization_period),
@@ -1883,6 +1891,11 @@ impl HpaParams {
                 self.cpu_limit_ratio.unwrap_or(1.0),
             )?,
             cpu_window_s: positive(context, "hpa.cpu_window", d(self.cpu_window, 15))?,
+            http_cpu_share: share(
+                context,
+                "hpa.http_cpu_share",
+                self.http_cpu_share.unwrap_or(0.0),
+            )?,
             cpu_initialization_period_s: d(self.cpu_initialization_period, 300),
             initial_readiness_delay_s: d(self.initial_readiness_delay, 30),
         })
@@ -1913,6 +1926,15 @@ fn positive(context: &str, field: &'static str, v: f64) -> Result<f64, Experimen
         Ok(v)
     } else {
         Err(field_err(context, field, v, "must be positive"))
+    }
+}
+
+/// A share of something: in [0, 1].
+fn share(context: &str, field: &'static str, v: f64) -> Result<f64, ExperimentError> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(field_err(context, field, v, "must be within 0 and 1"))
     }
 }
 

@@ -10,8 +10,10 @@
 //! actually ran (its time scale, rate scale, warm-up, horizon and measured dead time).
 //!
 //! Layout: [`probe`] reads the parts over HTTP, [`record`] builds the record and its files,
-//! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index.
+//! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index;
+//! `http_cpu` measures the pods' HTTP path's CPU from their counters (the CPU signal's cases).
 
+mod http_cpu;
 pub mod intervention;
 pub mod judge;
 mod lag;

@@ -50,13 +50,21 @@ impl RunPlan {
 
     /// The plan re-predicted for what was measured: each ordered pod's own dead time as
     /// measured, in order of ordering, and their mean for any pod the model orders beyond them
-    /// (when pods were ordered), and the horizon cut to what an interrupted run covered
-    /// (experiment seconds).
-    pub fn as_measured(&self, dead_times_s: &[f64], reached_s: Option<f64>) -> RunPlan {
+    /// (when pods were ordered), the pods' measured HTTP CPU share (when they spun), and the
+    /// horizon cut to what an interrupted run covered (experiment seconds).
+    pub fn as_measured(
+        &self,
+        dead_times_s: &[f64],
+        http_cpu_share: Option<f64>,
+        reached_s: Option<f64>,
+    ) -> RunPlan {
         let mut experiment = self.experiment.clone();
         if let (Some(h), false) = (experiment.hpa.as_mut(), dead_times_s.is_empty()) {
             h.dead_time_s = dead_times_s.iter().sum::<f64>() / dead_times_s.len() as f64;
             h.measured_dead_times_s = dead_times_s.to_vec();
+        }
+        if let (Some(h), Some(share)) = (experiment.hpa.as_mut(), http_cpu_share) {
+            h.http_cpu_share = share;
         }
         if let Some(reached) = reached_s {
             experiment.horizon_s = experiment.horizon_s.min(reached.max(1.0));

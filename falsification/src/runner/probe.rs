@@ -55,8 +55,12 @@ pub struct PodQueue {
     pub answered: f64,
     /// Served for a client that had gone.
     pub abandoned: f64,
-    /// CPU seconds the work used (`retrydebt_cpu_seconds_total`).
+    /// CPU seconds the work was budgeted (`retrydebt_cpu_seconds_total`).
     pub cpu_s: f64,
+    /// CPU seconds the worker spun (`retrydebt_spin_seconds_total`).
+    pub spun_s: f64,
+    /// CPU seconds the pod's whole process used (`process_cpu_seconds_total`).
+    pub process_cpu_s: f64,
 }
 
 impl PodQueue {
@@ -74,6 +78,8 @@ impl PodQueue {
             answered: completions(Outcome::Answered),
             abandoned: completions(Outcome::Abandoned),
             cpu_s: b.sum(pod::CPU_SECONDS_TOTAL),
+            spun_s: b.sum(pod::SPIN_SECONDS_TOTAL),
+            process_cpu_s: b.sum(pod::PROCESS_CPU_SECONDS_TOTAL),
         })
     }
 }
@@ -308,7 +314,8 @@ mod tests {
             retrydebt_completions_total{outcome=\"abandoned\"} 2\n\
             retrydebt_completions_total{outcome=\"dropped\"} 1\n\
             retrydebt_queue_depth 2\nretrydebt_wait_seconds 0.5\nretrydebt_ready 1\n\
-            retrydebt_cpu_seconds_total 1.25\n";
+            retrydebt_cpu_seconds_total 1.25\nretrydebt_spin_seconds_total 0.75\n\
+            process_cpu_seconds_total 1.5\n";
         assert_eq!(
             PodQueue::read(text).unwrap(),
             PodQueue {
@@ -320,6 +327,8 @@ mod tests {
                 answered: 5.0,
                 abandoned: 2.0,
                 cpu_s: 1.25,
+                spun_s: 0.75,
+                process_cpu_s: 1.5,
             }
         );
     }

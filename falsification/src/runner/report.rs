@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::http_cpu::HttpCpu;
 use super::intervention::{self, Interventions};
 use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial};
 use super::lag::{self, Distribution, Lag};
@@ -14,7 +15,7 @@ use super::record::{self, Sample};
 use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
 use falsification_model::experiment::{
-    Action, Case, Experiment, Gateway, LoadEvent, Scenario, Topology,
+    Action, Case, Experiment, Gateway, HpaSignal, LoadEvent, Scenario, Topology,
 };
 use falsification_model::fluid;
 use falsification_model::outcome::{self, Criteria, Outcome, State};
@@ -222,6 +223,8 @@ struct Summary<'a> {
     dead_time_effect: Option<DeadTimeEffect>,
     /// What the case's fault (F9) or remedy (F10) did.
     interventions: Option<&'a Interventions>,
+    /// The pods' HTTP path's CPU against a request's budget (the CPU signal, pods that spin).
+    http_cpu: Option<HttpCpu>,
 }
 
 #[derive(Serialize)]
@@ -297,6 +300,7 @@ struct Assessment {
     lags: Vec<Lag>,
     dead_time_effect: Option<DeadTimeEffect>,
     interventions: Option<Interventions>,
+    http_cpu: Option<HttpCpu>,
 }
 
 /// Evaluates the run, predicts the configuration that ran, judges it, writes every file.
@@ -330,7 +334,12 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
     let dead = dead_times_s(m, rs, s);
     let dead_time_s = mean(&dead);
     let reached = (!m.complete).then(|| m.samples.last().map_or(0.0, |x| x.t) * s);
-    let ran = plan.as_measured(&dead, reached);
+    let http_cpu = rs
+        .hpa
+        .as_ref()
+        .filter(|h| h.signal == HpaSignal::Cpu)
+        .and_then(|_| HttpCpu::measure(&m.pods));
+    let ran = plan.as_measured(&dead, http_cpu.map(|h| h.share), reached);
     let ran_case = Case {
         scenario: ran.experiment.clone(),
         published: case.published.clone(),
@@ -384,6 +393,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
         .collect();
     Ok(Assessment {
         interventions,
+        http_cpu,
         record,
         criteria,
         measured_run,
@@ -535,6 +545,7 @@ fn summary<'a>(
         }),
         dead_time_effect: a.dead_time_effect,
         interventions: a.interventions.as_ref(),
+        http_cpu: a.http_cpu,
     }
 }
 
@@ -803,7 +814,7 @@ impl DeadTimeEffect {
 }
 
 /// `## Signal to replicas`: the distribution of the scale-ups' lags by part, then every decision.
-fn lag_section(o: &mut String, l: &LagJson, signal: falsification_model::experiment::HpaSignal) {
+fn lag_section(o: &mut String, l: &LagJson, signal: HpaSignal) {
     let d = &l.distribution;
     let _ = writeln!(
         o,
@@ -931,6 +942,9 @@ fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs
     }
     if let Some(d) = &summary.dead_time_effect {
         let _ = writeln!(o, "- {}", d.text(&summary.measured.outcome));
+    }
+    if let Some(h) = &summary.http_cpu {
+        let _ = writeln!(o, "- {}", h.text());
     }
 }
 
