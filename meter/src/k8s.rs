@@ -288,7 +288,7 @@ fn answer(shared: &Shared, req: &Request<Body>) -> Response {
     }
     let reading = match shared.current(Instant::now()) {
         Ok(r) => r,
-        Err(e @ (Unavailable::Warming(_) | Unavailable::Stale(_))) => {
+        Err(e @ (Unavailable::Warming(_) | Unavailable::Stale(_) | Unavailable::Unmeasured)) => {
             return status_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("no value for {metric:?}: {e}"),

@@ -46,6 +46,10 @@ pub enum Unavailable {
     Warming(Duration),
     #[error("no pod could be scraped for longer than the window ({0:?})")]
     Stale(Duration),
+    /// The data is recent, but no listed pod answered lately (none is listed, or every one has
+    /// been silent for three rounds): the sum would be a zero nobody measured.
+    #[error("no listed pod answered lately: nothing measured to serve")]
+    Unmeasured,
 }
 
 struct Inner {
@@ -108,7 +112,9 @@ impl Shared {
         if scraped > 0 {
             inner.coverage.success(at);
         }
-        let published = inner.coverage.state(at) == DataState::Ready;
+        // A round with no pod's counters spanning two samples measured nothing: serving its zero
+        // would scale the service in exactly when the meter lost its pods.
+        let published = inner.coverage.state(at) == DataState::Ready && rates.measured;
         let reading = Reading {
             at,
             wall,
@@ -148,7 +154,8 @@ impl Shared {
     pub fn current(&self, now: Instant) -> Result<Reading, Unavailable> {
         let inner = self.lock();
         match (inner.coverage.state(now), &inner.latest) {
-            (DataState::Ready, Some(reading)) => Ok(reading.clone()),
+            (DataState::Ready, Some(reading)) if reading.published => Ok(reading.clone()),
+            (DataState::Ready, Some(_)) => Err(Unavailable::Unmeasured),
             (DataState::Stale, _) => Err(Unavailable::Stale(self.window)),
             _ => Err(Unavailable::Warming(self.window)),
         }
@@ -510,6 +517,44 @@ mod tests {
         assert_eq!(
             samples(&s.render_metrics(now), FIRST_ATTEMPT_RATE),
             vec![format!("{FIRST_ATTEMPT_RATE} 100")]
+        );
+    }
+
+    #[test]
+    fn the_api_never_serves_a_zero_it_did_not_measure() {
+        let (window, round) = (Duration::from_secs(10), Duration::from_secs(1));
+        let s = Shared::new(window, round, Duration::from_secs(60), false);
+        let t0 = Instant::now();
+        let wall = OffsetDateTime::now_utc();
+        let measured = Rates {
+            first_attempt: 100.0,
+            ingress: 300.0,
+            pods: 2,
+            measured: true,
+            ..Rates::default()
+        };
+        for i in 0..=11 {
+            s.publish(t0 + round * i, wall, measured, 2, 2);
+        }
+        let at = t0 + round * 11;
+        assert_eq!(s.current(at).map(|r| r.ingress_rate), Ok(300.0));
+        // The pods leave the list (or stop answering and are forgotten): the data is recent, the
+        // round measured nothing, and the API says so instead of serving 0.
+        s.publish(at + round, wall, Rates::default(), 0, 0);
+        assert_eq!(
+            s.current(at + round).map(|r| r.ingress_rate),
+            Err(Unavailable::Unmeasured)
+        );
+        // A window later it is stale; the pods come back and it warms a window before serving.
+        assert_eq!(
+            s.current(at + window + round * 2).map(|r| r.ingress_rate),
+            Err(Unavailable::Stale(window))
+        );
+        let back = at + window + round * 3;
+        s.publish(back, wall, measured, 2, 2);
+        assert_eq!(
+            s.current(back).map(|r| r.ingress_rate),
+            Err(Unavailable::Warming(window))
         );
     }
 }

@@ -661,6 +661,11 @@ pub enum Fault {
     /// The meter stops answering at `at_s` (its process, or its pod, is gone) and a new one starts
     /// `length_s` later, with no history: the HPA reads no external metric meanwhile.
     MeterOutage { at_s: f64, length_s: f64 },
+    /// The meter's pods stop being scraped at `at_s` (its discovery lists none: the headless
+    /// Service selects no pod) and are listed again `length_s` later. The meter keeps answering
+    /// and says why it has no value (503, never a zero it did not measure); its rates start over
+    /// with no history, so the HPA reads no external metric until it holds a window again.
+    MeterStale { at_s: f64, length_s: f64 },
     /// The oldest ready service pod is killed at `at_s`: its queue, and the debt in it, is gone;
     /// its ReplicaSet orders a replacement, ready a dead time later.
     PodKilled { at_s: f64 },
@@ -672,6 +677,10 @@ pub enum Fault {
 pub enum Action {
     MeterDown,
     MeterUp,
+    /// The meter's discovery lists no pod (the headless Service selects none).
+    UnlistPods,
+    /// It lists the service's pods again.
+    ListPods,
     KillPod,
     /// The HPA's `minReplicas` set to this (a remedy, F10).
     SetMinReplicas(u32),
@@ -733,15 +742,31 @@ impl Fault {
                 (at_s, Action::MeterDown),
                 (at_s + length_s, Action::MeterUp),
             ],
+            Fault::MeterStale { at_s, length_s } => vec![
+                (at_s, Action::UnlistPods),
+                (at_s + length_s, Action::ListPods),
+            ],
             Fault::PodKilled { at_s } => vec![(at_s, Action::KillPod)],
         }
     }
 
-    /// When the meter is down, `[from, to)`, if this is an outage.
+    /// When the meter measures nothing, `[from, to)`: it is down, or it scrapes no pod. To the
+    /// HPA, and so to the models, both are the same: no external metric, and no history after.
     pub fn meter_outage(&self) -> Option<(f64, f64)> {
         match *self {
-            Fault::MeterOutage { at_s, length_s } => Some((at_s, at_s + length_s)),
+            Fault::MeterOutage { at_s, length_s } | Fault::MeterStale { at_s, length_s } => {
+                Some((at_s, at_s + length_s))
+            }
             Fault::PodKilled { .. } => None,
+        }
+    }
+
+    /// What happened to the meter, for the record's prose.
+    pub fn meter_state(&self) -> &'static str {
+        match self {
+            Fault::MeterOutage { .. } => "the meter was down",
+            Fault::MeterStale { .. } => "the meter scraped no pod",
+            Fault::PodKilled { .. } => "",
         }
     }
 
@@ -749,7 +774,7 @@ impl Fault {
     pub fn pod_killed(&self) -> Option<f64> {
         match *self {
             Fault::PodKilled { at_s } => Some(at_s),
-            Fault::MeterOutage { .. } => None,
+            Fault::MeterOutage { .. } | Fault::MeterStale { .. } => None,
         }
     }
 
@@ -757,6 +782,10 @@ impl Fault {
     pub fn time_scaled(&self, s: f64) -> Fault {
         match *self {
             Fault::MeterOutage { at_s, length_s } => Fault::MeterOutage {
+                at_s: at_s / s,
+                length_s: length_s / s,
+            },
+            Fault::MeterStale { at_s, length_s } => Fault::MeterStale {
                 at_s: at_s / s,
                 length_s: length_s / s,
             },
@@ -771,6 +800,10 @@ impl std::fmt::Display for Fault {
             Fault::MeterOutage { at_s, length_s } => write!(
                 f,
                 "the meter stops answering {at_s:.0} s after the load event and a new one starts {length_s:.0} s later"
+            ),
+            Fault::MeterStale { at_s, length_s } => write!(
+                f,
+                "the meter's discovery lists no pod from {at_s:.0} s after the load event, and lists them again {length_s:.0} s later"
             ),
             Fault::PodKilled { at_s } => {
                 write!(
@@ -1304,7 +1337,7 @@ pub struct Params {
     pub seeds: Option<Vec<u64>>,
     pub fluid_dt: Option<Span>,
     pub hpa: Option<HpaParams>,
-    /// `fault = { kind = "meter-outage", at = "300s", length = "60s" }` or
+    /// `fault = { kind = "meter-outage", at = "300s", length = "60s" }` (or `"meter-stale"`), or
     /// `{ kind = "pod-killed", at = "600s" }`.
     pub fault: Option<FaultParams>,
     /// `remedy = { kind = "raise-min", at = "300s", min = 40, length = "600s" }`.
@@ -1370,6 +1403,7 @@ impl RemedyParams {
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     MeterOutage,
+    MeterStale,
     PodKilled,
 }
 
@@ -1393,7 +1427,7 @@ impl FaultParams {
             ));
         }
         match (self.kind, self.length) {
-            (FaultKind::MeterOutage, Some(length)) => {
+            (kind @ (FaultKind::MeterOutage | FaultKind::MeterStale), Some(length)) => {
                 let length_s = positive(context, "fault.length", length.secs())?;
                 if at_s + length_s >= horizon_s {
                     return Err(field_err(
@@ -1403,13 +1437,17 @@ impl FaultParams {
                         &format!("must end within the horizon ({horizon_s} s)"),
                     ));
                 }
-                Ok(Fault::MeterOutage { at_s, length_s })
+                Ok(if kind == FaultKind::MeterOutage {
+                    Fault::MeterOutage { at_s, length_s }
+                } else {
+                    Fault::MeterStale { at_s, length_s }
+                })
             }
-            (FaultKind::MeterOutage, None) => Err(field_err(
+            (FaultKind::MeterOutage | FaultKind::MeterStale, None) => Err(field_err(
                 context,
                 "fault.length",
                 "",
-                "is required for a meter-outage",
+                "is required for a meter-outage or meter-stale fault",
             )),
             (FaultKind::PodKilled, None) => Ok(Fault::PodKilled { at_s }),
             (FaultKind::PodKilled, Some(length)) => Err(field_err(
@@ -2052,7 +2090,7 @@ mod tests {
         };
         assert_eq!(
             err("fault = { kind = 'meter-outage', at = '10s' }"),
-            "X case a: field `fault.length`: is required for a meter-outage, got ``"
+            "X case a: field `fault.length`: is required for a meter-outage or meter-stale fault, got ``"
         );
         assert!(err("fault = { kind = 'pod-killed', at = '200s' }").contains("within the horizon"));
         assert!(err("fault = { kind = 'meteor', at = '1s' }").contains("unknown variant `meteor`"));

@@ -389,6 +389,10 @@ impl Verdict {
 pub struct Evidence {
     /// The prediction's recovery time, for a run that ended before recovering.
     pub predicted_recovery_s: Option<f64>,
+    /// The prediction for the configuration that ran ends the same way, draining with 99%
+    /// succeeding again (its goodput recovery): debt left on pods no client reaches any more,
+    /// which drain at their own rate, past the horizon.
+    pub predicted_draining_goodput_s: Option<f64>,
     /// Why the run cannot resolve its steady-state pod count (the noise of one metric window
     /// against the HPA's tolerance), when it cannot.
     pub pods_unresolved: Option<String>,
@@ -422,6 +426,21 @@ pub fn verdict(expect: &Expect, o: &Outcome, evidence: &Evidence) -> Verdict {
                 o.goodput_recovery_s.unwrap_or_default(),
                 o.horizon_s
             )),
+            // The run and the prediction for it end alike: the clients are served again for
+            // good, nothing sustains the failure, and the debt left drains past the horizon.
+            (true, State::NotRecoveredWithinHorizon)
+                if o.goodput_recovery_s.is_some()
+                    && evidence.predicted_draining_goodput_s.is_some() =>
+            {
+                notes.push(format!(
+                    "the failure ended for the clients: 99% succeed from {:.0} s (predicted {:.0} \
+                     s); debt left on pods no client reaches drains past the {:.0} s it ran, as \
+                     predicted",
+                    o.goodput_recovery_s.unwrap_or_default(),
+                    evidence.predicted_draining_goodput_s.unwrap_or_default(),
+                    o.horizon_s
+                ));
+            }
             (true, State::NotRecoveredWithinHorizon) => undecided.push(format!(
                 "not recovered within the {:.0} s it ran (predicted recovery at {}); still draining",
                 o.horizon_s,
@@ -731,6 +750,28 @@ mod tests {
                 .contains("not recovered within the 1000 s it ran (predicted recovery at 1580 s)"),
             "{}",
             v.reason
+        );
+        // Served again for good, and predicted to end draining too: the rule's "stays failed"
+        // is refuted by neither; without the prediction's agreement, or without the clients
+        // served again, it stays undecided.
+        let served_again = Outcome {
+            goodput_recovery_s: Some(650.0),
+            ..draining
+        };
+        let agreeing = Evidence {
+            predicted_draining_goodput_s: Some(560.0),
+            ..Evidence::default()
+        };
+        let v = verdict(&expect(Some(true), None), &served_again, &agreeing);
+        assert_eq!(v.judgement, Judgement::Held, "{}", v.reason);
+        assert!(v.reason.contains("99% succeed from 650 s (predicted 560 s)"), "{}", v.reason);
+        assert_eq!(
+            judge(&expect(Some(true), None), &served_again),
+            Judgement::Inconclusive
+        );
+        assert_eq!(
+            verdict(&expect(Some(true), None), &draining, &agreeing).judgement,
+            Judgement::Inconclusive
         );
         // Debt served and 99% succeeding, a steady queue under the timeout left: the failure is over.
         let ended = Outcome {

@@ -353,6 +353,12 @@ fn f9_faults_hold_the_replicas_and_keep_the_trap() {
         o.goodput_recovery_s > f3_ingress.goodput_recovery_s,
         "{o:?}"
     );
+    // A meter that scrapes no pod is, to the HPA, a meter that is down: the same prediction.
+    let stale = fluid(&case("F9", "meter-stale").scenario, Topology::PerPod);
+    assert_eq!(
+        (stale.recovered, stale.goodput_recovery_s, stale.peak_pods),
+        (o.recovered, o.goodput_recovery_s, o.peak_pods)
+    );
     for name in ["meter-outage-trapped", "pod-killed"] {
         let c = case("F9", name);
         for topology in [Topology::Pooled, Topology::PerPod] {

@@ -473,6 +473,15 @@ impl Cluster for Embedded {
                 self.start_meter("meter-after-outage").await?;
                 Ok(format!("a new meter on {}", self.meter_listen))
             }
+            Action::UnlistPods | Action::ListPods => {
+                let listed = action == Action::ListPods;
+                self.pods.list_for_meter(listed)?;
+                Ok(if listed {
+                    "the meter's pods file lists the pods again".into()
+                } else {
+                    "the meter's pods file lists no pod".into()
+                })
+            }
             Action::KillPod => {
                 let killed = self.pods.kill_oldest_ready().await?;
                 // Replaced at the next advance, as its ReplicaSet would.

@@ -89,6 +89,8 @@ pub struct EmbeddedCluster {
     terminating: Vec<Terminating>,
     targets_file: PathBuf,
     pods_file: PathBuf,
+    /// Whether the meter's pods file lists the pods (F9's `meter-stale` unlists them).
+    listed_for_meter: bool,
     started: Instant,
     serial: u32,
     http: reqwest::Client,
@@ -114,6 +116,7 @@ impl EmbeddedCluster {
             terminating: Vec::new(),
             targets_file,
             pods_file,
+            listed_for_meter: true,
             started: Instant::now(),
             serial: 0,
             http,
@@ -380,6 +383,13 @@ impl EmbeddedCluster {
         });
     }
 
+    /// Lists the pods in the meter's pods file, or lists none (as a headless Service that
+    /// selects no pod), from now on.
+    pub fn list_for_meter(&mut self, listed: bool) -> Result<(), ClusterError> {
+        self.listed_for_meter = listed;
+        self.publish()
+    }
+
     fn publish(&self) -> Result<(), ClusterError> {
         let targets: String = self
             .pods
@@ -387,7 +397,11 @@ impl EmbeddedCluster {
             .filter(|p| p.ready)
             .map(|p| format!("http://{}/work\n", p.addr))
             .collect();
-        let all: String = self.pod_urls().iter().map(|u| format!("{u}\n")).collect();
+        let all: String = if self.listed_for_meter {
+            self.pod_urls().iter().map(|u| format!("{u}\n")).collect()
+        } else {
+            String::new()
+        };
         write_atomically(&self.targets_file, &targets)?;
         Ok(write_atomically(&self.pods_file, &all)?)
     }

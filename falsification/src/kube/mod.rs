@@ -118,6 +118,10 @@ pub struct NodeFacts {
 /// The ConfigMap in which the one-machine cluster records its controller flags and image.
 const RECORD: (&str, &str) = ("kube-system", "retry-debt-kit-cluster");
 const DEFAULT_IMAGE: &str = "retry-debt-kit:dev";
+/// The headless Service of the service's pods: what the meter resolves to find them.
+const PODS_SERVICE: &str = "service-pods";
+/// A selector label no pod has: F9's `meter-stale` adds it to [`PODS_SERVICE`].
+const FAULT_LABEL: &str = "retry-debt-kit/fault";
 
 /// A client for the target's kubeconfig and context (the usual inference otherwise: KUBECONFIG,
 /// ~/.kube/config, in-cluster).
@@ -964,6 +968,32 @@ impl Cluster for KubeCluster {
                 }
                 self.apply_ns(&meter).await?;
                 Ok(format!("deployment/meter scaled to {replicas}"))
+            }
+            // The meter's headless Service selects no pod (a label no pod has, as a Service
+            // broken by a relabelling), so its DNS name resolves to no address and the meter
+            // scrapes nothing; then the Service as the kit applied it.
+            Action::UnlistPods | Action::ListPods => {
+                let Some(mut headless) = self
+                    .manifests
+                    .services
+                    .iter()
+                    .find(|s| s.metadata.name.as_deref() == Some(PODS_SERVICE))
+                    .cloned()
+                else {
+                    anyhow::bail!("no Service {PODS_SERVICE} among the kit's objects");
+                };
+                let listed = action == Action::ListPods;
+                if !listed && let Some(spec) = headless.spec.as_mut() {
+                    spec.selector
+                        .get_or_insert_default()
+                        .insert(FAULT_LABEL.into(), "meter-stale".into());
+                }
+                self.apply_ns(&headless).await?;
+                Ok(if listed {
+                    format!("service/{PODS_SERVICE} selects the service's pods again")
+                } else {
+                    format!("service/{PODS_SERVICE} selects no pod ({FAULT_LABEL}=meter-stale)")
+                })
             }
             Action::KillPod => {
                 let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns());

@@ -22,6 +22,8 @@ pub struct Step {
 /// The meter's outage as the HPA and the record saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Outage {
+    /// What happened to the meter ("the meter was down", "the meter scraped no pod").
+    pub what: &'static str,
     pub from_s: f64,
     pub to_s: f64,
     /// The HPA's desired replicas on the last row before the meter went down.
@@ -98,7 +100,8 @@ pub fn report(
             .iter()
             .filter(move |x| observed(x) > from && observed(x) < to)
     };
-    let outage = rs.fault.and_then(|f| f.meter_outage()).map(|(from, to)| {
+    let outage = rs.fault.and_then(|f| Some((f.meter_state(), f.meter_outage()?)));
+    let outage = outage.map(|(what, (from, to))| {
         let before = samples
             .iter()
             .rev()
@@ -109,6 +112,7 @@ pub fn report(
             .collect();
         let (min, max) = (desired.iter().copied().min(), desired.iter().copied().max());
         Outage {
+            what,
             from_s: from * s,
             to_s: to * s,
             desired_before: before,
@@ -207,10 +211,11 @@ impl Interventions {
         let cell = |v: Option<i32>| v.map_or("-".into(), |v| v.to_string());
         if let Some(x) = &self.outage {
             o += &format!(
-                "\nWhile the meter was down ({:.0}-{:.0} s): the HPA's desired replicas {} (before: {}, \
+                "\nWhile {} ({:.0}-{:.0} s): the HPA's desired replicas {} (before: {}, \
                  during: {}-{}); a decision said the metric was unavailable: {}; rows on which the \
-                 meter answered: {}; its gauges answered again at {}, the HPA read its metric again \
-                 at {}.\n",
+                 meter's gauges answered: {}; they answered again at {}, the HPA read its metric \
+                 again at {}.\n",
+                x.what,
                 x.from_s,
                 x.to_s,
                 if x.held { "held" } else { "**changed**" },

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::stack::{self, StackMeasure};
 use falsification_model::experiment::Scenario;
-use falsification_model::outcome::{self, Evidence, Expect, Judgement, Outcome, Verdict};
+use falsification_model::outcome::{self, Evidence, Expect, Judgement, Outcome, State, Verdict};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::CasePrediction;
 
@@ -182,8 +182,13 @@ fn rule(t: &Trial) -> Verdict {
         .recovery_s
         .or(p.fluid_pooled.recovery_s)
         .or(p.closed_form.recovery_s);
+    let pp = p.fluid_per_pod;
     let evidence = Evidence {
         predicted_recovery_s: predicted.map(|r| r * t.time_scale),
+        predicted_draining_goodput_s: (pp.state() == State::NotRecoveredWithinHorizon)
+            .then_some(pp.goodput_recovery_s)
+            .flatten()
+            .map(|g| g * t.time_scale),
         pods_unresolved: t
             .pod_resolution
             .filter(|r| !r.resolvable())

@@ -672,6 +672,8 @@ fn events_csv(m: &Measured, s: f64) -> String {
         let (who, what) = match f.step {
             Action::MeterDown => ("meter", "down"),
             Action::MeterUp => ("meter", "up"),
+            Action::UnlistPods => ("meter", "pods-unlisted"),
+            Action::ListPods => ("meter", "pods-listed"),
             Action::KillPod => ("-", "kill"),
             Action::SetMinReplicas(_) => ("hpa", "min-replicas"),
         };
