@@ -175,15 +175,12 @@ impl Shared {
 
     /// The Prometheus text of the meter's own metrics at `now`.
     pub fn render_metrics(&self, now: Instant) -> String {
-        let (state, last) = {
-            let inner = self.lock();
-            (inner.coverage.state(now), inner.coverage.last_success())
-        };
+        let last = self.lock().coverage.last_success();
         let age = now.saturating_duration_since(last.unwrap_or(self.started));
         self.metrics.last_scrape_age.set(age.as_secs_f64());
-        self.metrics
-            .published
-            .set(if state == DataState::Ready { 1.0 } else { 0.0 });
+        // What the API would answer now.
+        let published = self.current(now).is_ok();
+        self.metrics.published.set(f64::from(u8::from(published)));
         self.metrics.handle.render()
     }
 }

@@ -460,6 +460,27 @@ async fn rates_follow_pods_through_a_reset_and_departures() {
     );
     assert_eq!(sample(&metrics, "retrydebt_meter_pods_listed"), 2.0);
 
+    // The list goes empty (a headless Service that selects no pod): the next round measures
+    // nothing, and the API says so at once rather than serve the zero of an empty sum for the
+    // rest of the window. Listed again, b's counters span two samples and it serves again.
+    write_pods_file(&pods_file, &[]);
+    tokio::time::sleep(INTERVAL * 2).await;
+    let (code, body) = meter.metric_value(&api, "ingress_rate").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing measured to serve"),
+        "{body}"
+    );
+    assert_eq!(meter.latest().await["published"], false);
+    write_pods_file(&pods_file, &[&b]);
+    tokio::time::sleep(INTERVAL * 3).await;
+    let (code, body) = meter.metric_value(&api, "ingress_rate").await;
+    assert_eq!(code, 200, "{body}");
+    assert_near("ingress_rate", rate_of(&body), 100.0);
+
     // Nobody answers for longer than a window: the API refuses rather than publish zero.
     drop(b);
     tokio::time::sleep(WINDOW + INTERVAL * 5).await;

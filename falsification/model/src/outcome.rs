@@ -764,7 +764,12 @@ mod tests {
         };
         let v = verdict(&expect(Some(true), None), &served_again, &agreeing);
         assert_eq!(v.judgement, Judgement::Held, "{}", v.reason);
-        assert!(v.reason.contains("99% succeed from 650 s (predicted 560 s)"), "{}", v.reason);
+        assert!(
+            v.reason
+                .contains("99% succeed from 650 s (predicted 560 s)"),
+            "{}",
+            v.reason
+        );
         assert_eq!(
             judge(&expect(Some(true), None), &served_again),
             Judgement::Inconclusive

@@ -151,7 +151,12 @@ impl HpaBook {
         hpa: &HorizontalPodAutoscaler,
         metrics: &[String],
     ) -> Option<(Option<i32>, i32)> {
-        let status = hpa.status.as_ref()?;
+        // Before the controller's first reconcile the status holds desiredReplicas 0 and no
+        // condition: nothing was decided yet.
+        let status = hpa
+            .status
+            .as_ref()
+            .filter(|s| s.conditions.as_ref().is_some_and(|c| !c.is_empty()))?;
         let current = status.current_replicas.unwrap_or(0);
         let readings: Vec<Option<f64>> = metrics
             .iter()
@@ -297,6 +302,15 @@ mod tests {
     fn hpa_status_changes_are_decisions_with_summed_readings() {
         let names = vec!["first_attempt_rate".to_string(), "ingress_rate".to_string()];
         let mut b = HpaBook::default();
+        // A new HPA's status before the controller's first reconcile: nothing decided.
+        let created: HorizontalPodAutoscaler = serde_json::from_value(json!({
+            "metadata": {"name": "service"},
+            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "service"}, "maxReplicas": 50},
+            "status": {"desiredReplicas": 0, "currentReplicas": 4}
+        }))
+        .unwrap();
+        assert_eq!(b.update(-1.0, &created, &names), None);
+        assert!(b.syncs.is_empty());
         assert_eq!(
             b.update(0.0, &hpa(4, 4, "50", None), &names),
             Some((None, 4))

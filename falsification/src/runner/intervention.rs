@@ -26,12 +26,16 @@ pub struct Outage {
     pub what: &'static str,
     pub from_s: f64,
     pub to_s: f64,
-    /// The HPA's desired replicas on the last row before the meter went down.
+    /// The first row from `from_s` on which the meter was gone or said it had nothing to serve
+    /// (on Kubernetes an unlisting reaches the meter through the EndpointSlice and CoreDNS's
+    /// cache, seconds later); `None` if it never was: the fault did not take effect.
+    pub blind_from_s: Option<f64>,
+    /// The HPA's desired replicas on the last row before the meter went blind.
     pub desired_before: Option<i32>,
-    /// The smallest and largest desired replicas on the rows while it was down.
+    /// The smallest and largest desired replicas on the rows while it was blind.
     pub desired_min: Option<i32>,
     pub desired_max: Option<i32>,
-    /// The HPA changed nothing while its meter was down.
+    /// The HPA changed nothing while its meter was blind.
     pub held: bool,
     /// A decision while it was down said the metric was unavailable (ScalingActive False).
     pub said_unavailable: bool,
@@ -100,40 +104,7 @@ pub fn report(
             .iter()
             .filter(move |x| observed(x) > from && observed(x) < to)
     };
-    let outage = rs.fault.and_then(|f| Some((f.meter_state(), f.meter_outage()?)));
-    let outage = outage.map(|(what, (from, to))| {
-        let before = samples
-            .iter()
-            .rev()
-            .find(|x| observed(x) < from)
-            .and_then(|x| x.hpa_desired);
-        let desired: Vec<i32> = rows_within(from, to)
-            .filter_map(|x| x.hpa_desired)
-            .collect();
-        let (min, max) = (desired.iter().copied().min(), desired.iter().copied().max());
-        Outage {
-            what,
-            from_s: from * s,
-            to_s: to * s,
-            desired_before: before,
-            desired_min: min,
-            desired_max: max,
-            held: desired.iter().all(|d| Some(*d) == before),
-            said_unavailable: syncs
-                .iter()
-                .filter(|x| x.t > from && x.t <= to)
-                .any(|x| x.decision.reason == Reason::MetricsUnavailable),
-            rows_answered: rows_within(from, to).filter(|x| x.meter.is_some()).count(),
-            answered_again_s: samples
-                .iter()
-                .find(|x| observed(x) >= to && x.meter.is_some())
-                .map(|x| observed(x) * s),
-            read_again_s: syncs
-                .iter()
-                .find(|x| x.t >= to && x.decision.reason != Reason::MetricsUnavailable)
-                .map(|x| x.t * s),
-        }
-    });
+    let outage = rs.fault.and_then(|f| outage(f, syncs, samples, step, s));
     let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| {
         let pod = done
             .iter()
@@ -194,6 +165,54 @@ pub fn report(
     })
 }
 
+/// The meter's outage (down, or scraping no pod) as the HPA and the record saw it.
+fn outage(f: Fault, syncs: &[HpaSync], samples: &[Sample], step: f64, s: f64) -> Option<Outage> {
+    let observed = |x: &Sample| x.t + step;
+    // Rows observed after `from` and before `to` (an action at a row's end comes first).
+    let rows_within = |from: f64, to: f64| {
+        samples
+            .iter()
+            .filter(move |x| observed(x) > from && observed(x) < to)
+    };
+    let (from, to) = f.meter_outage()?;
+    let blind = rows_within(from, to)
+        .find(|x| x.meter.is_none_or(|m| !m.published))
+        .map(observed);
+    let blind_from = blind.unwrap_or(to);
+    let before = samples
+        .iter()
+        .rev()
+        .find(|x| observed(x) < blind_from)
+        .and_then(|x| x.hpa_desired);
+    let desired: Vec<i32> = rows_within(blind_from - step, to)
+        .filter_map(|x| x.hpa_desired)
+        .collect();
+    let (min, max) = (desired.iter().copied().min(), desired.iter().copied().max());
+    Some(Outage {
+        what: f.meter_state(),
+        from_s: from * s,
+        to_s: to * s,
+        blind_from_s: blind.map(|b| b * s),
+        desired_before: before,
+        desired_min: min,
+        desired_max: max,
+        held: desired.iter().all(|d| Some(*d) == before),
+        said_unavailable: syncs
+            .iter()
+            .filter(|x| x.t > from && x.t <= to)
+            .any(|x| x.decision.reason == Reason::MetricsUnavailable),
+        rows_answered: rows_within(from, to).filter(|x| x.meter.is_some()).count(),
+        answered_again_s: samples
+            .iter()
+            .find(|x| observed(x) >= to && x.meter.is_some())
+            .map(|x| observed(x) * s),
+        read_again_s: syncs
+            .iter()
+            .find(|x| x.t >= to && x.decision.reason != Reason::MetricsUnavailable)
+            .map(|x| x.t * s),
+    })
+}
+
 impl Interventions {
     /// The report's `## Fault` / `## Remedy` section.
     pub fn markdown(&self) -> String {
@@ -211,13 +230,17 @@ impl Interventions {
         let cell = |v: Option<i32>| v.map_or("-".into(), |v| v.to_string());
         if let Some(x) = &self.outage {
             o += &format!(
-                "\nWhile {} ({:.0}-{:.0} s): the HPA's desired replicas {} (before: {}, \
-                 during: {}-{}); a decision said the metric was unavailable: {}; rows on which the \
-                 meter's gauges answered: {}; they answered again at {}, the HPA read its metric \
-                 again at {}.\n",
+                "\nWhile {} ({:.0}-{:.0} s; blind from {}): the HPA's desired replicas {} (before: \
+                 {}, during: {}-{}); a decision said the metric was unavailable: {}; rows on which \
+                 the meter's gauges answered: {}; they answered again at {}, the HPA read its \
+                 metric again at {}.\n",
                 x.what,
                 x.from_s,
                 x.to_s,
+                x.blind_from_s
+                    .map_or("**never: the fault did not take effect**".into(), |t| {
+                        format!("{t:.0} s")
+                    }),
                 if x.held { "held" } else { "**changed**" },
                 cell(x.desired_before),
                 cell(x.desired_min),
@@ -275,6 +298,7 @@ mod tests {
                 first_attempt_rate: v,
                 header_first_attempt_rate: None,
                 ingress_rate: 3.0 * v,
+                published: true,
             }),
             ..Sample::default()
         }

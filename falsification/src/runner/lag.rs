@@ -245,6 +245,7 @@ mod tests {
                 first_attempt_rate: first,
                 header_first_attempt_rate: None,
                 ingress_rate: first * 3.0,
+                published: true,
             }),
             ..Sample::default()
         }

@@ -135,6 +135,9 @@ pub struct MeterGauges {
     /// Absent from a meter that counts only the header.
     pub header_first_attempt_rate: Option<f64>,
     pub ingress_rate: f64,
+    /// Whether the external metrics API serves a value (`retrydebt_meter_published`); the rates
+    /// above are the last measured ones either way.
+    pub published: bool,
 }
 
 impl MeterGauges {
@@ -146,6 +149,7 @@ impl MeterGauges {
             first_attempt_rate: b.first(gauges::FIRST_ATTEMPT_RATE)?,
             header_first_attempt_rate: b.first(gauges::HEADER_FIRST_ATTEMPT_RATE),
             ingress_rate: b.first(gauges::INGRESS_RATE)?,
+            published: b.first(gauges::PUBLISHED).is_none_or(|v| v > 0.0),
         })
     }
 }
@@ -355,6 +359,14 @@ mod tests {
             (meter.first_attempt_rate, meter.header_first_attempt_rate),
             (2.5, None)
         );
+        assert!(meter.published, "no gauge: nothing says it is not");
+        // The last rates stay while the API says it has nothing to serve.
+        let blind = MeterGauges::read(
+            "retrydebt_meter_first_attempt_rate 2.5\nretrydebt_meter_ingress_rate 7.5\n\
+             retrydebt_meter_published 0\n",
+        )
+        .unwrap();
+        assert!(!blind.published);
     }
 
     /// What the producers really write reads back: the pod's, the loadgen's and the meter's.
