@@ -219,6 +219,29 @@ fn f3_first_attempt_stays_trapped_at_twenty_pods() {
 /// rule: every metric failed, the scale is left alone); the record says so, names the metric as
 /// unavailable, and no row reads a zero the meter did not measure. Every autoscaled record also
 /// carries the tolerances, the signal-to-replica lag and the pods' own dead times.
+/// F9's meter-stale case, cut to 300 s: the meter stays up but its pods file lists no pod from
+/// 20 s to 80 s; it must say it has nothing to serve (never a zero) and the HPA holds.
+#[test]
+fn f9_a_meter_that_scrapes_no_pod_says_so_and_the_hpa_holds() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, dir, s) = run_case(&["run", "F9", "--case", "meter-stale", "--horizon", "300s"]);
+    let i = &s["interventions"];
+    let o = &i["outage"];
+    assert_eq!(o["what"], "the meter scraped no pod", "{i}");
+    assert_eq!(o["held"], true, "{i}");
+    assert_eq!(o["said_unavailable"], true, "{i}");
+    // Blind within a few rounds of the unlisting, and up all along (its gauges answered).
+    let blind = o["blind_from_s"].as_f64().unwrap();
+    assert!((20.0..=30.0).contains(&blind), "{i}");
+    assert!(o["rows_answered"].as_u64().unwrap() > 0, "{i}");
+    assert_eq!(i["unmeasured_zeros"], 0, "{i}");
+    let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
+    assert!(
+        events.contains(",meter,pods-unlisted,") && events.contains(",meter,pods-listed,"),
+        "{events}"
+    );
+}
+
 #[test]
 fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

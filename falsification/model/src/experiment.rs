@@ -1194,15 +1194,26 @@ pub fn load(name: &str) -> Result<Experiment, ExperimentError> {
 
 /// Like [`load`], with `overrides` taking precedence over every case's parameters.
 pub fn load_with(name: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
+    load_cases_with(name, overrides, None)
+}
+
+/// As [`load_with`], resolving only the case named `only` when given (the overrides may not suit
+/// the others: a shorter horizon before another case's fault, say). A name no case has gives an
+/// experiment of no case.
+pub fn load_cases_with(
+    name: &str,
+    overrides: &Params,
+    only: Option<&str>,
+) -> Result<Experiment, ExperimentError> {
     if let Some((_, text)) = BUILTIN.iter().find(|(id, _)| id.eq_ignore_ascii_case(name)) {
-        return parse_with(name, text, overrides);
+        return parse_with(name, text, overrides, only);
     }
     if name.ends_with(".toml") {
         let text = std::fs::read_to_string(name).map_err(|detail| ExperimentError::Read {
             path: name.to_string(),
             detail,
         })?;
-        return parse_with(name, &text, overrides);
+        return parse_with(name, &text, overrides, only);
     }
     Err(ExperimentError::Unknown(name.to_string()))
 }
@@ -1225,13 +1236,21 @@ pub fn ad_hoc(params: Params) -> Result<Experiment, ExperimentError> {
 
 /// Parses an experiment file's text; `name` is used in error messages.
 pub fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
-    parse_with(name, text, &Params::default())
+    parse_with(name, text, &Params::default(), None)
 }
 
-fn parse_with(name: &str, text: &str, overrides: &Params) -> Result<Experiment, ExperimentError> {
+fn parse_with(
+    name: &str,
+    text: &str,
+    overrides: &Params,
+    only: Option<&str>,
+) -> Result<Experiment, ExperimentError> {
     let file: ExperimentFile = toml::from_str(text).map_err(|e| parse_error(name, text, &e))?;
     let mut cases = Vec::new();
     for c in file.cases {
+        if only.is_some_and(|o| o != c.name) {
+            continue;
+        }
         let context = format!("{} case {}", file.id, c.name);
         let mut params = overrides.clone().over(c.params.over(file.defaults.clone()));
         // A trace named in a file is found beside it.

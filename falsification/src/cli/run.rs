@@ -177,9 +177,8 @@ pub struct Selection {
 impl Selection {
     /// The selected cases with `overrides` applied; refuses a selection of none.
     pub(crate) fn cases(&self, overrides: &Params) -> anyhow::Result<Vec<(Experiment, Case)>> {
-        let e = experiment::load_with(&self.experiment, overrides)?;
-        let list = cases(&e, self.signal, self.case.as_deref());
-        if list.is_empty() {
+        let e = experiment::load_with(&self.experiment, &Params::default())?;
+        if cases(&e, self.signal, self.case.as_deref()).is_empty() {
             anyhow::bail!(
                 "{}: no case matches --signal/--case (cases: {})",
                 e.id,
@@ -190,7 +189,9 @@ impl Selection {
                     .join(", ")
             );
         }
-        Ok(list)
+        // Only the selected case takes the overrides when one is named.
+        let e = experiment::load_cases_with(&self.experiment, overrides, self.case.as_deref())?;
+        Ok(cases(&e, self.signal, self.case.as_deref()))
     }
 }
 

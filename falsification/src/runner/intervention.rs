@@ -349,6 +349,7 @@ mod tests {
             (Some(20), Some(20), 0)
         );
         assert_eq!(o.answered_again_s, Some(90.0));
+        assert_eq!(o.blind_from_s, Some(60.0));
         assert_eq!(r.steps[0].at_s, 50.0);
         assert_eq!(r.unmeasured_zeros, 0);
         assert!(
@@ -362,6 +363,40 @@ mod tests {
         let r = report(&rs, &done, &[], &rows, 1.0, 10.0).unwrap();
         assert!(!r.outage.unwrap().held && !r.outage.unwrap().said_unavailable);
         assert_eq!(r.unmeasured_zeros, 1);
+
+        // A meter that stays up: blind from the first row it says it has nothing to serve; a
+        // scale before then is the HPA reading real data. One that never says so: no outage.
+        rs.fault = Some(Fault::MeterStale {
+            at_s: 5.0,
+            length_s: 3.0,
+        });
+        let mut rows: Vec<Sample> = (0..12)
+            .map(|i| row(f64::from(i), 20, 20, Some(1.0)))
+            .collect();
+        rows[5].hpa_desired = Some(24);
+        for r in &mut rows[6..8] {
+            r.hpa_desired = Some(24);
+            r.meter.as_mut().unwrap().published = false;
+        }
+        let o = report(&rs, &[], &[], &rows, 1.0, 10.0)
+            .unwrap()
+            .outage
+            .unwrap();
+        assert_eq!(o.what, "the meter scraped no pod");
+        assert_eq!(
+            (o.blind_from_s, o.desired_before, o.held),
+            (Some(70.0), Some(24), true)
+        );
+        assert_eq!(o.rows_answered, 2);
+        for r in &mut rows {
+            r.meter.as_mut().unwrap().published = true;
+        }
+        let r = report(&rs, &[], &[], &rows, 1.0, 10.0).unwrap();
+        assert_eq!(r.outage.unwrap().blind_from_s, None);
+        assert!(
+            r.markdown()
+                .contains("never: the fault did not take effect")
+        );
 
         rs.fault = Some(Fault::PodKilled { at_s: 5.0 });
         let mut rows: Vec<Sample> = (0..12)
