@@ -144,11 +144,12 @@ impl Queue {
                         }
                         Work::Sleep => None,
                     };
-                    let spun_from = cpu::thread_seconds();
+                    // The thread's clock only when spinning: a sleeping pod pays no syscall.
+                    let spun_from = spin_to.map(|_| cpu::thread_seconds());
                     let finished = self.work_until(spin_to, done);
-                    if spin_to.is_some() {
+                    if let Some(from) = spun_from {
                         self.metrics.spun(Duration::from_secs_f64(
-                            (cpu::thread_seconds() - spun_from).max(0.0),
+                            (cpu::thread_seconds() - from).max(0.0),
                         ));
                     }
                     if !finished {

@@ -98,12 +98,7 @@ pub fn report(
         return None;
     }
     let observed = |x: &Sample| x.t + step;
-    // Rows observed after `from` and before `to` (an action at a row's end comes first).
-    let rows_within = |from: f64, to: f64| {
-        samples
-            .iter()
-            .filter(move |x| observed(x) > from && observed(x) < to)
-    };
+    let rows_within = |from: f64, to: f64| rows_within(samples, step, from, to);
     let outage = rs.fault.and_then(|f| outage(f, syncs, samples, step, s));
     let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| {
         let pod = done
@@ -165,15 +160,18 @@ pub fn report(
     })
 }
 
+/// Rows observed (a row's end, `t + step`) after `from` and before `to`: an action at a row's
+/// end comes first.
+fn rows_within(samples: &[Sample], step: f64, from: f64, to: f64) -> impl Iterator<Item = &Sample> {
+    samples
+        .iter()
+        .filter(move |x| x.t + step > from && x.t + step < to)
+}
+
 /// The meter's outage (down, or scraping no pod) as the HPA and the record saw it.
 fn outage(f: Fault, syncs: &[HpaSync], samples: &[Sample], step: f64, s: f64) -> Option<Outage> {
     let observed = |x: &Sample| x.t + step;
-    // Rows observed after `from` and before `to` (an action at a row's end comes first).
-    let rows_within = |from: f64, to: f64| {
-        samples
-            .iter()
-            .filter(move |x| observed(x) > from && observed(x) < to)
-    };
+    let rows_within = |from: f64, to: f64| rows_within(samples, step, from, to);
     let (from, to) = f.meter_outage()?;
     let blind = rows_within(from, to)
         .find(|x| x.meter.is_none_or(|m| !m.published))
