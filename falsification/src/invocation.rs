@@ -50,11 +50,17 @@ pub fn pod_flags(rs: &Scenario) -> PodFlags {
     PodFlags {
         rate: Some(rs.rate_per_pod),
         service_time: Some(rs.service),
-        abandoned: Some(match rs.abandoned {
-            ModelAbandoned::Serve => service::Abandoned::Finish,
-            ModelAbandoned::Drop => service::Abandoned::DropExpired,
-        }),
+        abandoned: Some(abandoned(rs.abandoned)),
         ..PodFlags::default()
+    }
+}
+
+/// The pod's flag for what the model's pods do with abandoned work: dropping is by the
+/// deadline the loadgen sends (`x-deadline-ms`), which needs no cancellation to reach the pod.
+pub fn abandoned(a: ModelAbandoned) -> service::Abandoned {
+    match a {
+        ModelAbandoned::Serve => service::Abandoned::Finish,
+        ModelAbandoned::Drop => service::Abandoned::DropExpired,
     }
 }
 
@@ -80,7 +86,10 @@ pub fn loadgen(
             min_per_sec: Some(b.min_per_s),
             ttl: Some(run_duration(b.ttl_s)),
         }),
-        deadline: rs.abandoned == ModelAbandoned::Drop,
+        // From the start when a rolling update will switch the pods to drop: the pods that
+        // finish abandoned work ignore it.
+        deadline: rs.pod_abandoned(true) == ModelAbandoned::Drop
+            || rs.abandoned == ModelAbandoned::Drop,
         // The gateway ends an attempt whose tries all timed out with its own 504: the client's
         // attempt failed, and it retries as on its own timeout.
         retry_on: rs

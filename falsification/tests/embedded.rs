@@ -283,6 +283,62 @@ fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
     assert!(dir.join("lag.svg").is_file());
 }
 
+/// F10's switch-to-drop, cut to 700 s: the trapped pods are rolled out at 300 s to pods that
+/// drop abandoned work, 15 of 20 ready at the fewest (the default 25% unavailable), and the
+/// service gets out once the new pods serve, as the per-pod fluid predicts.
+#[test]
+fn f10_rolling_out_pods_that_drop_abandoned_work_gets_out() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, dir, s) = run_case(&[
+        "run",
+        "F10",
+        "--case",
+        "switch-to-drop",
+        "--horizon",
+        "700s",
+    ]);
+    assert_eq!(s["verdict"], "held", "{}", explain(&dir));
+    let (m, p) = (
+        &s["measured"],
+        &s["predicted_experiment_time"]["fluid_per_pod"],
+    );
+    assert_eq!(m["trapped"], false, "{}", explain(&dir));
+    let (g, gp) = (
+        m["goodput_recovery_s"].as_f64().unwrap(),
+        p["goodput_recovery_s"].as_f64().unwrap(),
+    );
+    assert!(
+        g > 390.0 && within(g, gp, 0.15, 30.0),
+        "goodput {g} s, per pod {gp} s"
+    );
+    let r = &s["interventions"]["rollout"];
+    assert_eq!(r["abandoned"], "drop", "{r}");
+    let (before, least) = (
+        r["ready_before"].as_u64().unwrap(),
+        r["ready_least_after"].as_u64().unwrap(),
+    );
+    assert!(before >= 19 && (14..=16).contains(&least), "{r}");
+    let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
+    assert!(events.contains(",deployment,rolled-out,"), "{events}");
+    let pods = std::fs::read_to_string(dir.join("pods.csv")).unwrap();
+    // From the end of the second wave on, the pods serve what someone waits for: abandoned
+    // work only where a client gave up during its service, under 1% of what they answer.
+    let late: Vec<(f64, f64)> = pods
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[1].parse::<f64>().unwrap() > 500.0)
+        .map(|r| (r[6].parse().unwrap(), r[7].parse().unwrap()))
+        .collect();
+    let (answered, abandoned) = late
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    assert!(
+        answered > 0.0 && abandoned <= 0.01 * answered,
+        "answered {answered}, abandoned {abandoned} after 500 s"
+    );
+}
+
 #[test]
 fn f4_paired_step_follows_the_per_pod_prediction() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -32,6 +32,9 @@ pub struct AutoscalerConfig {
     pub meter_outage: Option<(f64, f64)>,
     /// `minReplicas` set to the value from the time on (a remedy), in time order.
     pub min_replicas_changes: Vec<(f64, i32)>,
+    /// A rolling update of the pods' template from this time (a remedy), with Kubernetes'
+    /// default strategy: pods ordered from then on have the new template.
+    pub rollout_at: Option<f64>,
 }
 
 impl AutoscalerConfig {
@@ -49,6 +52,94 @@ pub fn scale_down_victim(ready_in_creation_order: &[bool]) -> Option<usize> {
         .iter()
         .rposition(|ready| !ready)
         .or(ready_in_creation_order.len().checked_sub(1))
+}
+
+/// A Deployment's `RollingUpdate` strategy as the deployment controller applies it
+/// (`pkg/controller/deployment/rolling.go`): at most `desired + max_surge` pods, at least
+/// `desired - max_unavailable` available. The kit's Deployment sets none, so Kubernetes'
+/// defaults hold: 25% each, the surge rounded up and the unavailable rounded down
+/// (`ResolveFenceposts`, which also makes both zero into one unavailable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollingUpdate {
+    pub max_surge_percent: u32,
+    pub max_unavailable_percent: u32,
+}
+
+impl Default for RollingUpdate {
+    fn default() -> Self {
+        RollingUpdate {
+            max_surge_percent: 25,
+            max_unavailable_percent: 25,
+        }
+    }
+}
+
+/// The pods of a rolling update, by template: the old one's and the new one's, ready or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RolloutPods {
+    pub old_ready: u32,
+    pub old_starting: u32,
+    pub new_ready: u32,
+    pub new_starting: u32,
+}
+
+impl RolloutPods {
+    pub fn old(&self) -> u32 {
+        self.old_ready + self.old_starting
+    }
+}
+
+/// What one pass of the deployment controller does: pods of the new template to order, old pods
+/// not ready yet to delete (they go first), and old ready pods to terminate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RolloutStep {
+    pub order_new: u32,
+    pub cancel_old_starting: u32,
+    pub terminate_old_ready: u32,
+}
+
+impl RollingUpdate {
+    /// `(max_surge, max_unavailable)` in pods for `desired` replicas.
+    pub fn fenceposts(&self, desired: u32) -> (u32, u32) {
+        let surge = (u64::from(desired) * u64::from(self.max_surge_percent)).div_ceil(100) as u32;
+        let unavailable =
+            (u64::from(desired) * u64::from(self.max_unavailable_percent) / 100) as u32;
+        if surge == 0 && unavailable == 0 {
+            (0, 1)
+        } else {
+            (surge, unavailable)
+        }
+    }
+
+    /// One pass at `desired` replicas: scale the new ReplicaSet up within the surge
+    /// (`NewRSNewReplicas`), then the old ones down within what must stay available
+    /// (`reconcileOldReplicaSets`: unhealthy old pods first, then ready ones).
+    pub fn step(&self, desired: u32, pods: RolloutPods) -> RolloutStep {
+        let (surge, unavailable) = self.fenceposts(desired);
+        let new = pods.new_ready + pods.new_starting;
+        let all = pods.old() + new;
+        let order_new = (desired + surge)
+            .saturating_sub(all)
+            .min(desired.saturating_sub(new));
+        let all = all + order_new;
+        let new_starting = pods.new_starting + order_new;
+        let min_available = desired.saturating_sub(unavailable);
+        let max_scaled_down = all.saturating_sub(min_available + new_starting);
+        if max_scaled_down == 0 {
+            return RolloutStep {
+                order_new,
+                ..RolloutStep::default()
+            };
+        }
+        let cancel_old_starting = max_scaled_down.min(pods.old_starting);
+        let available = pods.old_ready + pods.new_ready;
+        let terminate_old_ready = available.saturating_sub(min_available).min(pods.old_ready);
+        RolloutStep {
+            order_new,
+            cancel_old_starting,
+            terminate_old_ready,
+        }
+    }
 }
 
 /// The pods' CPU as the model sees it (read only for [`Signal::Cpu`]): request 1, limit
@@ -79,12 +170,17 @@ pub struct Totals {
 /// A change the model must apply to its per-pod state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodEvent {
-    /// A new, empty pod starts serving; it is the newest.
-    Ready,
+    /// A new, empty pod starts serving; it is the newest. `rolled`: it has the template of a
+    /// rolling update.
+    Ready { rolled: bool },
     /// The newest ready pod leaves the endpoints (it finishes what it holds).
     Removed,
     /// The oldest ready pod is gone with its queue (a fault); its replacement is ordered.
     Killed,
+    /// A rolling update terminated the ready pod at this place in the order pods turned ready:
+    /// it leaves the endpoints, serves its queue for nobody during its grace, and what is left
+    /// then is gone; its debt never reaches anyone again.
+    Terminated(usize),
 }
 
 #[derive(Debug)]
@@ -120,6 +216,8 @@ impl Autoscaler {
 struct Ordered {
     at: f64,
     ready_at: f64,
+    /// It has the template of a rolling update.
+    rolled: bool,
 }
 
 /// metrics-server for the model: every `window_s`, each pod's usage over the window just ended.
@@ -151,6 +249,12 @@ pub struct Control {
     last_decision: Option<Decision>,
     /// When the oldest ready pod is killed (a fault), until it is.
     kill_at: Option<f64>,
+    /// When a rolling update starts (a remedy), until it does.
+    rollout_at: Option<f64>,
+    /// Pods ordered from now on have the new template.
+    rolled_out: bool,
+    /// A rolling update is under way: some pods have the old template.
+    rolling: bool,
 }
 
 impl Control {
@@ -166,6 +270,9 @@ impl Control {
             autoscaler: None,
             last_decision: None,
             kill_at: None,
+            rollout_at: None,
+            rolled_out: false,
+            rolling: false,
         }
     }
 
@@ -196,6 +303,7 @@ impl Control {
         let initial_pod = Ordered {
             at: long_ago - config.dead_time_s,
             ready_at: long_ago,
+            rolled: false,
         };
         let cpu = config.signals.contains(&Signal::Cpu).then_some(CpuScraper {
             model: config.cpu,
@@ -227,6 +335,9 @@ impl Control {
             }),
             last_decision: None,
             kill_at: None,
+            rollout_at: config.rollout_at,
+            rolled_out: false,
+            rolling: false,
         })
     }
 
@@ -235,7 +346,8 @@ impl Control {
         let ready = self
             .next_ready()
             .map_or(f64::INFINITY, |(_, p)| p.ready_at)
-            .min(self.kill_at.unwrap_or(f64::INFINITY));
+            .min(self.kill_at.unwrap_or(f64::INFINITY))
+            .min(self.rollout_at.unwrap_or(f64::INFINITY));
         match &self.autoscaler {
             Some(a) => {
                 let cpu = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
@@ -257,21 +369,19 @@ impl Control {
                 let cpu = a.cpu.as_ref().map_or(f64::INFINITY, |c| c.next);
                 a.meter.next_scrape().min(a.next_sync).min(cpu)
             });
-            if let Some(k) = self
-                .kill_at
-                .filter(|k| *k <= now && *k <= ready_at.min(others))
-            {
-                self.kill(k, events);
+            if self.act_on_pods(now.min(ready_at).min(others), events) {
                 continue;
             }
             let ready_now = self.ready_s_at(now);
             let Some(a) = self.autoscaler.as_mut() else {
+                let mut rolled = false;
                 if let Some((i, pod)) = next_ready {
                     self.pending.remove(i);
                     self.ready_since.push(pod);
+                    rolled = pod.rolled;
                 }
                 self.ready += 1;
-                events.push(PodEvent::Ready);
+                events.push(PodEvent::Ready { rolled });
                 continue;
             };
             let scrape_at = a.meter.next_scrape();
@@ -283,7 +393,8 @@ impl Control {
                 self.pending.remove(i);
                 self.ready += 1;
                 self.ready_since.push(pod);
-                events.push(PodEvent::Ready);
+                events.push(PodEvent::Ready { rolled: pod.rolled });
+                self.roll(ready_at, events);
                 continue;
             }
             if scrape_at <= a.next_sync && scrape_at <= cpu_at {
@@ -347,10 +458,27 @@ impl Control {
             if let Ok(decision) = a.hpa.sync(at, &readings, scale) {
                 if decision.rescale {
                     self.scale_to(at, decision.desired.max(0) as u32, events);
+                    self.roll(at, events);
                 }
                 self.last_decision = Some(decision);
             }
         }
+    }
+
+    /// A kill (a fault) or the start of a rolling update (a remedy) due by `by`, before
+    /// anything else due then; whether there was one.
+    fn act_on_pods(&mut self, by: f64, events: &mut Vec<PodEvent>) -> bool {
+        if let Some(k) = self.kill_at.filter(|k| *k <= by) {
+            self.kill(k, events);
+            return true;
+        }
+        if let Some(r) = self.rollout_at.filter(|r| *r <= by) {
+            self.rollout_at = None;
+            (self.rolled_out, self.rolling) = (true, true);
+            self.roll(r, events);
+            return true;
+        }
+        false
     }
 
     /// Kills the oldest ready pod at `at`; its ReplicaSet orders the replacement at once.
@@ -366,14 +494,70 @@ impl Control {
             self.ready_since.remove(0);
         }
         events.push(PodEvent::Killed);
+        self.order(at);
+    }
+
+    /// The deployment controller's passes of a rolling update at `now`, until one changes
+    /// nothing; the update ends when no pod has the old template.
+    fn roll(&mut self, now: f64, events: &mut Vec<PodEvent>) {
+        while self.rolling {
+            let old_ready = self.ready_since.iter().filter(|p| !p.rolled).count() as u32;
+            let old_starting = self.pending.iter().filter(|p| !p.rolled).count() as u32;
+            let pods = RolloutPods {
+                old_ready,
+                old_starting,
+                new_ready: self.ready - old_ready,
+                new_starting: self.pending.len() as u32 - old_starting,
+            };
+            if pods.old() == 0 {
+                self.rolling = false;
+                return;
+            }
+            let step = RollingUpdate::default().step(self.desired, pods);
+            if step == RolloutStep::default() {
+                return;
+            }
+            for _ in 0..step.order_new {
+                self.order(now);
+            }
+            for _ in 0..step.cancel_old_starting {
+                if let Some(i) = self.pending.iter().rposition(|p| !p.rolled) {
+                    self.pending.remove(i);
+                    self.uncount_order();
+                }
+            }
+            // A ReplicaSet deletes the pods ready for the shortest time first.
+            for _ in 0..step.terminate_old_ready {
+                if let Some(i) = self.ready_since.iter().rposition(|p| !p.rolled) {
+                    self.accrue(now);
+                    self.ready -= 1;
+                    self.ready_since.remove(i);
+                    events.push(PodEvent::Terminated(i));
+                }
+            }
+        }
+    }
+
+    /// Orders a pod at `now`: it turns ready its dead time later.
+    fn order(&mut self, now: f64) {
+        // Fixed capacity never orders pods; with an autoscaler each has its delay.
         let dead_time = self
             .autoscaler
             .as_mut()
             .map_or(0.0, Autoscaler::next_dead_time);
         self.pending.push_back(Ordered {
-            at,
-            ready_at: at + dead_time,
+            at: now,
+            ready_at: now + dead_time,
+            rolled: self.rolled_out,
         });
+    }
+
+    /// A cancelled order never turns ready: a measured run's list of delays holds only pods
+    /// that did, so the next pod ordered takes this one's.
+    fn uncount_order(&mut self) {
+        if let Some(a) = self.autoscaler.as_mut() {
+            a.ordered = a.ordered.saturating_sub(1);
+        }
     }
 
     /// The pending pod that turns ready first (the earliest ordered among equals), and where it is.
@@ -388,25 +572,20 @@ impl Control {
     fn scale_to(&mut self, now: f64, desired: u32, events: &mut Vec<PodEvent>) {
         let mut have = self.ready + self.pending.len() as u32;
         while have < desired {
-            // Fixed capacity never orders pods; with an autoscaler each has its delay.
-            let dead_time = self
-                .autoscaler
-                .as_mut()
-                .map_or(0.0, Autoscaler::next_dead_time);
-            self.pending.push_back(Ordered {
-                at: now,
-                ready_at: now + dead_time,
-            });
+            self.order(now);
             have += 1;
         }
+        // During a rolling update the surge may stay (the deployment controller scales its
+        // ReplicaSets within it).
+        let surge = if self.rolling {
+            RollingUpdate::default().fenceposts(desired).0
+        } else {
+            0
+        };
         // Pending pods are the not-ready ones, newest last: [`scale_down_victim`]'s rule.
-        while have > desired {
+        while have > desired + surge {
             if self.pending.pop_back().is_some() {
-                // A cancelled order never turns ready: a measured run's list of delays holds
-                // only pods that did, so the next pod ordered takes this one's.
-                if let Some(a) = self.autoscaler.as_mut() {
-                    a.ordered = a.ordered.saturating_sub(1);
-                }
+                self.uncount_order();
             } else {
                 self.accrue(now);
                 self.ready -= 1;
@@ -510,6 +689,7 @@ mod tests {
             },
             meter_outage: None,
             min_replicas_changes: Vec::new(),
+            rollout_at: None,
         }
     }
 
@@ -609,7 +789,13 @@ mod tests {
         // Syncs at 7.5 (8), 22.5 (16), 37.5 (20): ready at 97.5, 112.5, 127.5 (seen at the next whole second).
         assert_eq!(c.desired(), 20);
         assert_eq!(c.ready(), 20);
-        assert_eq!(events.iter().filter(|e| **e == PodEvent::Ready).count(), 16);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, PodEvent::Ready { .. }))
+                .count(),
+            16
+        );
     }
 
     #[test]
@@ -689,8 +875,116 @@ mod tests {
         let mut fixed = Control::fixed(2).killing_at(Some(1.0));
         let mut events = Vec::new();
         fixed.advance(1.0, Totals::default(), &mut events);
-        assert_eq!(events, vec![PodEvent::Killed, PodEvent::Ready]);
+        assert_eq!(
+            events,
+            vec![PodEvent::Killed, PodEvent::Ready { rolled: false }]
+        );
         assert_eq!(fixed.ready(), 2);
+    }
+
+    #[test]
+    fn a_rolling_update_keeps_within_the_default_surge_and_unavailable() {
+        let r = RollingUpdate::default();
+        assert_eq!(r.fenceposts(20), (5, 5));
+        assert_eq!(r.fenceposts(4), (1, 1));
+        assert_eq!(r.fenceposts(2), (1, 0));
+        assert_eq!(r.fenceposts(0), (0, 1));
+        // 20 ready old pods: 5 new ordered and 5 old terminated at once (15 must stay
+        // available); the next pass orders 5 more new ones up to the 25 allowed, and stops.
+        let first = r.step(
+            20,
+            RolloutPods {
+                old_ready: 20,
+                ..RolloutPods::default()
+            },
+        );
+        assert_eq!(
+            first,
+            RolloutStep {
+                order_new: 5,
+                cancel_old_starting: 0,
+                terminate_old_ready: 5
+            }
+        );
+        let second = RolloutPods {
+            old_ready: 15,
+            new_starting: 5,
+            ..RolloutPods::default()
+        };
+        assert_eq!(
+            r.step(20, second),
+            RolloutStep {
+                order_new: 5,
+                ..RolloutStep::default()
+            }
+        );
+        let waiting = RolloutPods {
+            new_starting: 10,
+            ..second
+        };
+        assert_eq!(r.step(20, waiting), RolloutStep::default());
+        // Ten new pods ready: ten old ones go, and ten more new are ordered.
+        let ten_ready = RolloutPods {
+            old_ready: 15,
+            new_ready: 10,
+            ..RolloutPods::default()
+        };
+        assert_eq!(r.step(20, ten_ready).terminate_old_ready, 10);
+        // Old pods not ready yet go before ready ones, within what may be scaled down: 6
+        // wanted (surge 2, unavailable 1), 8 with the 2 new ones ordered, 5 must stay available
+        // and the 2 new ones are not: 1 may go, a starting one, no ready one.
+        let starting = RolloutPods {
+            old_ready: 4,
+            old_starting: 2,
+            ..RolloutPods::default()
+        };
+        assert_eq!(
+            r.step(6, starting),
+            RolloutStep {
+                order_new: 2,
+                cancel_old_starting: 1,
+                terminate_old_ready: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_rolled_out_deployment_replaces_every_pod_a_dead_time_at_a_time() {
+        let mut cfg = config(90.0);
+        cfg.rollout_at = Some(10.0);
+        let mut c = Control::autoscaled(&cfg, 4, 0.0).unwrap();
+        // 200/s: the HPA keeps 4 pods (surge 1, unavailable 1).
+        let low = |t: f64| Totals {
+            first: 200.0 * t,
+            all: 200.0 * t,
+            busy_s: 0.0,
+        };
+        let mut events = Vec::new();
+        let mut ready_at = Vec::new();
+        for t in 0..=300 {
+            let t = f64::from(t);
+            c.advance(t, low(t), &mut events);
+            ready_at.push(c.ready());
+        }
+        // 10 s: one old pod terminated (the newest), two new ordered; 100 s: both ready, two
+        // old terminated, two more ordered; 190 s: the last old one goes.
+        assert_eq!(events[0], PodEvent::Terminated(3));
+        assert_eq!(
+            (ready_at[9], ready_at[10], ready_at[99], ready_at[100]),
+            (4, 3, 3, 3)
+        );
+        assert_eq!((ready_at[189], ready_at[190], ready_at[300]), (3, 4, 4));
+        let terminated = events
+            .iter()
+            .filter(|e| matches!(e, PodEvent::Terminated(_)))
+            .count();
+        let new = events
+            .iter()
+            .filter(|e| **e == PodEvent::Ready { rolled: true })
+            .count();
+        assert_eq!((terminated, new), (4, 4));
+        assert!(!c.rolling);
+        assert_eq!(c.desired(), 4);
     }
 
     #[test]

@@ -117,6 +117,9 @@ struct Sim<'a> {
     timed_out_head: usize,
     idle: u32,
     retiring: u32,
+    /// Whether each ready pod drops abandoned work, in the order they turned ready (pooled and
+    /// per pod alike; per pod it runs beside `free_at`).
+    drops: Vec<bool>,
     /// Arrivals so far, and service time started (counted when it starts: the CPU signal's windows
     /// are thousands of service times long).
     totals: Totals,
@@ -242,6 +245,7 @@ impl<'a> Sim<'a> {
             timed_out_head: 0,
             idle: if pooled { s.pods } else { 0 },
             retiring: 0,
+            drops: vec![s.pod_abandoned(false) == Abandoned::Drop; s.pods as usize],
             totals: Totals::default(),
         }
     }
@@ -288,12 +292,30 @@ impl Sim<'_> {
     }
 
     fn pod_change(&mut self, now: f64, e: PodEvent, pooled: bool) {
+        match e {
+            PodEvent::Ready { rolled } => self
+                .drops
+                .push(self.s.pod_abandoned(rolled) == Abandoned::Drop),
+            PodEvent::Removed => {
+                self.drops.pop();
+            }
+            PodEvent::Killed | PodEvent::Terminated(_) => {
+                let i = if let PodEvent::Terminated(i) = e {
+                    i
+                } else {
+                    0
+                };
+                if i < self.drops.len() {
+                    self.drops.remove(i);
+                }
+            }
+        }
         match (e, pooled) {
-            (PodEvent::Ready, true) => {
+            (PodEvent::Ready { .. }, true) => {
                 self.idle += 1;
                 self.start_service(now);
             }
-            (PodEvent::Ready, false) => {
+            (PodEvent::Ready { .. }, false) => {
                 self.free_at.push((self.next_pod, now));
                 self.in_flight.push(BinaryHeap::new());
                 self.next_pod += 1;
@@ -310,12 +332,19 @@ impl Sim<'_> {
             // A killed server: pooled, like a stop (the queue is the pool's); per pod, the oldest
             // pod gets no more work. Outcomes already drawn for its queue stand: the request
             // level does not take back answers the pod would have given (the fluid does).
-            (PodEvent::Killed, true) if self.idle > 0 => self.idle -= 1,
-            (PodEvent::Killed, true) => self.retiring += 1,
+            // A pod a rolling update terminates goes the same way.
+            (PodEvent::Killed | PodEvent::Terminated(_), true) if self.idle > 0 => self.idle -= 1,
+            (PodEvent::Killed | PodEvent::Terminated(_), true) => self.retiring += 1,
             (PodEvent::Killed, false) => {
                 if !self.free_at.is_empty() {
                     self.free_at.remove(0);
                     self.in_flight.remove(0);
+                }
+            }
+            (PodEvent::Terminated(i), false) => {
+                if i < self.free_at.len() {
+                    self.free_at.remove(i);
+                    self.in_flight.remove(i);
                 }
             }
         }
@@ -350,7 +379,7 @@ impl Sim<'_> {
         let wait = begin - now;
         let row = self.record.row_mut(now);
         row.max_wait_s = row.max_wait_s.max(wait);
-        let dropped = self.s.abandoned == Abandoned::Drop && wait >= self.s.pod_timeout_s();
+        let dropped = self.drops[pod] && wait >= self.s.pod_timeout_s();
         let done = if dropped {
             f64::INFINITY
         } else {
@@ -429,6 +458,18 @@ impl Sim<'_> {
         }
     }
 
+    /// Pooled: whether the server taking an abandoned attempt drops it: a server picked at
+    /// random, weighted as the ready pods (a draw only while a rolling update mixes them).
+    fn pooled_drops(&mut self) -> bool {
+        let n = self.drops.len();
+        let dropping = self.drops.iter().filter(|d| **d).count();
+        match dropping {
+            0 => false,
+            d if d == n => true,
+            d => self.rng.random_range(0..n) < d,
+        }
+    }
+
     /// Pooled: when the oldest queued attempt not yet timed out will time out.
     fn next_timeout(&self) -> f64 {
         self.queue
@@ -451,7 +492,7 @@ impl Sim<'_> {
             let already_timed_out = self.timed_out_head > 0;
             if already_timed_out {
                 self.timed_out_head -= 1;
-                if self.s.abandoned == Abandoned::Drop {
+                if self.pooled_drops() {
                     continue;
                 }
             }

@@ -298,6 +298,16 @@ pub enum Abandoned {
     Drop,
 }
 
+impl Abandoned {
+    /// What pods do with abandoned work, as a verb: "finish" or "drop".
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Abandoned::Serve => "finish",
+            Abandoned::Drop => "drop",
+        }
+    }
+}
+
 /// The pods' service-time distribution: one implementation for the pods and the request-level
 /// model. Written `service = "exponential"` (a shape with a fixed CV) or
 /// `service = { shape = "pareto", cv = 3 }`.
@@ -684,6 +694,9 @@ pub enum Action {
     KillPod,
     /// The HPA's `minReplicas` set to this (a remedy, F10).
     SetMinReplicas(u32),
+    /// A rolling update of the service's pods to a template that finishes or drops abandoned
+    /// work (a remedy, F10): `kubectl rollout restart`, or a changed flag.
+    RollOut(Abandoned),
 }
 
 /// What an operator does to get a trapped service out (F10), in the case's time from the load
@@ -693,17 +706,31 @@ pub enum Action {
 pub enum Remedy {
     /// The HPA's `minReplicas` raised to `min` at `at_s`, and set back `length_s` later.
     RaiseMin { at_s: f64, min: u32, length_s: f64 },
+    /// A rolling update of the service's Deployment at `at_s`, with Kubernetes' default
+    /// strategy (25% surge, 25% unavailable): each old pod is terminated with its queue and its
+    /// replacement serves a dead time after it was ordered. The new pods finish abandoned work
+    /// (`rolling-restart`: the debt goes, the behaviour stays) or drop it (`switch-to-drop`).
+    RollOut { at_s: f64, abandoned: Abandoned },
 }
 
 impl Remedy {
-    /// When `minReplicas` is raised, `[from, to)`, and to what.
-    pub fn raised_min(&self) -> (f64, f64, u32) {
+    /// When `minReplicas` is raised, `[from, to)`, and to what; `None` for another remedy.
+    pub fn raised_min(&self) -> Option<(f64, f64, u32)> {
         match *self {
             Remedy::RaiseMin {
                 at_s,
                 min,
                 length_s,
-            } => (at_s, at_s + length_s, min),
+            } => Some((at_s, at_s + length_s, min)),
+            Remedy::RollOut { .. } => None,
+        }
+    }
+
+    /// When the pods are rolled out, and what the new ones do with abandoned work.
+    pub fn rollout(&self) -> Option<(f64, Abandoned)> {
+        match *self {
+            Remedy::RollOut { at_s, abandoned } => Some((at_s, abandoned)),
+            Remedy::RaiseMin { .. } => None,
         }
     }
 
@@ -719,18 +746,40 @@ impl Remedy {
                 min,
                 length_s: length_s / s,
             },
+            Remedy::RollOut { at_s, abandoned } => Remedy::RollOut {
+                at_s: at_s / s,
+                abandoned,
+            },
         }
     }
 }
 
 impl std::fmt::Display for Remedy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (from, to, min) = self.raised_min();
-        write!(
-            f,
-            "minReplicas raised to {min} {from:.0} s after the load event and set back {:.0} s later",
-            to - from
-        )
+        match *self {
+            Remedy::RaiseMin {
+                at_s,
+                min,
+                length_s,
+            } => write!(
+                f,
+                "minReplicas raised to {min} {at_s:.0} s after the load event and set back {length_s:.0} s later"
+            ),
+            Remedy::RollOut {
+                at_s,
+                abandoned: Abandoned::Serve,
+            } => write!(
+                f,
+                "a rolling restart of the pods {at_s:.0} s after the load event (25% surge, 25% unavailable)"
+            ),
+            Remedy::RollOut {
+                at_s,
+                abandoned: Abandoned::Drop,
+            } => write!(
+                f,
+                "the pods rolled out to drop abandoned work {at_s:.0} s after the load event (25% surge, 25% unavailable)"
+            ),
+        }
     }
 }
 
@@ -987,14 +1036,27 @@ impl Scenario {
         ])
     }
 
+    /// What a pod does with abandoned work: the case's, or, for a pod of a rolling update
+    /// (`rolled`), the new template's.
+    pub fn pod_abandoned(&self, rolled: bool) -> Abandoned {
+        match self.remedy.and_then(|r| r.rollout()) {
+            Some((_, new)) if rolled => new,
+            _ => self.abandoned,
+        }
+    }
+
     /// What the runner does during the case (the fault's and the remedy's actions), in time
     /// order.
     pub fn actions(&self) -> Vec<(f64, Action)> {
         let mut actions = self.fault.map(|f| f.steps()).unwrap_or_default();
-        if let (Some(r), Some(h)) = (self.remedy, &self.hpa) {
-            let (from, to, min) = r.raised_min();
+        if let (Some((from, to, min)), Some(h)) =
+            (self.remedy.and_then(|r| r.raised_min()), &self.hpa)
+        {
             actions.push((from, Action::SetMinReplicas(min)));
             actions.push((to, Action::SetMinReplicas(h.min_replicas)));
+        }
+        if let Some((at, abandoned)) = self.remedy.and_then(|r| r.rollout()) {
+            actions.push((at, Action::RollOut(abandoned)));
         }
         actions.sort_by(|a, b| a.0.total_cmp(&b.0));
         actions
@@ -1068,6 +1130,7 @@ impl Scenario {
                     _ => None,
                 })
                 .collect(),
+            rollout_at: self.remedy.and_then(|r| r.rollout()).map(|(at, _)| at),
         })
     }
 
@@ -1367,6 +1430,8 @@ pub struct Params {
 #[serde(rename_all = "kebab-case")]
 pub enum RemedyKind {
     RaiseMin,
+    RollingRestart,
+    SwitchToDrop,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1374,8 +1439,10 @@ pub enum RemedyKind {
 pub struct RemedyParams {
     pub kind: RemedyKind,
     pub at: Span,
-    pub min: u32,
-    pub length: Span,
+    /// `raise-min` only.
+    pub min: Option<u32>,
+    /// `raise-min` only.
+    pub length: Option<Span>,
 }
 
 impl RemedyParams {
@@ -1385,35 +1452,75 @@ impl RemedyParams {
         hpa: Option<&HpaSetup>,
         horizon_s: f64,
     ) -> Result<Remedy, ExperimentError> {
-        let Some(h) = hpa else {
-            return Err(field_err(context, "remedy", "raise-min", "needs an hpa"));
+        let kind = match self.kind {
+            RemedyKind::RaiseMin => "raise-min",
+            RemedyKind::RollingRestart => "rolling-restart",
+            RemedyKind::SwitchToDrop => "switch-to-drop",
         };
-        let end_s = self.at.secs() + self.length.secs();
-        if end_s >= horizon_s {
+        let Some(h) = hpa else {
+            return Err(field_err(context, "remedy", kind, "needs an hpa"));
+        };
+        let at_s = self.at.secs();
+        if at_s >= horizon_s {
             return Err(field_err(
                 context,
-                "remedy.length",
-                format!("{}s", self.length.secs()),
-                &format!("must end within the horizon ({horizon_s} s)"),
+                "remedy.at",
+                format!("{at_s}s"),
+                &format!("must fall within the horizon ({horizon_s} s)"),
             ));
         }
-        if self.min <= h.min_replicas || self.min > h.max_replicas {
-            return Err(field_err(
-                context,
-                "remedy.min",
-                self.min,
-                &format!(
-                    "must be above minReplicas ({}) and at most maxReplicas ({})",
-                    h.min_replicas, h.max_replicas
-                ),
-            ));
-        }
+        let rollout = |abandoned| {
+            if let Some(min) = self.min {
+                return Err(field_err(
+                    context,
+                    "remedy.min",
+                    min,
+                    &format!("has no meaning for {kind}"),
+                ));
+            }
+            if let Some(length) = self.length {
+                return Err(field_err(
+                    context,
+                    "remedy.length",
+                    format!("{}s", length.secs()),
+                    &format!("has no meaning for {kind}"),
+                ));
+            }
+            Ok(Remedy::RollOut { at_s, abandoned })
+        };
         match self.kind {
-            RemedyKind::RaiseMin => Ok(Remedy::RaiseMin {
-                at_s: self.at.secs(),
-                min: self.min,
-                length_s: positive(context, "remedy.length", self.length.secs())?,
-            }),
+            RemedyKind::RollingRestart => rollout(Abandoned::Serve),
+            RemedyKind::SwitchToDrop => rollout(Abandoned::Drop),
+            RemedyKind::RaiseMin => {
+                let (Some(min), Some(length)) = (self.min, self.length) else {
+                    return Err(field_err(context, "remedy", kind, "needs min and length"));
+                };
+                let length_s = positive(context, "remedy.length", length.secs())?;
+                if at_s + length_s >= horizon_s {
+                    return Err(field_err(
+                        context,
+                        "remedy.length",
+                        format!("{length_s}s"),
+                        &format!("must end within the horizon ({horizon_s} s)"),
+                    ));
+                }
+                if min <= h.min_replicas || min > h.max_replicas {
+                    return Err(field_err(
+                        context,
+                        "remedy.min",
+                        min,
+                        &format!(
+                            "must be above minReplicas ({}) and at most maxReplicas ({})",
+                            h.min_replicas, h.max_replicas
+                        ),
+                    ));
+                }
+                Ok(Remedy::RaiseMin {
+                    at_s,
+                    min,
+                    length_s,
+                })
+            }
         }
     }
 }
@@ -2124,6 +2231,30 @@ mod tests {
             ))
             .contains("field `remedy.min`: must be above minReplicas (4) and at most maxReplicas (10), got `11`")
         );
+        assert!(
+            err(&format!(
+                "remedy = {{ kind = 'rolling-restart', at = '1s', min = 8 }}\n{hpa}"
+            ))
+            .contains("field `remedy.min`: has no meaning for rolling-restart, got `8`")
+        );
+        assert!(
+            err(&format!(
+                "remedy = {{ kind = 'raise-min', at = '1s' }}\n{hpa}"
+            ))
+            .contains("field `remedy`: needs min and length, got `raise-min`")
+        );
+        let switch = parse(
+            "x",
+            &format!("{head}remedy = {{ kind = 'switch-to-drop', at = '20s' }}\n{hpa}\n"),
+        )
+        .unwrap();
+        let s = &switch.cases[0].scenario;
+        assert_eq!(s.actions(), vec![(20.0, Action::RollOut(Abandoned::Drop))]);
+        assert_eq!(
+            (s.pod_abandoned(false), s.pod_abandoned(true)),
+            (Abandoned::Serve, Abandoned::Drop)
+        );
+        assert_eq!(s.autoscaler().and_then(|a| a.rollout_at), Some(20.0));
         assert!(err("hpa = { scale_up_tolerance = -0.5 }").contains(
             "field `hpa.scale_up_tolerance`: must be a number >= 0 in steps of 0.001, got `-0.5`"
         ));

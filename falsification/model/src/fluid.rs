@@ -54,7 +54,6 @@ struct Fluid<'s> {
     /// Service rate of one pod.
     c: f64,
     tau: f64,
-    drop: bool,
     pooled_backlog: f64,
     pods: Vec<Pod>,
     draining: Vec<f64>,
@@ -92,9 +91,8 @@ impl<'s> Fluid<'s> {
             arrivals: vec![0.0; retries as usize + 1],
             c: s.rate_per_pod,
             tau: s.pod_timeout_s(),
-            drop: s.abandoned == Abandoned::Drop,
             pooled_backlog: 0.0,
-            pods: vec![Pod::default(); s.pods as usize],
+            pods: vec![Pod::new(s.pod_abandoned(false)); s.pods as usize],
             draining: Vec::new(),
             in_flight_steps: (s.pod_timeout_s() / dt).round().max(1.0) as usize,
             totals: Totals::default(),
@@ -128,29 +126,38 @@ impl<'s> Fluid<'s> {
     }
 
     /// Lets the control act at `t`: a new ready pod starts empty; a removed pod (the newest)
-    /// finishes its backlog for nobody; a killed pod (the oldest) loses it.
+    /// finishes its backlog for nobody; a killed pod (the oldest) loses it, as does a pod a
+    /// rolling update terminates (what it serves in its grace reaches nobody).
     fn apply_pod_events(&mut self, t: f64) {
         if self.control.next_event() > t {
             return;
         }
         self.control.advance(t, self.totals, &mut self.events);
-        for e in self.events.drain(..) {
+        let mut events = std::mem::take(&mut self.events);
+        for e in events.drain(..) {
             match e {
-                PodEvent::Ready => self.pods.push(Pod::default()),
+                PodEvent::Ready { rolled } => {
+                    self.pods.push(Pod::new(self.s.pod_abandoned(rolled)));
+                }
                 PodEvent::Removed => {
                     if let Some(b) = self.pods.pop().map(|p| p.backlog).filter(|b| *b > 0.0) {
                         self.draining.push(b);
                     }
                 }
                 // The oldest pod's queue is gone; pooled, its share of the one backlog.
-                PodEvent::Killed => {
-                    let n = self.pods.len() as f64;
-                    if n > 0.0 {
-                        self.pooled_backlog *= (n - 1.0) / n;
-                        self.pods.remove(0);
-                    }
-                }
+                PodEvent::Killed => self.lose(0),
+                PodEvent::Terminated(i) => self.lose(i),
             }
+        }
+        self.events = events;
+    }
+
+    /// The pod at `i` is gone with its queue; pooled, its share of the one backlog.
+    fn lose(&mut self, i: usize) {
+        let n = self.pods.len() as f64;
+        if i < self.pods.len() {
+            self.pooled_backlog *= (n - 1.0) / n;
+            self.pods.remove(i);
         }
     }
 
@@ -239,10 +246,14 @@ impl<'s> Fluid<'s> {
 
     /// Queues this step's arrivals (abandoned work too, unless servers drop it) and serves a step.
     fn serve(&mut self, ready: u32, total: f64, failing: f64) {
-        let (c, tau, dt, drop) = (self.c, self.tau, self.dt, self.drop);
+        let (c, tau, dt) = (self.c, self.tau, self.dt);
         match self.topology {
             Topology::Pooled => {
-                let queued = if drop { total * (1.0 - failing) } else { total };
+                // The one queue's head goes to the pods in proportion: those that drop skip
+                // the abandoned work.
+                let n = self.pods.len().max(1) as f64;
+                let dropping = self.pods.iter().filter(|p| p.drops).count() as f64 / n;
+                let queued = total * (1.0 - failing * dropping);
                 let cap = f64::from(ready) * c;
                 let served = (self.pooled_backlog + queued).min(cap * dt);
                 self.pooled_backlog = (self.pooled_backlog + queued - cap * dt).max(0.0);
@@ -253,7 +264,7 @@ impl<'s> Fluid<'s> {
                 for p in &mut self.pods {
                     let waited = p.backlog / c < tau;
                     p.doomed_in_flight(if waited { 0.0 } else { p.share }, steps);
-                    if waited || !drop {
+                    if waited || !p.drops {
                         p.enqueue(p.share, waited);
                     }
                     let before = p.backlog;
@@ -272,6 +283,8 @@ impl<'s> Fluid<'s> {
 /// One ready pod of the per-pod fluid.
 #[derive(Debug, Clone, Default)]
 struct Pod {
+    /// It drops abandoned work instead of serving it.
+    drops: bool,
     /// Queued work in arrival order: amount, and whether its client still waits for it (it arrived
     /// to a wait under the timeout).
     queue: VecDeque<(f64, bool)>,
@@ -291,6 +304,13 @@ struct Pod {
 }
 
 impl Pod {
+    fn new(abandoned: Abandoned) -> Pod {
+        Pod {
+            drops: abandoned == Abandoned::Drop,
+            ..Pod::default()
+        }
+    }
+
     fn enqueue(&mut self, amount: f64, waited: bool) {
         if amount <= 0.0 {
             return;

@@ -385,3 +385,31 @@ fn f10_a_raised_floor_gets_out_when_held_long_enough() {
         assert!(short.trapped, "{short:?}");
     }
 }
+
+/// F10: a rolling restart drops each pod's debt, but the amplified load stays and capacity dips
+/// by a quarter while it rolls: the new pods fill and the trap rebuilds. Rolling to pods that
+/// drop abandoned work removes the debt's cause: the service gets out and the HPA settles.
+#[test]
+fn f10_a_rolling_restart_keeps_the_trap_and_a_switch_to_drop_gets_out() {
+    for topology in [Topology::Pooled, Topology::PerPod] {
+        let restart = fluid(&case("F10", "rolling-restart").scenario, topology);
+        assert!(
+            restart.trapped && restart.final_pods == 20,
+            "{topology:?}: {restart:?}"
+        );
+        let switch = fluid(&case("F10", "switch-to-drop").scenario, topology);
+        // Per pod, a busy keep-alive pod keeps a steady queue under the timeout: the failure
+        // is over (debt served, 99% succeed) without the strict drain.
+        assert!(
+            !switch.trapped
+                && (switch.recovered || switch.failure_ended())
+                && switch.final_pods == 20,
+            "{topology:?}: {switch:?}"
+        );
+        // Not before the first new pods serve, a dead time after the switch at 300 s.
+        assert!(
+            switch.goodput_recovery_s.is_some_and(|g| g > 390.0),
+            "{topology:?}: {switch:?}"
+        );
+    }
+}

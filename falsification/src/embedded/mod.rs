@@ -379,10 +379,8 @@ impl Cluster for Embedded {
 
     async fn advance(&mut self) -> anyhow::Result<()> {
         self.pods.tick().await?;
-        if self.pods.replicas() < self.desired {
-            // A crashed pod is replaced, as its ReplicaSet would.
-            self.pods.scale_to(self.desired)?;
-        }
+        // A crashed pod is replaced, and a rolling update goes on, as the controllers would.
+        self.pods.reconcile()?;
         if let Some(g) = self.gateway.as_mut() {
             g.follow(&self.pods.ready_addrs()).await?;
         }
@@ -486,6 +484,17 @@ impl Cluster for Embedded {
                 let killed = self.pods.kill_oldest_ready().await?;
                 // Replaced at the next advance, as its ReplicaSet would.
                 Ok(killed.unwrap_or_else(|| "no ready pod to kill".into()))
+            }
+            Action::RollOut(abandoned) => {
+                let flags = service::PodFlags {
+                    abandoned: Some(invocation::abandoned(abandoned)),
+                    ..self.pods.flags().clone()
+                };
+                self.pods.roll_out(flags)?;
+                Ok(format!(
+                    "pods rolled out: the new pods {} abandoned work",
+                    abandoned.verb()
+                ))
             }
             Action::SetMinReplicas(min) => match self.hpa.as_mut() {
                 Some((h, _)) => {

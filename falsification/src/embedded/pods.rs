@@ -4,8 +4,10 @@
 //! a pod is routable only once its `/readyz` answers 200 (the loadgen's targets file
 //! lists ready pods only), the meter scrapes every pod, ready or not (as a headless
 //! Service with `publishNotReadyAddresses` does), scale-down removes not-ready pods
-//! first and then the newest (the ReplicaSet rule), and a removed pod gets SIGTERM and
-//! its grace period. Every child is reaped: on scale-down, on [`EmbeddedCluster::shutdown`],
+//! first and then the newest (the ReplicaSet rule), a removed pod gets SIGTERM and
+//! its grace period, a pod that exits is replaced, and a new template rolls out as the
+//! deployment controller's default `RollingUpdate` does ([`RollingUpdate`], the rule the
+//! models use). Every child is reaped: on scale-down, on [`EmbeddedCluster::shutdown`],
 //! and (through `kill_on_drop`) when the cluster is dropped on an error or a panic.
 
 use std::net::SocketAddr;
@@ -17,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::process::{WriteError, free_loopback_port, sigterm, spawn_child, write_atomically};
 use crate::runner::{PodEvent, PodEventKind};
-use falsification_model::control::scale_down_victim;
+use falsification_model::control::{RollingUpdate, RolloutPods, RolloutStep, scale_down_victim};
 use service::PodFlags;
 
 /// How every pod of the experiment is started.
@@ -64,6 +66,8 @@ struct Pod {
     ready: bool,
     /// When `/readyz` first answered (the Ready condition's last transition).
     ready_since: Option<Instant>,
+    /// The template it was started from (the count of rollouts before it).
+    generation: u32,
 }
 
 /// A live pod as the HPA controller's pod lister sees it: it starts when ordered.
@@ -86,6 +90,10 @@ pub struct EmbeddedCluster {
     template: PodTemplate,
     /// Creation order: the newest pod is last.
     pods: Vec<Pod>,
+    /// The replicas wanted (the Deployment's `spec.replicas`).
+    desired: usize,
+    /// The template's generation: pods of an older one are replaced by a rolling update.
+    generation: u32,
     terminating: Vec<Terminating>,
     targets_file: PathBuf,
     pods_file: PathBuf,
@@ -113,6 +121,8 @@ impl EmbeddedCluster {
         let cluster = Self {
             template,
             pods: Vec::new(),
+            desired: 0,
+            generation: 0,
             terminating: Vec::new(),
             targets_file,
             pods_file,
@@ -124,6 +134,11 @@ impl EmbeddedCluster {
         };
         cluster.publish()?;
         Ok(cluster)
+    }
+
+    /// The flags of the pods' current template.
+    pub fn flags(&self) -> &PodFlags {
+        &self.template.flags
     }
 
     /// Pods that exist and are not terminating (the Deployment's replicas).
@@ -187,6 +202,7 @@ impl EmbeddedCluster {
     /// Starts `n` pods that are ready at once (deployed before the experiment) and waits, at
     /// most `within`, until every one answers `/readyz`.
     pub async fn start_ready(&mut self, n: usize, within: Duration) -> Result<(), ClusterError> {
+        self.desired = n;
         for _ in 0..n {
             self.start_pod(Duration::ZERO)?;
         }
@@ -212,12 +228,19 @@ impl EmbeddedCluster {
     }
 
     /// Brings the replica count to `n`: new pods are started (not ready until their dead
-    /// time has passed); surplus pods are removed not-ready first, then newest first.
+    /// time has passed); surplus pods are removed not-ready first, then newest first. During a
+    /// rolling update the surge may stay, and the update goes on at the new count.
     pub fn scale_to(&mut self, n: usize) -> Result<(), ClusterError> {
+        self.desired = n;
         while self.pods.len() < n {
             self.start_pod(self.template.ready_after)?;
         }
-        while self.pods.len() > n {
+        let surge = if self.rolling() {
+            RollingUpdate::default().fenceposts(n as u32).0 as usize
+        } else {
+            0
+        };
+        while self.pods.len() > n + surge {
             let ready: Vec<bool> = self.pods.iter().map(|p| p.ready).collect();
             let Some(victim) = scale_down_victim(&ready) else {
                 break;
@@ -225,7 +248,78 @@ impl EmbeddedCluster {
             let pod = self.pods.remove(victim);
             self.terminate(pod);
         }
+        self.roll()?;
         self.publish()
+    }
+
+    /// Rolls every pod out to `flags`: pods started from now on get them, and the old ones are
+    /// replaced within the default surge and unavailability as the new ones turn ready.
+    pub fn roll_out(&mut self, flags: PodFlags) -> Result<(), ClusterError> {
+        self.template.flags = flags;
+        self.generation += 1;
+        self.roll()?;
+        self.publish()
+    }
+
+    /// Some pod has an older template.
+    fn rolling(&self) -> bool {
+        self.pods.iter().any(|p| p.generation < self.generation)
+    }
+
+    /// What the ReplicaSets do after a change: a rolling update goes on while pods of the old
+    /// template are left, else a pod that exited is replaced.
+    pub fn reconcile(&mut self) -> Result<(), ClusterError> {
+        let mut changed = false;
+        if self.rolling() {
+            changed = self.roll()?;
+        } else {
+            while self.pods.len() < self.desired {
+                self.start_pod(self.template.ready_after)?;
+                changed = true;
+            }
+        }
+        if changed { self.publish() } else { Ok(()) }
+    }
+
+    /// The deployment controller's passes of a rolling update, until one changes nothing;
+    /// whether any changed a pod.
+    fn roll(&mut self) -> Result<bool, ClusterError> {
+        let generation = self.generation;
+        let count = |pods: &[Pod], new: bool, ready: bool| {
+            pods.iter()
+                .filter(|p| (p.generation == generation) == new && p.ready == ready)
+                .count() as u32
+        };
+        let mut changed = false;
+        while self.rolling() {
+            let pods = RolloutPods {
+                old_ready: count(&self.pods, false, true),
+                old_starting: count(&self.pods, false, false),
+                new_ready: count(&self.pods, true, true),
+                new_starting: count(&self.pods, true, false),
+            };
+            let step = RollingUpdate::default().step(self.desired as u32, pods);
+            if step == RolloutStep::default() {
+                break;
+            }
+            changed = true;
+            for _ in 0..step.order_new {
+                self.start_pod(self.template.ready_after)?;
+            }
+            // Old pods not ready yet go first, then the old ready ones, newest first.
+            let cancel = (step.cancel_old_starting, false);
+            let terminate = (step.terminate_old_ready, true);
+            for (n, ready) in [cancel, terminate] {
+                for _ in 0..n {
+                    let old = |p: &Pod| p.generation < generation && p.ready == ready;
+                    if let Some(i) = self.pods.iter().rposition(old) {
+                        let pod = self.pods.remove(i);
+                        self.terminate(pod);
+                    }
+                }
+            }
+        }
+        Ok(changed)
     }
 
     /// Polls `/readyz` of the pods that are not ready yet, notices pods that died, reaps
@@ -325,6 +419,7 @@ impl EmbeddedCluster {
             ordered: Instant::now(),
             ready: false,
             ready_since: None,
+            generation: self.generation,
         });
         Ok(())
     }

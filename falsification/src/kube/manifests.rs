@@ -598,6 +598,36 @@ impl Manifests {
 /// are the contract).
 /// Puts each `--flag=value` of `values` in place of the container's own `--flag=` argument:
 /// the base manifests name every flag a run sets, so a run cannot add one the base lacks.
+/// The pod template annotation a rolling update sets (as `kubectl rollout restart` sets
+/// `kubectl.kubernetes.io/restartedAt`): a changed template is what starts a rollout.
+pub const ROLLED_OUT_AT: &str = "retry-debt-kit/rolled-out-at";
+
+/// The strategic merge patch that rolls the service's pods out to `pod` (their flags) with
+/// `stamp` in [`ROLLED_OUT_AT`]: the container's arguments, merged by the container's name,
+/// and the annotation; `spec.replicas` is the HPA's and stays out of it.
+pub fn rollout_patch(
+    service: &Deployment,
+    pod: &PodFlags,
+    stamp: &str,
+) -> Result<serde_json::Value, ManifestError> {
+    let mut c = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+        .cloned()
+        .ok_or(ManifestError::Missing("service container"))?;
+    set_args(&mut c, &pod.args())?;
+    Ok(serde_json::json!({
+        "spec": {
+            "template": {
+                "metadata": { "annotations": { ROLLED_OUT_AT: stamp } },
+                "spec": { "containers": [{ "name": c.name, "args": c.args }] }
+            }
+        }
+    }))
+}
+
 fn set_args(c: &mut Container, values: &[String]) -> Result<(), ManifestError> {
     let args = c.args.get_or_insert_with(Vec::new);
     for value in values {
@@ -1278,6 +1308,31 @@ mod tests {
         );
         // The base's objects once: the signal overlay's, not the gateway overlay's copy.
         assert_eq!(m.services.len(), 3);
+    }
+
+    #[test]
+    fn a_rollout_patches_the_template_and_leaves_the_replicas_to_the_hpa() {
+        let v = values(0, 5.0);
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        let drop = PodFlags {
+            abandoned: Some(service::Abandoned::DropExpired),
+            ..v.pod.clone()
+        };
+        let patch = rollout_patch(&m.service, &drop, "12.5").unwrap();
+        let template = &patch["spec"]["template"];
+        assert_eq!(template["metadata"]["annotations"][ROLLED_OUT_AT], "12.5");
+        let args: Vec<String> =
+            serde_json::from_value(template["spec"]["containers"][0]["args"].clone()).unwrap();
+        assert!(
+            args.contains(&"--abandoned=drop-expired".to_string()),
+            "{args:?}"
+        );
+        assert_eq!(args.len(), args_of(&m).len());
+        assert!(patch["spec"].get("replicas").is_none());
+    }
+
+    fn args_of(m: &Manifests) -> Vec<String> {
+        args(&pod_of(&m.service).containers[0])
     }
 
     #[test]

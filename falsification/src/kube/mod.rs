@@ -1020,6 +1020,29 @@ impl Cluster for KubeCluster {
                 });
                 Ok(name)
             }
+            // As `kubectl rollout restart` (a changed template annotation), with the pods'
+            // flags for what they do with abandoned work: the deployment controller replaces
+            // the pods with its default surge and unavailability.
+            Action::RollOut(abandoned) => {
+                let pod = service::PodFlags {
+                    abandoned: Some(crate::invocation::abandoned(abandoned)),
+                    ..self.values.pod.clone()
+                };
+                let stamp = format!("{:.3}", self.now_rel());
+                let patch = manifests::rollout_patch(&self.manifests.service, &pod, &stamp)?;
+                let name = self.manifests.service.name_any();
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                };
+                Api::<Deployment>::namespaced(self.client.clone(), self.ns())
+                    .patch(&name, &params, &Patch::Strategic(patch))
+                    .await?;
+                Ok(format!(
+                    "deployment/{name} rolled out: the new pods {} abandoned work",
+                    abandoned.verb()
+                ))
+            }
             // As `kubectl patch hpa service -p '{"spec":{"minReplicas":N}}'`, with the kit's
             // field manager (it owns the field already).
             Action::SetMinReplicas(min) => {

@@ -1,14 +1,15 @@
 //! What a case's fault (F9) or remedy (F10) did, pure: from the actions the runner took, the
 //! HPA's decisions and the record's rows, whether the HPA held its replicas while its meter was
 //! gone and what it said, whether any row read a zero the meter did not measure, what became of
-//! the pods after one was killed, and what a raised `minReplicas` gave. Experiment seconds
+//! the pods after one was killed or while they were rolled out, and what a raised `minReplicas`
+//! gave. Experiment seconds
 //! throughout (`s` x run seconds).
 
 use serde::Serialize;
 
 use super::record::Sample;
 use super::seam::{ActionDone, HpaSync};
-use falsification_model::experiment::{Action, Fault, Remedy, Scenario};
+use falsification_model::experiment::{Abandoned, Action, Fault, Remedy, Scenario};
 use falsification_model::hpa::Reason;
 
 /// One injected step, for the record.
@@ -59,6 +60,37 @@ pub struct Kill {
     pub ready_again_s: Option<f64>,
 }
 
+/// A rolling update of the pods and the ready pods while it rolled.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rollout {
+    pub at_s: f64,
+    /// What the new pods do with abandoned work.
+    pub abandoned: Abandoned,
+    pub ready_before: u32,
+    pub ready_least_after: u32,
+    /// When the ready pods were back to their count before the update.
+    pub ready_again_s: Option<f64>,
+}
+
+/// The ready pods around a change at `at` (run time): before it, at the fewest after it, and
+/// the first row (experiment time) they are back to the count before, after a dip.
+fn ready_dip(samples: &[Sample], step: f64, at: f64, s: f64) -> (u32, u32, Option<f64>) {
+    let observed = |x: &Sample| x.t + step;
+    let before = samples
+        .iter()
+        .rev()
+        .find(|x| observed(x) < at)
+        .map_or(0, |x| x.pods_ready);
+    let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) >= at).collect();
+    let least = after.iter().map(|x| x.pods_ready).min().unwrap_or(0);
+    let again = after
+        .iter()
+        .skip_while(|x| x.pods_ready >= before)
+        .find(|x| x.pods_ready >= before)
+        .map(|x| observed(x) * s);
+    (before, least, again)
+}
+
 /// A raised `minReplicas` and the pods it gave.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Raised {
@@ -79,6 +111,7 @@ pub struct Interventions {
     pub outage: Option<Outage>,
     pub kill: Option<Kill>,
     pub raised: Option<Raised>,
+    pub rollout: Option<Rollout>,
     /// Rows (over the whole run) on which a meter gauge read 0 while first attempts arrived in
     /// that row and the one before: a zero the meter did not measure.
     pub unmeasured_zeros: usize,
@@ -97,7 +130,6 @@ pub fn report(
     if rs.fault.is_none() && rs.remedy.is_none() {
         return None;
     }
-    let observed = |x: &Sample| x.t + step;
     let rows_within = |from: f64, to: f64| rows_within(samples, step, from, to);
     let outage = rs.fault.and_then(|f| outage(f, syncs, samples, step, s));
     let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| {
@@ -105,27 +137,29 @@ pub fn report(
             .iter()
             .find(|d| d.step == Action::KillPod)
             .map_or_else(String::new, |d| d.detail.clone());
-        let ready_before = samples
-            .iter()
-            .rev()
-            .find(|x| observed(x) < at)
-            .map_or(0, |x| x.pods_ready);
-        let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) >= at).collect();
+        let (ready_before, ready_least_after, ready_again_s) = ready_dip(samples, step, at, s);
         Kill {
             at_s: at * s,
             pod,
             ready_before,
-            ready_least_after: after.iter().map(|x| x.pods_ready).min().unwrap_or(0),
-            ready_again_s: after
-                .iter()
-                .skip_while(|x| x.pods_ready >= ready_before)
-                .find(|x| x.pods_ready >= ready_before)
-                .map(|x| observed(x) * s),
+            ready_least_after,
+            ready_again_s,
         }
     });
-    let raised = rs.remedy.map(|r| {
-        let (from, to, min) = r.raised_min();
-        Raised {
+    let rollout = rs.remedy.and_then(|r| r.rollout()).map(|(at, abandoned)| {
+        let (ready_before, ready_least_after, ready_again_s) = ready_dip(samples, step, at, s);
+        Rollout {
+            at_s: at * s,
+            abandoned,
+            ready_before,
+            ready_least_after,
+            ready_again_s,
+        }
+    });
+    let raised = rs
+        .remedy
+        .and_then(|r| r.raised_min())
+        .map(|(from, to, min)| Raised {
             from_s: from * s,
             to_s: to * s,
             min,
@@ -134,8 +168,7 @@ pub fn report(
                 .max()
                 .unwrap_or(0),
             ready_at_end: samples.last().map_or(0, |x| x.pods_ready),
-        }
-    });
+        });
     let unmeasured_zeros = samples
         .windows(2)
         .filter(|w| w[0].load.first_attempts > 0.0 && w[1].load.first_attempts > 0.0)
@@ -156,6 +189,7 @@ pub fn report(
         outage,
         kill,
         raised,
+        rollout,
         unmeasured_zeros,
     })
 }
@@ -260,6 +294,19 @@ impl Interventions {
                 k.ready_least_after,
                 k.ready_before,
                 k.ready_again_s
+                    .map_or("no row".into(), |t| format!("{t:.0} s"))
+            );
+        }
+        if let Some(r) = &self.rollout {
+            o += &format!(
+                "\nRolled out at {:.0} s (the new pods {} abandoned work): ready pods {} before, {} at \
+                 the fewest during the update, back to {} at {}.\n",
+                r.at_s,
+                r.abandoned.verb(),
+                r.ready_before,
+                r.ready_least_after,
+                r.ready_before,
+                r.ready_again_s
                     .map_or("no row".into(), |t| format!("{t:.0} s"))
             );
         }

@@ -676,6 +676,7 @@ fn events_csv(m: &Measured, s: f64) -> String {
             Action::ListPods => ("meter", "pods-listed"),
             Action::KillPod => ("-", "kill"),
             Action::SetMinReplicas(_) => ("hpa", "min-replicas"),
+            Action::RollOut(_) => ("deployment", "rolled-out"),
         };
         let detail = format!("\"{}\"", f.detail.replace('"', "'"));
         rows.push((f.at_s, who.into(), what, detail));
