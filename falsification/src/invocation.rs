@@ -26,11 +26,11 @@ pub fn schedule(s: &Scenario, demand_scale: f64) -> Result<Schedule, ScheduleErr
     // bursts' edges), as the models see it.
     let mut steps = vec![Step {
         at: 0.0,
-        rate: s.demand(-w) * demand_scale,
+        rate: s.scheduled_demand(-w) * demand_scale,
     }];
     steps.extend(s.demand_changes().into_iter().map(|c| Step {
         at: at(w + c),
-        rate: s.demand(c) * demand_scale,
+        rate: s.scheduled_demand(c) * demand_scale,
     }));
     // A later step at the same time replaces an earlier one (no warm-up).
     steps.dedup_by(|later, earlier| {

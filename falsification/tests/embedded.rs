@@ -242,6 +242,49 @@ fn f9_a_meter_that_scrapes_no_pod_says_so_and_the_hpa_holds() {
     );
 }
 
+/// F9's shard-died, cut to 700 s: 4 loadgen processes share the demand and the last is killed
+/// at 300 s; the record names it, a quarter of the first attempts goes, the first-attempt HPA
+/// scales in to 15 and the trap holds, as predicted for the demand that reached the service.
+#[test]
+fn f9_a_dead_loadgen_shard_takes_its_share_and_the_verdict_says_so() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_out, dir, s) = run_case(&["run", "F9", "--case", "shard-died", "--horizon", "700s"]);
+    assert_eq!(s["verdict"], "held", "{}", explain(&dir));
+    assert!(
+        s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("not the case as written after 300 s")),
+        "{}",
+        s["reason"]
+    );
+    let m = &s["measured"];
+    assert_eq!(m["trapped"], true, "{}", explain(&dir));
+    let f = m["final_pods"].as_f64().unwrap();
+    assert!((14.0..=16.0).contains(&f), "final pods {f}");
+    let d = &s["interventions"]["shard"];
+    assert!(
+        d["detail"]
+            .as_str()
+            .is_some_and(|x| x.contains("shard 3 of 4")),
+        "{d}"
+    );
+    let ratio =
+        d["first_per_s_after"].as_f64().unwrap() / d["first_per_s_before"].as_f64().unwrap();
+    assert!(
+        (0.65..=0.85).contains(&ratio),
+        "first attempts after / before: {ratio}"
+    );
+    for i in 0..4 {
+        assert!(
+            dir.join("config")
+                .join(format!("loadgen-shard-{i}.args"))
+                .is_file()
+        );
+    }
+    let events = std::fs::read_to_string(dir.join("events.csv")).unwrap();
+    assert!(events.contains(",loadgen,shard-killed,"), "{events}");
+}
+
 #[test]
 fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

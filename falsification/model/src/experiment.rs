@@ -679,6 +679,11 @@ pub enum Fault {
     /// The oldest ready service pod is killed at `at_s`: its queue, and the debt in it, is gone;
     /// its ReplicaSet orders a replacement, ready a dead time later.
     PodKilled { at_s: f64 },
+    /// The clients run as `shards` loadgen processes, each sending an equal share of the
+    /// demand, and the last one dies at `at_s` and is not restarted: from then on the service
+    /// sees `(shards - 1) / shards` of the demand, and what the dead shard had in flight has no
+    /// outcome anyone recorded.
+    ShardDied { at_s: f64, shards: u32 },
 }
 
 /// What the runner does to a running case, and when (see [`Scenario::actions`]).
@@ -692,6 +697,8 @@ pub enum Action {
     /// It lists the service's pods again.
     ListPods,
     KillPod,
+    /// The last loadgen shard is killed and not restarted (a fault, F9).
+    KillShard,
     /// The HPA's `minReplicas` set to this (a remedy, F10).
     SetMinReplicas(u32),
     /// A rolling update of the service's pods to a template that finishes or drops abandoned
@@ -796,6 +803,7 @@ impl Fault {
                 (at_s + length_s, Action::ListPods),
             ],
             Fault::PodKilled { at_s } => vec![(at_s, Action::KillPod)],
+            Fault::ShardDied { at_s, .. } => vec![(at_s, Action::KillShard)],
         }
     }
 
@@ -806,7 +814,34 @@ impl Fault {
             Fault::MeterOutage { at_s, length_s } | Fault::MeterStale { at_s, length_s } => {
                 Some((at_s, at_s + length_s))
             }
-            Fault::PodKilled { .. } => None,
+            Fault::PodKilled { .. } | Fault::ShardDied { .. } => None,
+        }
+    }
+
+    /// The share of the scheduled demand the clients still send at `t`: all of it, or after a
+    /// shard died, the live shards' share.
+    pub fn demand_alive(&self, t: f64) -> f64 {
+        match *self {
+            Fault::ShardDied { at_s, shards } if t >= at_s => {
+                f64::from(shards - 1) / f64::from(shards)
+            }
+            _ => 1.0,
+        }
+    }
+
+    /// How many loadgen shards the case needs, if it says.
+    pub fn shards(&self) -> Option<u32> {
+        match *self {
+            Fault::ShardDied { shards, .. } => Some(shards),
+            _ => None,
+        }
+    }
+
+    /// When a shard dies, if this kills one.
+    pub fn shard_died(&self) -> Option<f64> {
+        match *self {
+            Fault::ShardDied { at_s, .. } => Some(at_s),
+            _ => None,
         }
     }
 
@@ -815,7 +850,7 @@ impl Fault {
         match self {
             Fault::MeterOutage { .. } => "the meter was down",
             Fault::MeterStale { .. } => "the meter scraped no pod",
-            Fault::PodKilled { .. } => "",
+            Fault::PodKilled { .. } | Fault::ShardDied { .. } => "",
         }
     }
 
@@ -823,7 +858,7 @@ impl Fault {
     pub fn pod_killed(&self) -> Option<f64> {
         match *self {
             Fault::PodKilled { at_s } => Some(at_s),
-            Fault::MeterOutage { .. } | Fault::MeterStale { .. } => None,
+            Fault::MeterOutage { .. } | Fault::MeterStale { .. } | Fault::ShardDied { .. } => None,
         }
     }
 
@@ -839,6 +874,10 @@ impl Fault {
                 length_s: length_s / s,
             },
             Fault::PodKilled { at_s } => Fault::PodKilled { at_s: at_s / s },
+            Fault::ShardDied { at_s, shards } => Fault::ShardDied {
+                at_s: at_s / s,
+                shards,
+            },
         }
     }
 }
@@ -860,6 +899,10 @@ impl std::fmt::Display for Fault {
                     "the oldest ready pod is killed {at_s:.0} s after the load event"
                 )
             }
+            Fault::ShardDied { at_s, shards } => write!(
+                f,
+                "the last of {shards} loadgen shards is killed {at_s:.0} s after the load event and not restarted"
+            ),
         }
     }
 }
@@ -912,6 +955,12 @@ impl Scenario {
 
     /// First-attempt demand at time `t`.
     pub fn demand(&self, t: f64) -> f64 {
+        self.scheduled_demand(t) * self.fault.map_or(1.0, |f| f.demand_alive(t))
+    }
+
+    /// The first-attempt rate the clients are told to send at `t`, all shards together: the
+    /// schedule the loadgen gets. [`Scenario::demand`] is what reaches the service.
+    pub fn scheduled_demand(&self, t: f64) -> f64 {
         if let Some(trace) = &self.trace {
             return trace.rate_at(t, 1.0 / self.time_scale);
         }
@@ -933,9 +982,10 @@ impl Scenario {
         };
         if let Some(b) = &self.bursts {
             changes.extend(b.windows.iter().flat_map(|&(a, z)| [a, z]));
-            changes.sort_by(f64::total_cmp);
-            changes.dedup();
         }
+        changes.extend(self.fault.and_then(|f| f.shard_died()));
+        changes.sort_by(f64::total_cmp);
+        changes.dedup();
         changes
     }
 
@@ -1531,6 +1581,7 @@ pub enum FaultKind {
     MeterOutage,
     MeterStale,
     PodKilled,
+    ShardDied,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -1539,6 +1590,8 @@ pub struct FaultParams {
     pub kind: FaultKind,
     pub at: Span,
     pub length: Option<Span>,
+    /// `shard-died` only: how many loadgen shards share the demand.
+    pub shards: Option<u32>,
 }
 
 impl FaultParams {
@@ -1576,11 +1629,20 @@ impl FaultParams {
                 "is required for a meter-outage or meter-stale fault",
             )),
             (FaultKind::PodKilled, None) => Ok(Fault::PodKilled { at_s }),
-            (FaultKind::PodKilled, Some(length)) => Err(field_err(
+            (FaultKind::ShardDied, None) => match self.shards {
+                Some(shards) if shards >= 2 => Ok(Fault::ShardDied { at_s, shards }),
+                other => Err(field_err(
+                    context,
+                    "fault.shards",
+                    other.map_or(String::new(), |n| n.to_string()),
+                    "is required for a shard-died fault, at least 2",
+                )),
+            },
+            (FaultKind::PodKilled | FaultKind::ShardDied, Some(length)) => Err(field_err(
                 context,
                 "fault.length",
                 format!("{}s", length.secs()),
-                "has no meaning for a pod-killed fault",
+                "has no meaning for a pod-killed or shard-died fault",
             )),
         }
     }

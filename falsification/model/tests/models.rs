@@ -359,6 +359,19 @@ fn f9_faults_hold_the_replicas_and_keep_the_trap() {
         (stale.recovered, stale.goodput_recovery_s, stale.peak_pods),
         (o.recovered, o.goodput_recovery_s, o.peak_pods)
     );
+    // A dead loadgen shard takes its quarter of the demand: the first-attempt HPA scales in to
+    // 15 once its window has passed, and the trap holds on them.
+    let shard = case("F9", "shard-died");
+    assert_eq!(shard.scenario.demand(299.0), 1000.0);
+    assert_eq!(shard.scenario.demand(300.0), 750.0);
+    assert_eq!(shard.scenario.scheduled_demand(300.0), 1000.0);
+    for topology in [Topology::Pooled, Topology::PerPod] {
+        let o = fluid(&shard.scenario, topology);
+        assert!(
+            o.trapped && o.final_pods == 15,
+            "shard-died {topology:?}: {o:?}"
+        );
+    }
     for name in ["meter-outage-trapped", "pod-killed"] {
         let c = case("F9", name);
         for topology in [Topology::Pooled, Topology::PerPod] {

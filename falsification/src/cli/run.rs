@@ -109,7 +109,7 @@ fn check_plans(env: &Kube, opts: &RunOptions, cases: &[(Experiment, Case)]) -> a
     for (_, c) in cases {
         kube::check_plan(
             &RunPlan::new(c, opts, env, PathBuf::new()),
-            env.target.shards,
+            env.target.for_case(&c.scenario).shards,
         )?;
     }
     Ok(())

@@ -70,12 +70,10 @@ pub struct Embedded {
     meter_cpu0: f64,
     /// CPU seconds of the meters stopped by a fault.
     meter_cpu_before: f64,
-    loadgen: Option<Child>,
-    loadgen_metrics: SocketAddr,
+    /// The clients: one loadgen, or the case's shards, each sending its share of the schedule.
+    shards: Vec<Shard>,
     /// The retrying proxy between the loadgen and the pods, when the case has one.
     gateway: Option<GatewayProcess>,
-    /// The loadgen's counters at the last row that read them.
-    last_load: LoadCounters,
     t0: Instant,
     hpa: Option<(Hpa, AutoscalerConfig)>,
     /// For the CPU signal (set when the run starts).
@@ -84,6 +82,15 @@ pub struct Embedded {
     /// Next HPA sync, run seconds from the load event.
     next_sync: f64,
     syncs: Vec<HpaSync>,
+}
+
+/// One loadgen process and what it counted at the last row that read it; `child` is gone once
+/// the process is stopped or killed (a fault).
+struct Shard {
+    index: u32,
+    child: Option<Child>,
+    metrics: SocketAddr,
+    last: LoadCounters,
 }
 
 impl Embedded {
@@ -131,10 +138,8 @@ impl Embedded {
             meter_api: process::free_loopback_port()?,
             meter_cpu0: 0.0,
             meter_cpu_before: 0.0,
-            loadgen: None,
-            loadgen_metrics: process::free_loopback_port()?,
+            shards: Vec::new(),
             gateway: None,
-            last_load: LoadCounters::default(),
             t0: Instant::now(),
             hpa,
             metrics_server: None,
@@ -259,20 +264,37 @@ impl Embedded {
             .map_or(self.meter_cpu_before, |c| c - self.meter_cpu0)
     }
 
-    fn loadgen_command(&self) -> anyhow::Result<Command> {
+    /// The command of shard `index` of `shards` (one loadgen when `shards` is 1), its
+    /// metrics on `metrics`.
+    fn loadgen_command(
+        &self,
+        index: u32,
+        shards: u32,
+        metrics: SocketAddr,
+    ) -> anyhow::Result<Command> {
         let targets = match &self.gateway {
             Some(g) => TargetSource::Urls(vec![g.url()]),
             None => TargetSource::File(self.routing.path().join("targets.txt")),
         };
+        let (out, args_file) = if shards == 1 {
+            ("loadgen".to_string(), "loadgen.args".to_string())
+        } else {
+            (
+                format!("loadgen/shard-{index}"),
+                format!("loadgen-shard-{index}.args"),
+            )
+        };
         let loadgen = Invocation {
-            metrics_listen: Some(self.loadgen_metrics),
-            out: Some(self.dir.join("loadgen")),
+            metrics_listen: Some(metrics),
+            out: Some(self.dir.join(out)),
+            instances: (shards > 1).then_some(shards),
+            instance_index: (shards > 1).then_some(index),
             ..invocation::loadgen(&self.rs, self.seed, targets)?
         };
         let args = loadgen.args();
         // The record keeps what the clients ran with, one flag a line (`check` reads it).
         process::write_atomically(
-            &self.dir.join("config").join("loadgen.args"),
+            &self.dir.join("config").join(args_file),
             &(args.join("\n") + "\n"),
         )?;
         let mut cmd = Command::new(&self.bins.loadgen);
@@ -356,10 +378,23 @@ impl Cluster for Embedded {
             }
             self.gateway = Some(gw);
         }
-        // Chosen just before the loadgen binds it, for the reason the meter's are.
-        self.loadgen_metrics = process::free_loopback_port()?;
-        let cmd = self.loadgen_command()?;
-        self.loadgen = Some(spawn(cmd, &self.bins.loadgen, &logs.join("loadgen.log"))?);
+        let shards = self.rs.fault.and_then(|f| f.shards()).unwrap_or(1);
+        for index in 0..shards {
+            // Chosen just before the loadgen binds it, for the reason the meter's are.
+            let metrics = process::free_loopback_port()?;
+            let cmd = self.loadgen_command(index, shards, metrics)?;
+            let log = if shards == 1 {
+                logs.join("loadgen.log")
+            } else {
+                logs.join(format!("loadgen-shard-{index}.log"))
+            };
+            self.shards.push(Shard {
+                index,
+                child: Some(spawn(cmd, &self.bins.loadgen, &log)?),
+                metrics,
+                last: LoadCounters::default(),
+            });
+        }
         self.t0 = Instant::now();
         if let Some((_, a)) = self
             .hpa
@@ -436,10 +471,17 @@ impl Cluster for Embedded {
     }
 
     async fn observe(&mut self) -> anyhow::Result<Observation> {
-        // A loadgen that does not answer in time counts nothing new this row.
-        if let Some(load) = self.probe.loadgen(self.loadgen_metrics).await {
-            self.last_load = load;
+        // A shard that does not answer in time counts nothing new this row; a dead one keeps
+        // what it counted last.
+        for shard in self.shards.iter_mut().filter(|s| s.child.is_some()) {
+            if let Some(load) = self.probe.loadgen(shard.metrics).await {
+                shard.last = load;
+            }
         }
+        let load = self
+            .shards
+            .iter()
+            .fold(LoadCounters::default(), |acc, s| acc.plus(&s.last));
         let queues = self.probe.pods(self.pods.named_urls()).await;
         let last = self.syncs.last().map(|s| &s.decision);
         let gateway = match self.gateway.as_mut() {
@@ -448,7 +490,7 @@ impl Cluster for Embedded {
         };
         Ok(Observation {
             gateway,
-            load: self.last_load,
+            load,
             pods_desired: self.desired as u32,
             pods_ready: self.pods.ready() as u32,
             pods_existing: self.pods.replicas() as u32,
@@ -479,6 +521,20 @@ impl Cluster for Embedded {
                 } else {
                     "the meter's pods file lists no pod".into()
                 })
+            }
+            Action::KillShard => {
+                let shards = self.shards.len();
+                let Some(shard) = self.shards.iter_mut().rev().find(|s| s.child.is_some()) else {
+                    return Ok("no loadgen shard left to kill".into());
+                };
+                if let Some(mut child) = shard.child.take() {
+                    // `kill` waits for the exit: the child is reaped here.
+                    let _ = child.kill().await;
+                }
+                Ok(format!(
+                    "loadgen shard {} of {} killed (SIGKILL), not restarted; it had counted {:.0} attempts, {:.0} answered",
+                    shard.index, shards, shard.last.attempts, shard.last.successes
+                ))
             }
             Action::KillPod => {
                 let killed = self.pods.kill_oldest_ready().await?;
@@ -528,8 +584,15 @@ impl Cluster for Embedded {
     }
 
     async fn teardown(&mut self) -> anyhow::Result<()> {
-        if let Some(mut l) = self.loadgen.take() {
-            stop(&mut l, Duration::from_secs_f64(self.rs.timeout_s + 5.0)).await;
+        // Every shard told at once, then each waited for: they drain together.
+        let mut clients: Vec<Child> = self
+            .shards
+            .iter_mut()
+            .filter_map(|s| s.child.take())
+            .collect();
+        clients.iter().for_each(process::sigterm);
+        for l in &mut clients {
+            stop(l, Duration::from_secs_f64(self.rs.timeout_s + 5.0)).await;
         }
         if let Some(mut g) = self.gateway.take() {
             g.shutdown().await;

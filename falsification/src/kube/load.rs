@@ -594,7 +594,7 @@ mod tests {
         let spec = j.spec.unwrap();
         assert_eq!(spec.active_deadline_seconds, Some(95));
         assert_eq!((spec.completions, spec.parallelism), (Some(3), Some(3)));
-        assert_eq!(spec.backoff_limit, Some(0));
+        assert_eq!(spec.backoff_limit_per_index, Some(0));
         let labels = spec.template.metadata.unwrap().labels.unwrap();
         assert_eq!(
             labels.get(COMPONENT.0).map(String::as_str),

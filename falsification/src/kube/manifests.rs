@@ -756,7 +756,9 @@ pub fn loadgen_job(v: &Values) -> Job {
 
 /// The loadgen Job itself: `shards` pods of `image` in `namespace`, each running `loadgen` with
 /// `args` (which set `--instances` and `--stdout-rows`) and its completion index as
-/// `LOADGEN_INSTANCE_INDEX`; a failed pod is not retried. Shared by a case's Job
+/// `LOADGEN_INSTANCE_INDEX`; a failed pod is not retried, and the others go on
+/// (`backoffLimitPerIndex: 0`: a Job-wide `backoffLimit: 0` would stop every shard when one
+/// fails, F9's `shard-died` among them). Shared by a case's Job
 /// ([`loadgen_job`]) and the trigger test's (`kube::load`).
 pub fn loadgen_job_for(namespace: &str, image: &str, shards: u32, args: Vec<String>) -> Job {
     Job {
@@ -770,7 +772,7 @@ pub fn loadgen_job_for(namespace: &str, image: &str, shards: u32, args: Vec<Stri
             completion_mode: Some("Indexed".into()),
             completions: Some(shards as i32),
             parallelism: Some(shards as i32),
-            backoff_limit: Some(0),
+            backoff_limit_per_index: Some(0),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(loadgen_labels()),

@@ -43,7 +43,7 @@ use crate::runner::{
     Cluster, Description, Ended, Environment, Observation, PodEvent, PodEventKind, RunPlan,
 };
 use books::{HpaBook, PodBook};
-use falsification_model::experiment::{Action, Scenario};
+use falsification_model::experiment::{Abandoned, Action, Scenario};
 use manifests::{FIELD_MANAGER, MANAGED_BY, Manifests, Values};
 use scale::ControllerAssumed;
 use shards::ShardLog;
@@ -61,6 +61,17 @@ pub struct KubeTarget {
     pub image: Option<String>,
     pub keep: bool,
     pub k8s_dir: Option<PathBuf>,
+}
+
+impl KubeTarget {
+    /// The target for one case: a case whose fault kills a loadgen shard says how many shards
+    /// share its demand, whatever `--loadgen-shards` says.
+    pub fn for_case(&self, rs: &Scenario) -> KubeTarget {
+        KubeTarget {
+            shards: rs.fault.and_then(|f| f.shards()).unwrap_or(self.shards),
+            ..self.clone()
+        }
+    }
 }
 
 /// A Kubernetes cluster as the place cases run: where it is, and what [`facts`] read of it
@@ -337,6 +348,8 @@ pub struct KubeCluster {
     last_counts: (u32, u32, u32, Vec<String>),
     /// The gateway's counters at the last row that read them (cumulative).
     last_gateway: Option<GatewayCounters>,
+    /// The loadgen shard a fault killed, if one was.
+    shard_killed: Option<u32>,
     created: Vec<Created>,
     applied: bool,
 }
@@ -395,6 +408,7 @@ impl KubeCluster {
         facts: &ClusterFacts,
         run: &RunPlan,
     ) -> anyhow::Result<KubeCluster> {
+        let t = &t.for_case(&run.run);
         let client = connect(t).await?;
         let facts = facts.clone();
         let (se, rs, dir) = (&run.experiment, run.run.clone(), &run.dir);
@@ -444,6 +458,7 @@ impl KubeCluster {
             hpa_book: HpaBook::default(),
             last_counts: (0, 0, 0, Vec::new()),
             last_gateway: None,
+            shard_killed: None,
             created: Vec::new(),
             applied: false,
             rs,
@@ -471,6 +486,91 @@ impl KubeCluster {
     }
 
     /// Applies `obj` in the case's namespace; the object as the API server stored it.
+    /// Force-deletes the first pod of `label` that `pick` names: the object goes at once and
+    /// the kubelet stops the container with its shortest grace (about 2 s, in which it may still
+    /// answer), where the embedded cluster's SIGKILL is instant; what it held goes with it, as
+    /// with a lost node. Its name, if `pick` named one.
+    async fn force_delete(
+        &self,
+        label: &str,
+        pick: impl Fn(&[Pod]) -> Option<String>,
+    ) -> anyhow::Result<Option<String>> {
+        let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns());
+        let listed = pods
+            .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={label}")))
+            .await?
+            .items;
+        let Some(name) = pick(&listed) else {
+            return Ok(None);
+        };
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        pods.delete(&name, &now).await?;
+        Ok(Some(name))
+    }
+
+    /// F9's `pod-killed`: the oldest ready service pod, which its ReplicaSet replaces.
+    async fn kill_pod(&mut self) -> anyhow::Result<String> {
+        let Some(name) = self.force_delete("service", oldest_ready).await? else {
+            return Ok("no ready pod to kill".into());
+        };
+        self.pods.events.push(PodEvent {
+            at_s: self.now_rel(),
+            pod: name.clone(),
+            kind: PodEventKind::Killed,
+        });
+        Ok(name)
+    }
+
+    /// F9's `shard-died`: the last loadgen shard; the Job's `backoffLimitPerIndex: 0` keeps the
+    /// index failed, so no replacement replays the shard's schedule from its old `--start-at`.
+    async fn kill_shard(&mut self) -> anyhow::Result<String> {
+        let index = self.target.shards.saturating_sub(1);
+        let of_index = |pods: &[Pod]| {
+            pods.iter()
+                .find(|p| {
+                    p.annotations()
+                        .get("batch.kubernetes.io/job-completion-index")
+                        .is_some_and(|i| *i == index.to_string())
+                })
+                .map(ResourceExt::name_any)
+        };
+        let Some(name) = self.force_delete("loadgen", of_index).await? else {
+            return Ok(format!("no loadgen pod of index {index} to kill"));
+        };
+        self.shard_killed = Some(index);
+        Ok(format!(
+            "loadgen shard {index} of {} ({name}) force-deleted, not restarted",
+            self.target.shards
+        ))
+    }
+
+    /// F10's rolling updates, as `kubectl rollout restart` (a changed template annotation) with
+    /// the pods' flag for what they do with abandoned work: the deployment controller replaces
+    /// the pods within its default surge and unavailability.
+    async fn roll_out(&self, abandoned: Abandoned) -> anyhow::Result<String> {
+        let pod = service::PodFlags {
+            abandoned: Some(crate::invocation::abandoned(abandoned)),
+            ..self.values.pod.clone()
+        };
+        let stamp = format!("{:.3}", self.now_rel());
+        let patch = manifests::rollout_patch(&self.manifests.service, &pod, &stamp)?;
+        let name = self.manifests.service.name_any();
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        Api::<Deployment>::namespaced(self.client.clone(), self.ns())
+            .patch(&name, &params, &Patch::Strategic(patch))
+            .await?;
+        Ok(format!(
+            "deployment/{name} rolled out: the new pods {} abandoned work",
+            abandoned.verb()
+        ))
+    }
+
     async fn apply_ns<K>(&self, obj: &K) -> anyhow::Result<K>
     where
         K: Object + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -995,54 +1095,9 @@ impl Cluster for KubeCluster {
                     format!("service/{PODS_SERVICE} selects no pod ({FAULT_LABEL}=meter-stale)")
                 })
             }
-            Action::KillPod => {
-                let pods = Api::<Pod>::namespaced(self.client.clone(), self.ns());
-                let listed = pods
-                    .list(&ListParams::default().labels("app.kubernetes.io/name=service"))
-                    .await?
-                    .items;
-                let Some(name) = oldest_ready(&listed) else {
-                    return Ok("no ready pod to kill".into());
-                };
-                // Force-deleted with no grace: the object goes at once and the kubelet stops the
-                // container with its shortest grace (about 2 s, in which the pod may still
-                // answer), where the embedded cluster's SIGKILL is instant; its queue goes with
-                // it, as with a lost node.
-                let now = DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::default()
-                };
-                pods.delete(&name, &now).await?;
-                self.pods.events.push(PodEvent {
-                    at_s: self.now_rel(),
-                    pod: name.clone(),
-                    kind: PodEventKind::Killed,
-                });
-                Ok(name)
-            }
-            // As `kubectl rollout restart` (a changed template annotation), with the pods'
-            // flags for what they do with abandoned work: the deployment controller replaces
-            // the pods with its default surge and unavailability.
-            Action::RollOut(abandoned) => {
-                let pod = service::PodFlags {
-                    abandoned: Some(crate::invocation::abandoned(abandoned)),
-                    ..self.values.pod.clone()
-                };
-                let stamp = format!("{:.3}", self.now_rel());
-                let patch = manifests::rollout_patch(&self.manifests.service, &pod, &stamp)?;
-                let name = self.manifests.service.name_any();
-                let params = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                };
-                Api::<Deployment>::namespaced(self.client.clone(), self.ns())
-                    .patch(&name, &params, &Patch::Strategic(patch))
-                    .await?;
-                Ok(format!(
-                    "deployment/{name} rolled out: the new pods {} abandoned work",
-                    abandoned.verb()
-                ))
-            }
+            Action::KillShard => self.kill_shard().await,
+            Action::KillPod => self.kill_pod().await,
+            Action::RollOut(abandoned) => self.roll_out(abandoned).await,
             // As `kubectl patch hpa service -p '{"spec":{"minReplicas":N}}'`, with the kit's
             // field manager (it owns the field already).
             Action::SetMinReplicas(min) => {
@@ -1100,7 +1155,9 @@ impl Cluster for KubeCluster {
         let check = shards::check(&merged, &logs);
         self.record.merge = Some(check.clone());
         self.write_record()?;
-        if complete && check.summaries < check.shards {
+        // A shard the case's fault killed prints none, by design.
+        let killed = usize::from(self.shard_killed.is_some());
+        if complete && check.summaries + killed < check.shards {
             bail!(
                 "{} of {} loadgen shards printed no summary (see loadgen/shard-<i>.jsonl)",
                 check.shards - check.summaries,

@@ -296,8 +296,8 @@ pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
     let peak = rs
         .demand_changes()
         .into_iter()
-        .map(|t| rs.demand(t))
-        .fold(rs.demand(-rs.warmup_s), f64::max);
+        .map(|t| rs.scheduled_demand(t))
+        .fold(rs.scheduled_demand(-rs.warmup_s), f64::max);
     let sockets = a * peak * timeout_s / f64::from(shards);
     if sockets > SOCKETS_PER_SHARD {
         let need = (a * peak * timeout_s / SOCKETS_PER_SHARD).ceil() as u32;

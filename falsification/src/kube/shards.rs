@@ -29,7 +29,7 @@ impl ShardLog {
     /// The shard's counters over the rows it printed.
     pub fn totals(&self) -> LoadCounters {
         self.rows.iter().fold(LoadCounters::default(), |acc, r| {
-            plus(&acc, &counters(&r.row))
+            acc.plus(&counters(&r.row))
         })
     }
 }
@@ -58,17 +58,6 @@ pub fn summary_counters(s: &loadgen::Summary) -> LoadCounters {
     }
 }
 
-fn plus(a: &LoadCounters, b: &LoadCounters) -> LoadCounters {
-    LoadCounters {
-        first_attempts: a.first_attempts + b.first_attempts,
-        attempts: a.attempts + b.attempts,
-        successes: a.successes + b.successes,
-        timeouts: a.timeouts + b.timeouts,
-        status_5xx: a.status_5xx + b.status_5xx,
-        failed: a.failed + b.failed,
-    }
-}
-
 /// Every shard's seconds merged into runner rows of `step` run seconds from `t0_unix`, at
 /// least `rows` of them: a second goes to the row its start falls in (nearest); a second
 /// before the first row goes to it, and the seconds after the last (the shards' drain once the
@@ -81,7 +70,7 @@ pub fn merge(shards: &[ShardLog], t0_unix: f64, step: f64, rows: usize) -> Vec<L
         if i >= out.len() {
             out.resize(i + 1, LoadCounters::default());
         }
-        out[i] = plus(&out[i], &counters(&r.row));
+        out[i] = out[i].plus(&counters(&r.row));
     }
     out
 }
@@ -90,7 +79,7 @@ pub fn merge(shards: &[ShardLog], t0_unix: f64, step: f64, rows: usize) -> Vec<L
 pub fn total(shards: &[ShardLog]) -> LoadCounters {
     shards
         .iter()
-        .fold(LoadCounters::default(), |acc, s| plus(&acc, &s.totals()))
+        .fold(LoadCounters::default(), |acc, s| acc.plus(&s.totals()))
 }
 
 /// How the merged rows compare with the shards' own summaries (in `cluster.json`).
@@ -98,9 +87,17 @@ pub fn total(shards: &[ShardLog]) -> LoadCounters {
 pub struct MergeCheck {
     pub shards: usize,
     pub summaries: usize,
+    /// The shards that printed no summary (one that died): their rows count as far as they
+    /// went, in `summed_summaries` too.
+    pub without_summary: Vec<usize>,
+    /// Their attempts with no outcome in their rows: in flight when the shard died, answered or
+    /// not, nobody recorded it.
+    pub attempts_without_outcome: f64,
     /// First attempts, attempts, successes, timeouts, failed requests.
     pub merged: [f64; 5],
+    /// The summaries, and the rows of the shards without one.
     pub summed_summaries: [f64; 5],
+    /// The merged rows add up to what every shard accounted for.
     pub equal: bool,
 }
 
@@ -114,24 +111,41 @@ fn five(c: &LoadCounters) -> [f64; 5] {
     ]
 }
 
-/// Whether the merged rows add up to the sum of the summaries the shards printed.
+/// Whether the merged rows add up to the sum of the summaries the shards printed, and for a
+/// shard that printed none (it died), of its rows.
 pub fn check(merged: &[LoadCounters], shards: &[ShardLog]) -> MergeCheck {
     let m = merged
         .iter()
-        .fold(LoadCounters::default(), |acc, c| plus(&acc, c));
+        .fold(LoadCounters::default(), |acc, c| acc.plus(c));
+    let accounted = |s: &ShardLog| {
+        s.summary
+            .as_ref()
+            .map_or_else(|| s.totals(), summary_counters)
+    };
     let s = shards
         .iter()
-        .filter_map(|s| s.summary.as_ref())
-        .fold(LoadCounters::default(), |acc, x| {
-            plus(&acc, &summary_counters(x))
-        });
-    let summaries = shards.iter().filter(|s| s.summary.is_some()).count();
+        .fold(LoadCounters::default(), |acc, x| acc.plus(&accounted(x)));
+    let without_summary: Vec<usize> = shards
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.summary.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    let attempts_without_outcome = without_summary
+        .iter()
+        .map(|&i| {
+            let t = shards[i].totals();
+            (t.attempts - t.successes - t.timeouts - t.status_5xx).max(0.0)
+        })
+        .sum();
     MergeCheck {
         shards: shards.len(),
-        summaries,
+        summaries: shards.len() - without_summary.len(),
+        without_summary,
+        attempts_without_outcome,
         merged: five(&m),
         summed_summaries: five(&s),
-        equal: summaries == shards.len() && five(&m) == five(&s),
+        equal: five(&m) == five(&s),
     }
 }
 
@@ -237,10 +251,18 @@ mod tests {
         assert_eq!(c.summaries, 2);
         assert_eq!(c.merged[0], 62.0);
         assert_eq!(total(&shards).first_attempts, 62.0);
-        // A shard whose summary never came is not a match.
+        // A shard whose summary never came (it died) counts by its rows, and is named.
         let mut cut = shards.to_vec();
         cut[1].summary = None;
-        assert!(!check(&merge(&cut, t0, 1.0, 3), &cut).equal);
+        let c = check(&merge(&cut, t0, 1.0, 3), &cut);
+        assert!(c.equal && c.without_summary == vec![1], "{c:?}");
+        assert!(c.attempts_without_outcome >= 0.0);
+        // A summary that disagrees with the rows is not a match.
+        let mut off = shards.to_vec();
+        if let Some(s) = off[0].summary.as_mut() {
+            s.first_attempts += 1;
+        }
+        assert!(!check(&merge(&off, t0, 1.0, 3), &off).equal);
     }
 
     #[test]

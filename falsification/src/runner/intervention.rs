@@ -91,6 +91,20 @@ fn ready_dip(samples: &[Sample], step: f64, at: f64, s: f64) -> (u32, u32, Optio
     (before, least, again)
 }
 
+/// A loadgen shard killed, and the first attempts that reached the service around it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShardDeath {
+    pub at_s: f64,
+    pub shards: u32,
+    /// What the runner did (which shard, what it had counted).
+    pub detail: String,
+    /// Mean first attempts per run second over the rows of the last and the next `window_s`
+    /// (experiment time).
+    pub first_per_s_before: f64,
+    pub first_per_s_after: f64,
+    pub window_s: f64,
+}
+
 /// A raised `minReplicas` and the pods it gave.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Raised {
@@ -112,6 +126,7 @@ pub struct Interventions {
     pub kill: Option<Kill>,
     pub raised: Option<Raised>,
     pub rollout: Option<Rollout>,
+    pub shard: Option<ShardDeath>,
     /// Rows (over the whole run) on which a meter gauge read 0 while first attempts arrived in
     /// that row and the one before: a zero the meter did not measure.
     pub unmeasured_zeros: usize,
@@ -156,6 +171,30 @@ pub fn report(
             ready_again_s,
         }
     });
+    let shard = match rs.fault {
+        Some(Fault::ShardDied { at_s, shards }) => {
+            // A minute of experiment time each side: many rows, and the timeouts of requests
+            // sent before the death fall in it only as retries.
+            let window = 60.0 / s;
+            let rate = |from: f64, to: f64| {
+                let rows: Vec<&Sample> = rows_within(from, to).collect();
+                let first: f64 = rows.iter().map(|x| x.load.first_attempts).sum();
+                first / (rows.len().max(1) as f64 * step)
+            };
+            Some(ShardDeath {
+                at_s: at_s * s,
+                shards,
+                detail: done
+                    .iter()
+                    .find(|d| d.step == Action::KillShard)
+                    .map_or_else(String::new, |d| d.detail.clone()),
+                first_per_s_before: rate(at_s - window, at_s),
+                first_per_s_after: rate(at_s + step, at_s + window),
+                window_s: window * s,
+            })
+        }
+        _ => None,
+    };
     let raised = rs
         .remedy
         .and_then(|r| r.raised_min())
@@ -190,6 +229,7 @@ pub fn report(
         kill,
         raised,
         rollout,
+        shard,
         unmeasured_zeros,
     })
 }
@@ -295,6 +335,27 @@ impl Interventions {
                 k.ready_before,
                 k.ready_again_s
                     .map_or("no row".into(), |t| format!("{t:.0} s"))
+            );
+        }
+        if let Some(d) = &self.shard {
+            o += &format!(
+                "\n{} at {:.0} s: first attempts per run second {:.1} over the {:.0} s before, {:.1} \
+                 over the {:.0} s after ({:.0}%; {} of {} shards live); the dead shard's rows \
+                 count up to its death, what it had in flight has no outcome (`cluster.json`'s \
+                 merge check on Kubernetes).\n",
+                if d.detail.is_empty() {
+                    "no shard killed"
+                } else {
+                    &d.detail
+                },
+                d.at_s,
+                d.first_per_s_before,
+                d.window_s,
+                d.first_per_s_after,
+                d.window_s,
+                100.0 * d.first_per_s_after / d.first_per_s_before.max(f64::MIN_POSITIVE),
+                d.shards - 1,
+                d.shards
             );
         }
         if let Some(r) = &self.rollout {

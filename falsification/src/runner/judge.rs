@@ -8,7 +8,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::stack::{self, StackMeasure};
-use falsification_model::experiment::Scenario;
+use falsification_model::experiment::{Fault, Scenario};
 use falsification_model::outcome::{self, Evidence, Expect, Judgement, Outcome, State, Verdict};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::CasePrediction;
@@ -163,6 +163,7 @@ pub fn judge(t: &Trial) -> Judged {
         },
         Completeness::Complete => {
             let v = outage_rule(product_rule(rule(t), t.stack, t.run), t.outage_held);
+            let v = shard_rule(v, t.run, t.time_scale);
             Judged {
                 verdict: v.judgement.into(),
                 reason: v.reason,
@@ -226,6 +227,28 @@ fn outage_rule(v: Verdict, outage_held: Option<bool>) -> Verdict {
                 "{}; but the HPA changed its replicas while its meter was down",
                 v.reason
             ),
+        },
+        _ => v,
+    }
+}
+
+/// After a loadgen shard died the service got less than the case's demand, and the models were
+/// told so: the verdict says what the run decides (the outcome under the demand that reached
+/// the service) and what it cannot (the case as written, after the death).
+fn shard_rule(v: Verdict, rs: &Scenario, s: f64) -> Verdict {
+    match rs.fault {
+        Some(Fault::ShardDied { at_s, shards }) => Verdict {
+            reason: format!(
+                "{}; one of {shards} loadgen shards died at {:.0} s: from then on {} of {shards} \
+                 shares of the demand reached the service, and the predictions are for that \
+                 demand, so this verdict decides the outcome under it, not the case as written \
+                 after {:.0} s",
+                v.reason,
+                at_s * s,
+                shards - 1,
+                at_s * s
+            ),
+            ..v
         },
         _ => v,
     }

@@ -114,6 +114,18 @@ impl LoadCounters {
         })
     }
 
+    /// Two processes' counters together (loadgen shards).
+    pub fn plus(&self, other: &LoadCounters) -> LoadCounters {
+        LoadCounters {
+            first_attempts: self.first_attempts + other.first_attempts,
+            attempts: self.attempts + other.attempts,
+            successes: self.successes + other.successes,
+            timeouts: self.timeouts + other.timeouts,
+            status_5xx: self.status_5xx + other.status_5xx,
+            failed: self.failed + other.failed,
+        }
+    }
+
     /// What happened between `earlier` and `self`.
     pub fn minus(&self, earlier: &LoadCounters) -> LoadCounters {
         LoadCounters {

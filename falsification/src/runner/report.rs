@@ -675,6 +675,7 @@ fn events_csv(m: &Measured, s: f64) -> String {
             Action::UnlistPods => ("meter", "pods-unlisted"),
             Action::ListPods => ("meter", "pods-listed"),
             Action::KillPod => ("-", "kill"),
+            Action::KillShard => ("loadgen", "shard-killed"),
             Action::SetMinReplicas(_) => ("hpa", "min-replicas"),
             Action::RollOut(_) => ("deployment", "rolled-out"),
         };
