@@ -341,8 +341,9 @@ impl Interventions {
             o += &format!(
                 "\n{} at {:.0} s: first attempts per run second {:.1} over the {:.0} s before, {:.1} \
                  over the {:.0} s after ({:.0}%; {} of {} shards live); the dead shard's rows \
-                 count up to its death, what it had in flight has no outcome (`cluster.json`'s \
-                 merge check on Kubernetes).\n",
+                 count up to its death, and what it had in flight has no outcome (on Kubernetes \
+                 the kubelet's short grace may let it print a summary with them as unfinished; \
+                 `cluster.json`'s merge check says which shards printed none).\n",
                 if d.detail.is_empty() {
                     "no shard killed"
                 } else {
