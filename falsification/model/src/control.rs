@@ -175,12 +175,10 @@ pub enum PodEvent {
     Ready { rolled: bool },
     /// The newest ready pod leaves the endpoints (it finishes what it holds).
     Removed,
-    /// The oldest ready pod is gone with its queue (a fault); its replacement is ordered.
-    Killed,
-    /// A rolling update terminated the ready pod at this place in the order pods turned ready:
-    /// it leaves the endpoints, serves its queue for nobody during its grace, and what is left
-    /// then is gone; its debt never reaches anyone again.
-    Terminated(usize),
+    /// The ready pod at this place in the order pods turned ready is gone with its queue, and
+    /// its debt never reaches anyone again: killed (a fault: the oldest, 0; its replacement is
+    /// ordered), or terminated by a rolling update (what it serves in its grace reaches nobody).
+    Gone(usize),
 }
 
 #[derive(Debug)]
@@ -253,8 +251,6 @@ pub struct Control {
     rollout_at: Option<f64>,
     /// Pods ordered from now on have the new template.
     rolled_out: bool,
-    /// A rolling update is under way: some pods have the old template.
-    rolling: bool,
 }
 
 impl Control {
@@ -272,7 +268,6 @@ impl Control {
             kill_at: None,
             rollout_at: None,
             rolled_out: false,
-            rolling: false,
         }
     }
 
@@ -337,7 +332,6 @@ impl Control {
             kill_at: None,
             rollout_at: config.rollout_at,
             rolled_out: false,
-            rolling: false,
         })
     }
 
@@ -474,7 +468,7 @@ impl Control {
         }
         if let Some(r) = self.rollout_at.filter(|r| *r <= by) {
             self.rollout_at = None;
-            (self.rolled_out, self.rolling) = (true, true);
+            self.rolled_out = true;
             self.roll(r, events);
             return true;
         }
@@ -493,14 +487,14 @@ impl Control {
         if !self.ready_since.is_empty() {
             self.ready_since.remove(0);
         }
-        events.push(PodEvent::Killed);
+        events.push(PodEvent::Gone(0));
         self.order(at);
     }
 
     /// The deployment controller's passes of a rolling update at `now`, until one changes
     /// nothing; the update ends when no pod has the old template.
     fn roll(&mut self, now: f64, events: &mut Vec<PodEvent>) {
-        while self.rolling {
+        while self.rolling() {
             let old_ready = self.ready_since.iter().filter(|p| !p.rolled).count() as u32;
             let old_starting = self.pending.iter().filter(|p| !p.rolled).count() as u32;
             let pods = RolloutPods {
@@ -509,10 +503,6 @@ impl Control {
                 new_ready: self.ready - old_ready,
                 new_starting: self.pending.len() as u32 - old_starting,
             };
-            if pods.old() == 0 {
-                self.rolling = false;
-                return;
-            }
             let step = RollingUpdate::default().step(self.desired, pods);
             if step == RolloutStep::default() {
                 return;
@@ -532,10 +522,17 @@ impl Control {
                     self.accrue(now);
                     self.ready -= 1;
                     self.ready_since.remove(i);
-                    events.push(PodEvent::Terminated(i));
+                    events.push(PodEvent::Gone(i));
                 }
             }
         }
+    }
+
+    /// A rolling update is under way: it started, and some pod has the old template.
+    fn rolling(&self) -> bool {
+        self.rolled_out
+            && (self.ready_since.iter().any(|p| !p.rolled)
+                || self.pending.iter().any(|p| !p.rolled))
     }
 
     /// Orders a pod at `now`: it turns ready its dead time later.
@@ -577,7 +574,7 @@ impl Control {
         }
         // During a rolling update the surge may stay (the deployment controller scales its
         // ReplicaSets within it).
-        let surge = if self.rolling {
+        let surge = if self.rolling() {
             RollingUpdate::default().fenceposts(desired).0
         } else {
             0
@@ -866,7 +863,7 @@ mod tests {
             c.advance(t, low(t), &mut events);
             ready_at.push(c.ready());
         }
-        assert_eq!(events.first(), Some(&PodEvent::Killed));
+        assert_eq!(events.first(), Some(&PodEvent::Gone(0)));
         assert_eq!(
             (ready_at[2], ready_at[3], ready_at[92], ready_at[93]),
             (4, 3, 3, 4)
@@ -877,7 +874,7 @@ mod tests {
         fixed.advance(1.0, Totals::default(), &mut events);
         assert_eq!(
             events,
-            vec![PodEvent::Killed, PodEvent::Ready { rolled: false }]
+            vec![PodEvent::Gone(0), PodEvent::Ready { rolled: false }]
         );
         assert_eq!(fixed.ready(), 2);
     }
@@ -968,7 +965,7 @@ mod tests {
         }
         // 10 s: one old pod terminated (the newest), two new ordered; 100 s: both ready, two
         // old terminated, two more ordered; 190 s: the last old one goes.
-        assert_eq!(events[0], PodEvent::Terminated(3));
+        assert_eq!(events[0], PodEvent::Gone(3));
         assert_eq!(
             (ready_at[9], ready_at[10], ready_at[99], ready_at[100]),
             (4, 3, 3, 3)
@@ -976,14 +973,14 @@ mod tests {
         assert_eq!((ready_at[189], ready_at[190], ready_at[300]), (3, 4, 4));
         let terminated = events
             .iter()
-            .filter(|e| matches!(e, PodEvent::Terminated(_)))
+            .filter(|e| matches!(e, PodEvent::Gone(_)))
             .count();
         let new = events
             .iter()
             .filter(|e| **e == PodEvent::Ready { rolled: true })
             .count();
         assert_eq!((terminated, new), (4, 4));
-        assert!(!c.rolling);
+        assert!(!c.rolling());
         assert_eq!(c.desired(), 4);
     }
 

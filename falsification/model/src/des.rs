@@ -299,12 +299,7 @@ impl Sim<'_> {
             PodEvent::Removed => {
                 self.drops.pop();
             }
-            PodEvent::Killed | PodEvent::Terminated(_) => {
-                let i = if let PodEvent::Terminated(i) = e {
-                    i
-                } else {
-                    0
-                };
+            PodEvent::Gone(i) => {
                 if i < self.drops.len() {
                     self.drops.remove(i);
                 }
@@ -329,19 +324,13 @@ impl Sim<'_> {
                 self.free_at.pop();
                 self.in_flight.pop();
             }
-            // A killed server: pooled, like a stop (the queue is the pool's); per pod, the oldest
-            // pod gets no more work. Outcomes already drawn for its queue stand: the request
-            // level does not take back answers the pod would have given (the fluid does).
-            // A pod a rolling update terminates goes the same way.
-            (PodEvent::Killed | PodEvent::Terminated(_), true) if self.idle > 0 => self.idle -= 1,
-            (PodEvent::Killed | PodEvent::Terminated(_), true) => self.retiring += 1,
-            (PodEvent::Killed, false) => {
-                if !self.free_at.is_empty() {
-                    self.free_at.remove(0);
-                    self.in_flight.remove(0);
-                }
-            }
-            (PodEvent::Terminated(i), false) => {
+            // A pod gone (killed, or terminated by a rolling update): pooled, like a stop (the
+            // queue is the pool's); per pod, it gets no more work. Outcomes already drawn for its
+            // queue stand: the request level does not take back answers the pod would have given
+            // (the fluid does).
+            (PodEvent::Gone(_), true) if self.idle > 0 => self.idle -= 1,
+            (PodEvent::Gone(_), true) => self.retiring += 1,
+            (PodEvent::Gone(i), false) => {
                 if i < self.free_at.len() {
                     self.free_at.remove(i);
                     self.in_flight.remove(i);

@@ -829,18 +829,10 @@ impl Fault {
         }
     }
 
-    /// How many loadgen shards the case needs, if it says.
-    pub fn shards(&self) -> Option<u32> {
+    /// When a loadgen shard dies and how many shards the clients run as, if this kills one.
+    pub fn shard_death(&self) -> Option<(f64, u32)> {
         match *self {
-            Fault::ShardDied { shards, .. } => Some(shards),
-            _ => None,
-        }
-    }
-
-    /// When a shard dies, if this kills one.
-    pub fn shard_died(&self) -> Option<f64> {
-        match *self {
-            Fault::ShardDied { at_s, .. } => Some(at_s),
+            Fault::ShardDied { at_s, shards } => Some((at_s, shards)),
             _ => None,
         }
     }
@@ -983,7 +975,7 @@ impl Scenario {
         if let Some(b) = &self.bursts {
             changes.extend(b.windows.iter().flat_map(|&(a, z)| [a, z]));
         }
-        changes.extend(self.fault.and_then(|f| f.shard_died()));
+        changes.extend(self.fault.and_then(|f| f.shard_death()).map(|(at, _)| at));
         changes.sort_by(f64::total_cmp);
         changes.dedup();
         changes

@@ -126,8 +126,8 @@ impl<'s> Fluid<'s> {
     }
 
     /// Lets the control act at `t`: a new ready pod starts empty; a removed pod (the newest)
-    /// finishes its backlog for nobody; a killed pod (the oldest) loses it, as does a pod a
-    /// rolling update terminates (what it serves in its grace reaches nobody).
+    /// finishes its backlog for nobody; a pod gone (killed, or terminated by a rolling update)
+    /// loses it.
     fn apply_pod_events(&mut self, t: f64) {
         if self.control.next_event() > t {
             return;
@@ -144,9 +144,7 @@ impl<'s> Fluid<'s> {
                         self.draining.push(b);
                     }
                 }
-                // The oldest pod's queue is gone; pooled, its share of the one backlog.
-                PodEvent::Killed => self.lose(0),
-                PodEvent::Terminated(i) => self.lose(i),
+                PodEvent::Gone(i) => self.lose(i),
             }
         }
         self.events = events;

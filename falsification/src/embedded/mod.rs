@@ -378,7 +378,11 @@ impl Cluster for Embedded {
             }
             self.gateway = Some(gw);
         }
-        let shards = self.rs.fault.and_then(|f| f.shards()).unwrap_or(1);
+        let shards = self
+            .rs
+            .fault
+            .and_then(|f| f.shard_death())
+            .map_or(1, |(_, n)| n);
         for index in 0..shards {
             // Chosen just before the loadgen binds it, for the reason the meter's are.
             let metrics = process::free_loopback_port()?;

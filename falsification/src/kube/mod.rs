@@ -68,7 +68,10 @@ impl KubeTarget {
     /// share its demand, whatever `--loadgen-shards` says.
     pub fn for_case(&self, rs: &Scenario) -> KubeTarget {
         KubeTarget {
-            shards: rs.fault.and_then(|f| f.shards()).unwrap_or(self.shards),
+            shards: rs
+                .fault
+                .and_then(|f| f.shard_death())
+                .map_or(self.shards, |(_, n)| n),
             ..self.clone()
         }
     }

@@ -54,10 +54,8 @@ pub struct Outage {
 pub struct Kill {
     pub at_s: f64,
     pub pod: String,
-    pub ready_before: u32,
-    pub ready_least_after: u32,
-    /// When the ready pods were back to their count before the kill.
-    pub ready_again_s: Option<f64>,
+    #[serde(flatten)]
+    pub ready: ReadyDip,
 }
 
 /// A rolling update of the pods and the ready pods while it rolled.
@@ -66,29 +64,59 @@ pub struct Rollout {
     pub at_s: f64,
     /// What the new pods do with abandoned work.
     pub abandoned: Abandoned,
+    #[serde(flatten)]
+    pub ready: ReadyDip,
+}
+
+/// The ready pods around a kill or a rollout: before it, at the fewest after it, and when they
+/// were back to the count before (experiment time).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ReadyDip {
     pub ready_before: u32,
     pub ready_least_after: u32,
-    /// When the ready pods were back to their count before the update.
     pub ready_again_s: Option<f64>,
 }
 
-/// The ready pods around a change at `at` (run time): before it, at the fewest after it, and
-/// the first row (experiment time) they are back to the count before, after a dip.
-fn ready_dip(samples: &[Sample], step: f64, at: f64, s: f64) -> (u32, u32, Option<f64>) {
-    let observed = |x: &Sample| x.t + step;
-    let before = samples
-        .iter()
-        .rev()
-        .find(|x| observed(x) < at)
-        .map_or(0, |x| x.pods_ready);
-    let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) >= at).collect();
-    let least = after.iter().map(|x| x.pods_ready).min().unwrap_or(0);
-    let again = after
-        .iter()
-        .skip_while(|x| x.pods_ready >= before)
-        .find(|x| x.pods_ready >= before)
-        .map(|x| observed(x) * s);
-    (before, least, again)
+impl ReadyDip {
+    /// Around a change at `at` (run time): the first row back at the count before comes after
+    /// a dip.
+    fn around(samples: &[Sample], step: f64, at: f64, s: f64) -> ReadyDip {
+        let observed = |x: &Sample| x.t + step;
+        let before = samples
+            .iter()
+            .rev()
+            .find(|x| observed(x) < at)
+            .map_or(0, |x| x.pods_ready);
+        let after: Vec<&Sample> = samples.iter().filter(|x| observed(x) >= at).collect();
+        ReadyDip {
+            ready_before: before,
+            ready_least_after: after.iter().map(|x| x.pods_ready).min().unwrap_or(0),
+            ready_again_s: after
+                .iter()
+                .skip_while(|x| x.pods_ready >= before)
+                .find(|x| x.pods_ready >= before)
+                .map(|x| observed(x) * s),
+        }
+    }
+
+    /// "ready pods N before, M at the fewest `when`, back to N at T".
+    fn text(&self, when: &str) -> String {
+        format!(
+            "ready pods {} before, {} at the fewest {when}, back to {} at {}",
+            self.ready_before,
+            self.ready_least_after,
+            self.ready_before,
+            self.ready_again_s
+                .map_or("no row".into(), |t| format!("{t:.0} s"))
+        )
+    }
+}
+
+/// What the runner said when it took `action`, if it did.
+fn detail_of(done: &[ActionDone], action: Action) -> String {
+    done.iter()
+        .find(|d| d.step == action)
+        .map_or_else(String::new, |d| d.detail.clone())
 }
 
 /// A loadgen shard killed, and the first attempts that reached the service around it.
@@ -147,30 +175,19 @@ pub fn report(
     }
     let rows_within = |from: f64, to: f64| rows_within(samples, step, from, to);
     let outage = rs.fault.and_then(|f| outage(f, syncs, samples, step, s));
-    let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| {
-        let pod = done
-            .iter()
-            .find(|d| d.step == Action::KillPod)
-            .map_or_else(String::new, |d| d.detail.clone());
-        let (ready_before, ready_least_after, ready_again_s) = ready_dip(samples, step, at, s);
-        Kill {
-            at_s: at * s,
-            pod,
-            ready_before,
-            ready_least_after,
-            ready_again_s,
-        }
+    let kill = rs.fault.and_then(|f| f.pod_killed()).map(|at| Kill {
+        at_s: at * s,
+        pod: detail_of(done, Action::KillPod),
+        ready: ReadyDip::around(samples, step, at, s),
     });
-    let rollout = rs.remedy.and_then(|r| r.rollout()).map(|(at, abandoned)| {
-        let (ready_before, ready_least_after, ready_again_s) = ready_dip(samples, step, at, s);
-        Rollout {
+    let rollout = rs
+        .remedy
+        .and_then(|r| r.rollout())
+        .map(|(at, abandoned)| Rollout {
             at_s: at * s,
             abandoned,
-            ready_before,
-            ready_least_after,
-            ready_again_s,
-        }
-    });
+            ready: ReadyDip::around(samples, step, at, s),
+        });
     let shard = match rs.fault {
         Some(Fault::ShardDied { at_s, shards }) => {
             // A minute of experiment time each side: many rows, and the timeouts of requests
@@ -184,10 +201,7 @@ pub fn report(
             Some(ShardDeath {
                 at_s: at_s * s,
                 shards,
-                detail: done
-                    .iter()
-                    .find(|d| d.step == Action::KillShard)
-                    .map_or_else(String::new, |d| d.detail.clone()),
+                detail: detail_of(done, Action::KillShard),
                 first_per_s_before: rate(at_s - window, at_s),
                 first_per_s_after: rate(at_s + step, at_s + window),
                 window_s: window * s,
@@ -327,14 +341,10 @@ impl Interventions {
         }
         if let Some(k) = &self.kill {
             o += &format!(
-                "\n{} killed at {:.0} s: ready pods {} before, {} at the fewest after, back to {} at {}.\n",
+                "\n{} killed at {:.0} s: {}.\n",
                 if k.pod.is_empty() { "no pod" } else { &k.pod },
                 k.at_s,
-                k.ready_before,
-                k.ready_least_after,
-                k.ready_before,
-                k.ready_again_s
-                    .map_or("no row".into(), |t| format!("{t:.0} s"))
+                k.ready.text("after")
             );
         }
         if let Some(d) = &self.shard {
@@ -361,15 +371,10 @@ impl Interventions {
         }
         if let Some(r) = &self.rollout {
             o += &format!(
-                "\nRolled out at {:.0} s (the new pods {} abandoned work): ready pods {} before, {} at \
-                 the fewest during the update, back to {} at {}.\n",
+                "\nRolled out at {:.0} s (the new pods {} abandoned work): {}.\n",
                 r.at_s,
                 r.abandoned.verb(),
-                r.ready_before,
-                r.ready_least_after,
-                r.ready_before,
-                r.ready_again_s
-                    .map_or("no row".into(), |t| format!("{t:.0} s"))
+                r.ready.text("during the update")
             );
         }
         if let Some(r) = &self.raised {
@@ -524,9 +529,9 @@ mod tests {
         assert_eq!(
             (
                 k.pod.as_str(),
-                k.ready_before,
-                k.ready_least_after,
-                k.ready_again_s
+                k.ready.ready_before,
+                k.ready.ready_least_after,
+                k.ready.ready_again_s
             ),
             ("pod-3", 20, 19, Some(100.0))
         );
