@@ -6,8 +6,8 @@
 #   scripts/check-image.sh [ARCHIVE]   (default: build or reuse it with image-build.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 fail() { echo "check-image: $*" >&2; exit 1; }
 
 archive=${1:-$(scripts/image-build.sh --archive)}

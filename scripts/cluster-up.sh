@@ -165,7 +165,7 @@ ms_patch='{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"
   {"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--kubelet-request-timeout='${flag[kubelet_request_timeout]}'"}'
 if [[ -n ${METRICS_SERVER_IMAGE_ARCHIVE:-} ]]; then
   ms_manifest=k8s/kind/metrics-server-v0.8.0.yaml
-  ms_image=localhost/rdk/metrics-server:v0.8.0 # scripts/local-cluster-lib.sh's lc_infra_images
+  ms_image=localhost/rdk/metrics-server:v0.8.0 # scripts/lib/local-cluster.sh's lc_infra_images
   kind load image-archive "$METRICS_SERVER_IMAGE_ARCHIVE" --name "$cluster"
   ms_patch+=',{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"'$ms_image'"},
   {"op":"replace","path":"/spec/template/spec/containers/0/imagePullPolicy","value":"Never"}'

@@ -13,8 +13,8 @@
 # `imagePullPolicy: IfNotPresent` always runs exactly this build. Env: RDK_CACHE, CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 
 want=ref
 case ${1-} in

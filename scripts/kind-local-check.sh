@@ -2,15 +2,15 @@
 # The kit's kind path end to end on this machine, as a user runs it: the cluster at time scale 5
 # (scripts/kind-local-up.sh, which runs scripts/cluster-up.sh), scripts/deploy.sh with each
 # overlay, F4 paired-no-step and F3 first-attempt through the upstream HPA with their verdicts
-# and records checked (scripts/local-cluster-falsify.sh --kind), and the cluster deleted with
+# and records checked (scripts/local-cluster-run.sh --kind), and the cluster deleted with
 # nothing left (scripts/kind-local-down.sh), also when a step fails. Prints each step's time.
 # About 25 minutes with the node image cached; not in CI (its 40 minutes are spent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
-# shellcheck source=scripts/kind-lib.sh
-. scripts/kind-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
+# shellcheck source=scripts/lib/kind.sh
+. scripts/lib/kind.sh
 
 lc_need_root
 t0=$SECONDS
@@ -30,9 +30,9 @@ done
 kubectl delete apiservice v1beta1.external.metrics.k8s.io --ignore-not-found
 kubectl delete namespace retry-debt --timeout=120s
 step "deploy.sh's objects deleted"
-scripts/local-cluster-falsify.sh --kind F4 --case paired-no-step
+scripts/local-cluster-run.sh --kind F4 --case paired-no-step
 step "F4 paired-no-step"
-scripts/local-cluster-falsify.sh --kind F3 --signal first
+scripts/local-cluster-run.sh --kind F3 --signal first
 step "F3 first-attempt"
 trap - EXIT
 scripts/kind-local-down.sh

@@ -7,10 +7,10 @@
 #   scripts/kind-local-down.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
-# shellcheck source=scripts/kind-lib.sh
-. scripts/kind-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
+# shellcheck source=scripts/lib/kind.sh
+. scripts/lib/kind.sh
 
 [[ $# == 0 ]] || lc_die "takes no arguments"
 lc_need_root
@@ -56,22 +56,8 @@ rm -rf "$KIND_STATE"
 # podman's empty scaffolding, made again by the next container; CNI-ADMIN only if still empty
 # (it is the administrator's).
 if [[ -z $(podman ps -aq) ]] && ! lc_pid containerd >/dev/null; then
-  if iptables -w -C FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD 2>/dev/null; then
-    iptables -w -D FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
-  fi
-  if iptables -w -F CNI-FORWARD 2>/dev/null; then iptables -w -X CNI-FORWARD; fi
+  lc_purge_chains iptables 'CNI-FORWARD|CNI-HOSTPORT-(DNAT|MASQ|SETMARK)'
   if [[ $(iptables -w -S CNI-ADMIN 2>/dev/null | wc -l) == 1 ]]; then iptables -w -X CNI-ADMIN; fi
-  for hook in PREROUTING OUTPUT; do
-    if iptables -w -t nat -C "$hook" -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT 2>/dev/null; then
-      iptables -w -t nat -D "$hook" -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
-    fi
-  done
-  if iptables -w -t nat -C POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ 2>/dev/null; then
-    iptables -w -t nat -D POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ
-  fi
-  for chain in CNI-HOSTPORT-DNAT CNI-HOSTPORT-MASQ CNI-HOSTPORT-SETMARK; do
-    if iptables -w -t nat -F "$chain" 2>/dev/null; then iptables -w -t nat -X "$chain"; fi
-  done
 fi
 
 left=()

@@ -9,10 +9,10 @@
 #   scripts/kind-local-down.sh                  delete it and check that nothing is left
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
-# shellcheck source=scripts/kind-lib.sh
-. scripts/kind-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
+# shellcheck source=scripts/lib/kind.sh
+. scripts/lib/kind.sh
 
 lc_need_root
 t0=$SECONDS

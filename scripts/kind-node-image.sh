@@ -21,10 +21,10 @@
 # The cache key is the binaries' folder, kind's version, the package list and this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
-# shellcheck source=scripts/kind-lib.sh
-. scripts/kind-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
+# shellcheck source=scripts/lib/kind.sh
+. scripts/lib/kind.sh
 
 [[ $# == 0 ]] || lc_die "takes no arguments"
 lc_need_root

@@ -12,8 +12,8 @@
 # Env: RDK_CACHE (default /var/cache/retry-debt-kit), the cache root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 
 bin_dir=$(lc_bin_dir)
 if [[ ${1-} == --print ]]; then

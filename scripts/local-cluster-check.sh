@@ -10,8 +10,8 @@
 # (namespace, APIService, RBAC), so `falsification run --cluster kube` finds a clean cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 
 export KUBECONFIG=$LC_STATE/kubeconfig
 LC_BIN=$(scripts/local-cluster-build.sh --print)

@@ -7,8 +7,8 @@
 #   scripts/local-cluster-down.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 lc_need_root
 
 bin_dir=$(scripts/local-cluster-build.sh --print)
@@ -50,25 +50,8 @@ sleep 0.2
 # iptables: kube-proxy's own cleanup, then every chain named for the cluster (kube-proxy's and
 # the kubelet's KUBE-*, the CNI plugins' CNI-*, the kit's guard RDK-*) with the jumps to them.
 if [[ -x $bin_dir/kube-proxy ]]; then "$bin_dir/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
-purge_chains() {
-  local ipt=$1 table rule chain
-  for table in raw mangle nat filter; do
-    "$ipt" -t "$table" -S >/dev/null 2>&1 || continue
-    # Rules in built-in chains that jump to ours.
-    while read -r rule; do
-      # shellcheck disable=SC2086 # the rule is a list of arguments
-      "$ipt" -t "$table" ${rule/-A/-D} 2>/dev/null || true
-    done < <("$ipt" -t "$table" -S | grep -E '^-A (PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) .*-j (KUBE-|CNI-|RDK-)')
-    for chain in $("$ipt" -t "$table" -S | awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-|RDK-)/ {print $2}'); do
-      "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
-    done
-    for chain in $("$ipt" -t "$table" -S | awk '$1 == "-N" && $2 ~ /^(KUBE-|CNI-|RDK-)/ {print $2}'); do
-      "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
-    done
-  done
-}
-purge_chains iptables
-command -v ip6tables >/dev/null && purge_chains ip6tables
+lc_purge_chains iptables '(KUBE|CNI|RDK)-.*'
+! command -v ip6tables >/dev/null || lc_purge_chains ip6tables '(KUBE|CNI|RDK)-.*'
 
 # Mounts under the state folder (projected tokens, the kubelet root, sandbox shm, netns),
 # deepest first, lazily: a mount still busy goes when its last user does.

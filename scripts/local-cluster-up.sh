@@ -17,13 +17,13 @@
 # S, but never below upstream's minimum of 10 s (recorded in the same ConfigMap, key
 # metrics-server.json).
 #
-# Addresses are inside 198.18.0.0/15 (see local-cluster-lib.sh); every listener binds to
+# Addresses are inside 198.18.0.0/15 (see scripts/lib/local-cluster.sh); every listener binds to
 # loopback or the node address, pods reach only the cluster's own ranges (guard rules), and
 # CoreDNS has no upstream. Needs root. Env: RDK_CACHE, LC_STATE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 
 hpa_sync=15s
 time_scale=1

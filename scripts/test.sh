@@ -2,8 +2,10 @@
 # The kit's tests, on a fresh machine: installs what they need when it is missing (promtool
 # checks the metrics of the pod, loadgen and meter; shellcheck checks scripts/; perf counts the
 # loadgen's system calls per request; HAProxy is F5's gateway; kubectl with kustomize renders the
-# manifests), then runs every test of the workspace.
-#   scripts/test.sh [extra cargo test arguments]
+# manifests), then runs the tests of the workspace. The slow ones (the embedded experiments, the
+# staging stack) are #[ignore]d here and run by scripts/verify.sh.
+#   scripts/test.sh                         every crate's tests
+#   scripts/test.sh CARGO_TEST_ARGS...      instead of --workspace, e.g. -p loadgen
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,4 +23,5 @@ if ((${#need_apt[@]})); then
 fi
 command -v kubectl >/dev/null || { echo "test.sh: kubectl is not on PATH (the meter's tests and the manifest checks render with kubectl kustomize)" >&2; exit 1; }
 
-cargo test --workspace --locked "$@"
+(($#)) || set -- --workspace
+cargo test --locked "$@"

@@ -6,6 +6,8 @@
 //! embedded cluster runs one FIFO per pod, new pods start empty and the loadgen's connections
 //! route the attempts, which is what that model describes (the pooled model is one shared FIFO,
 //! which no cluster of pods runs).
+//!
+//! Minutes each: `#[ignore]`d in `scripts/test.sh`, run by `scripts/verify.sh embedded`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -164,6 +166,7 @@ fn within(measured: f64, predicted: f64, rel: f64, abs: f64) -> bool {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn the_record_has_every_pods_arrivals_queue_and_readiness_per_row() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, dir, _) = run_case(&["run", "F3", "--signal", "first", "--horizon", "150s"]);
@@ -196,6 +199,7 @@ fn the_record_has_every_pods_arrivals_queue_and_readiness_per_row() {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f3_first_attempt_stays_trapped_at_twenty_pods() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, _dir, s) = run_case(&["run", "F3", "--signal", "first", "--horizon", "300s"]);
@@ -222,6 +226,7 @@ fn f3_first_attempt_stays_trapped_at_twenty_pods() {
 /// F9's meter-stale case, cut to 300 s: the meter stays up but its pods file lists no pod from
 /// 20 s to 80 s; it must say it has nothing to serve (never a zero) and the HPA holds.
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f9_a_meter_that_scrapes_no_pod_says_so_and_the_hpa_holds() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, dir, s) = run_case(&["run", "F9", "--case", "meter-stale", "--horizon", "300s"]);
@@ -246,6 +251,7 @@ fn f9_a_meter_that_scrapes_no_pod_says_so_and_the_hpa_holds() {
 /// at 300 s; the record names it, a quarter of the first attempts goes, the first-attempt HPA
 /// scales in to 15 and the trap holds, as predicted for the demand that reached the service.
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f9_a_dead_loadgen_shard_takes_its_share_and_the_verdict_says_so() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, dir, s) = run_case(&["run", "F9", "--case", "shard-died", "--horizon", "700s"]);
@@ -286,6 +292,7 @@ fn f9_a_dead_loadgen_shard_takes_its_share_and_the_verdict_says_so() {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, dir, s) = run_case(&[
@@ -330,6 +337,7 @@ fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
 /// drop abandoned work, 15 of 20 ready at the fewest (the default 25% unavailable), and the
 /// service gets out once the new pods serve, as the per-pod fluid predicts.
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f10_rolling_out_pods_that_drop_abandoned_work_gets_out() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, dir, s) = run_case(&[
@@ -383,6 +391,7 @@ fn f10_rolling_out_pods_that_drop_abandoned_work_gets_out() {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f4_paired_step_follows_the_per_pod_prediction() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, dir, s) = run_case(&["run", "F4", "--case", "paired-step", "--horizon", "500s"]);
@@ -432,6 +441,7 @@ fn f4_paired_step_follows_the_per_pod_prediction() {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn a_run_too_short_to_recover_is_not_recovered_within_its_horizon() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // F2 at 30% recovers some 9,700 s after its spike; 500 s after it the debt is still draining.
@@ -461,6 +471,7 @@ fn a_run_too_short_to_recover_is_not_recovered_within_its_horizon() {
 /// publication's reversal), while the same spike with a backoff of up to 5 s (2.5 s, then 5 s)
 /// stays trapped (backoff does not change A).
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f7_dropping_abandoned_work_reverses_the_trap_and_a_backoff_does_not() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for (case, trapped) in [("reversal-spike", false), ("backoff-5s", true)] {
@@ -474,6 +485,7 @@ fn f7_dropping_abandoned_work_reverses_the_trap_and_a_backoff_does_not() {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn ctrl_c_keeps_a_readable_partial_record() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ensure_binaries();
@@ -508,6 +520,7 @@ fn ctrl_c_keeps_a_readable_partial_record() {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     ensure_binaries();
@@ -687,6 +700,7 @@ fn run_released(args: &[&str]) -> (tempfile::TempDir, PathBuf) {
 }
 
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // The README's main-job compression (S = 20, half the rates): CPU's recovery is predicted
@@ -741,6 +755,7 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
 /// models predict for least connections (the trapped pods get only what their in-flight count
 /// allows, and drain).
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f6_least_connections_gets_out_above_one_over_a() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_out, session) = run_released(&[
@@ -783,6 +798,7 @@ fn f6_least_connections_gets_out_above_one_over_a() {
 /// failed phase (3 client attempts x 3 gateway tries), and the meter's first attempts counted
 /// once per logical request while the `x-attempt: 0` header arrives 3 times.
 #[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn f5_a_retrying_gateway_multiplies_the_clients_amplification() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let haproxy = Command::new("haproxy").arg("-v").output();

@@ -17,6 +17,8 @@
 //!   spike);
 //! - aborted: the trapped case with `--abort-if "goodput<0.5 for 5s"`.
 //!
+//! Minutes in all: `#[ignore]`d in `scripts/test.sh`, run by `scripts/verify.sh stack`.
+//!
 //! Arrivals per layer come from Prometheus, outermost first: nginx's client requests
 //! (stub_status), then the tries nginx sent to the app (its access log's `$upstream_addr`): the
 //! arrivals at the app. Not the app's own `http_requests_total`: it counts requests served, and a
@@ -347,6 +349,7 @@ fn value(prometheus: &str, promql: &str) -> Option<f64> {
 }
 
 #[test]
+#[ignore = "slow: a staging stack on loopback; scripts/verify.sh stack"]
 fn the_stack_loads_the_shipped_rules_time_scaled_and_its_mapping() {
     let dir = tempfile::tempdir().unwrap();
     let files = write_rules(dir.path(), "staging");
@@ -704,6 +707,7 @@ fn with_stack(f: impl FnOnce(&Stack)) {
 }
 
 #[test]
+#[ignore = "slow: a staging stack on loopback; scripts/verify.sh stack"]
 fn below_the_threshold_the_stack_recovers() {
     with_stack(|stack| {
         let case = run_case(
@@ -779,6 +783,7 @@ fn below_the_threshold_the_stack_recovers() {
 }
 
 #[test]
+#[ignore = "slow: a staging stack on loopback; scripts/verify.sh stack"]
 fn above_the_threshold_the_stack_is_trapped_at_the_configured_amplification() {
     with_stack(|stack| {
         let case = run_case(
@@ -899,6 +904,7 @@ fn base_load_until_the_alert_fires(stack: &Stack, case: &Case) -> Option<Fired> 
 }
 
 #[test]
+#[ignore = "slow: a staging stack on loopback; scripts/verify.sh stack"]
 fn a_stop_rule_aborts_the_trapped_case() {
     with_stack(|stack| {
         let case = run_case(

@@ -4,25 +4,25 @@
 # --cluster kube`. Checks what CI needs of each case's record: the predicted verdict held,
 # `hpa: upstream v1.36.4`, and nothing of the run left in the cluster (the runner checks its
 # namespace is gone; this checks it again).
-#   scripts/local-cluster-falsify.sh EXPERIMENT [run flags]    e.g. F3 --signal first
-#   scripts/local-cluster-falsify.sh --kind EXPERIMENT [run flags]
+#   scripts/local-cluster-run.sh EXPERIMENT [run flags]    e.g. F3 --signal first
+#   scripts/local-cluster-run.sh --kind EXPERIMENT [run flags]
 # --kind runs against the kind cluster of scripts/kind-local-up.sh instead, and also checks that
 # the record names kind and its node image. The time scale is the one the cluster records.
 # Records go to runs/local-cluster/ or runs/kind/ (env OUT to change it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/local-cluster-lib.sh
-. scripts/local-cluster-lib.sh
+# shellcheck source=scripts/lib/local-cluster.sh
+. scripts/lib/local-cluster.sh
 
 kind=false
 if [[ ${1-} == --kind ]]; then
   kind=true
   shift
 fi
-(($#)) || lc_die "usage: scripts/local-cluster-falsify.sh [--kind] EXPERIMENT [falsification run flags], e.g. F3 --signal first"
+(($#)) || lc_die "usage: scripts/local-cluster-run.sh [--kind] EXPERIMENT [falsification run flags], e.g. F3 --signal first"
 if $kind; then
-  # shellcheck source=scripts/kind-lib.sh
-  . scripts/kind-lib.sh
+  # shellcheck source=scripts/lib/kind.sh
+  . scripts/lib/kind.sh
   out=${OUT:-runs/kind}
   export KUBECONFIG=$KIND_KUBECONFIG
   [[ -f $KUBECONFIG ]] || lc_die "no kind cluster (run scripts/kind-local-up.sh --time-scale 5)"
@@ -33,7 +33,7 @@ else
 fi
 falsification=${CARGO_TARGET_DIR:-target}/release/falsification
 cargo build --release --locked -q -p falsification
-fail() { echo "local-cluster-falsify: $*" >&2; exit 1; }
+fail() { echo "local-cluster-run: $*" >&2; exit 1; }
 
 run() {
   local label t0=$SECONDS session dir summary verdict hpa
@@ -51,7 +51,7 @@ run() {
     if $kind && ! jq -e '(.cluster // "" | startswith("kind ")) and .node_image != null' "$dir/cluster.json" >/dev/null; then
       fail "$(basename "$dir"): the record does not name kind and its node image: $(jq -c '[.cluster, .node_image]' "$dir/cluster.json")"
     fi
-    echo "local-cluster-falsify: $(basename "$dir") held on $hpa in $((SECONDS - t0)) s: $(jq -r .reason "$summary")"
+    echo "local-cluster-run: $(basename "$dir") held on $hpa in $((SECONDS - t0)) s: $(jq -r .reason "$summary")"
   done
   [[ -z $(kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name) ]] ||
     fail "$label: a namespace of the run is left: $(kubectl get namespace -l app.kubernetes.io/managed-by=retry-debt-kit -o name)"

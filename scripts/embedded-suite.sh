@@ -2,10 +2,10 @@
 # The falsification suite on the embedded local cluster, with a table of measured figures against
 # the per-pod and pooled fluid predictions (ratios), every verdict, and the CPU of runner + meter.
 #
-#   scripts/falsify-local.sh                 # F1-F4 at S = 10 (about 50 min on 2 cores)
-#   ONLY=F2 HORIZON=12000s scripts/falsify-local.sh     # part of it
-#   TIME_SCALE=20 RATE_SCALE=0.5 ONLY=F3,F4 scripts/falsify-local.sh
-#   SESSIONS=runs/A-suite,runs/B-suite scripts/falsify-local.sh   # only the table, of records
+#   scripts/embedded-suite.sh                 # F1-F4 at S = 10 (about 50 min on 2 cores)
+#   ONLY=F2 HORIZON=12000s scripts/embedded-suite.sh     # part of it
+#   TIME_SCALE=20 RATE_SCALE=0.5 ONLY=F3,F4 scripts/embedded-suite.sh
+#   SESSIONS=runs/A-suite,runs/B-suite scripts/embedded-suite.sh   # only the table, of records
 #
 # The light fixed-capacity experiments (F1, F2: 4 pods, 20,000 s of experiment time per case)
 # run side by side, LIGHT_JOBS at once (default 4); the autoscaled ones (F3, F4: up to 50 pods)
@@ -23,7 +23,7 @@ LIGHT_JOBS="${LIGHT_JOBS:-4}"
 OUT="${OUT:-runs}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 
-command -v jq >/dev/null || { echo "falsify-local: needs jq (apt-get install jq)" >&2; exit 1; }
+command -v jq >/dev/null || { echo "embedded-suite: needs jq (apt-get install jq)" >&2; exit 1; }
 
 # suite IDS JOBS: runs those experiments, appends the session directory to $sessions.
 sessions=()
@@ -60,7 +60,7 @@ else
 fi
 indexes=()
 for s in "${sessions[@]}"; do
-  [[ -f "$s/index.json" ]] || { echo "falsify-local: no index in '$s'" >&2; exit 1; }
+  [[ -f "$s/index.json" ]] || { echo "embedded-suite: no index in '$s'" >&2; exit 1; }
   indexes+=("$s/index.json")
 done
 all="$(jq -s add "${indexes[@]}")"

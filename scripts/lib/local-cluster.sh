@@ -67,6 +67,22 @@ lc_wait() {
   for ((i = 0; i < secs * 4; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
   lc_die "$what not within ${secs} s (logs: $LC_STATE/logs)"
 }
+# The one teardown of iptables chains (the cluster's, the CNI plugins'): in every table of IPT
+# (iptables or ip6tables), the jumps from the built-in chains to chains matching the extended
+# regex PATTERN, then those chains' rules, then the chains. xargs keeps quoted comments whole.
+lc_purge_chains() {
+  local ipt=$1 pattern=$2 table chains chain
+  for table in raw mangle nat filter; do
+    "$ipt" -w -t "$table" -S >/dev/null 2>&1 || continue
+    "$ipt" -w -t "$table" -S | grep -E "^-A (PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) .*-j ($pattern)( |$)" |
+      sed 's/^-A /-D /' | while read -r rule; do
+        echo "$rule" | xargs "$ipt" -w -t "$table" 2>/dev/null || true
+      done
+    chains=$("$ipt" -w -t "$table" -S | awk -v p="^($pattern)$" '$1 == "-N" && $2 ~ p {print $2}')
+    for chain in $chains; do "$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true; done
+    for chain in $chains; do "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true; done
+  done
+}
 lc_kubectl() { "$LC_BIN/kubectl" --kubeconfig "$LC_STATE/kubeconfig" "$@"; }
 
 # buildah with its storage in the cache (overlay works in this VM). It also writes a blob

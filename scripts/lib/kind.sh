@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034 # the variables are used by the scripts that source this file
 # Shared by the scripts that run kind on this kind of machine (sourced after
-# local-cluster-lib.sh): the container engine, kind itself, and the network the nodes live on.
+# lib/local-cluster.sh): the container engine, kind itself, and the network the nodes live on.
 #
 # The engine is podman: Debian bookworm's docker.io (20.10) cannot start a --privileged
 # container in a VM whose capability bounding set lacks CAP_SYS_RESOURCE ("unable to apply caps:
@@ -32,7 +32,7 @@ kind_engine_setup() {
   lc_apt_install podman runc golang-github-containernetworking-plugin-dnsname buildah debootstrap jq
   mkdir -p "$KIND_STATE"
   cat >"$KIND_STATE/containers.conf" <<EOF
-# Written by retry-debt-kit's scripts/kind-lib.sh for the kind cluster's podman calls.
+# Written by retry-debt-kit's scripts/lib/kind.sh for the kind cluster's podman calls.
 # The machine's hard limits are 20,000 open files: a container asking for more does not start.
 # DNS: only the nodes' network's own resolver (podman's dnsname, which knows the node names and
 # asks the host's resolver for the rest); the host's nameservers, which podman would add, are
