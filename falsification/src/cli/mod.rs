@@ -22,7 +22,7 @@ use falsification_model::{predict, report};
 #[command(
     name = "falsification",
     version,
-    about = "Retry-debt laws, models and the F1-F4 falsification suite"
+    about = "Retry-debt laws, models and the falsification experiments F0-F10 (default suite F1-F4)"
 )]
 pub struct Cli {
     #[command(subcommand)]
