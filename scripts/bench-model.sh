@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark and full-length checks of the falsification models (prints figures; not a test).
-#  1. `falsification predict` for all of F1-F4: closed forms + fluid (target: under 2 s), and with the
+#  1. `falsification predict` for every built-in experiment (`all`, F0-F10): closed forms + fluid (target: under 2 s), and with the
 #     request-level model at three seeds over the full horizons.
 #  2. Request-level events per second of one thread (target: well over 1,000,000).
 #  3. F1 at full length: 20,000 s at 4 pods, A rho from 1.5 to 2.85, pooled and per pod: no timeout.
@@ -18,7 +18,7 @@ wall() {
   { time "$@" >/dev/null; } 2>&1
 }
 
-echo "== predict all (F1-F4)"
+echo "== predict all (every built-in experiment)"
 echo "closed forms + pooled and per-pod fluid: $(wall "$bin" predict all --no-request-level) s (target < 2 s)"
 echo "with request level, 3 seeds, full horizons: $(wall "$bin" predict all) s"
 
