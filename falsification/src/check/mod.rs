@@ -28,6 +28,7 @@ use amplify::{ClassFigure, Fix, HpaFigure, SignalSees, Stack};
 use detect::FileKind;
 use falsification_model::experiment::Spike;
 use falsification_model::laws;
+use falsification_model::predict::PooledSpike;
 use layer::{Abandoned, Autoscaler, FailureClass, InputError, Layer, Parsed, Sees, Skipped};
 
 /// What `check` is asked.
@@ -456,11 +457,23 @@ fn trigger_figure(
                     vec!["the fluid model is not run: A is unbounded".to_string()],
                 )
             } else if input.predict {
-                crate::trigger::predict_recovery(a, rho, tau, s).map_err(|e| {
-                    InputError::Question {
-                        question: format!("--predict: the fluid model failed: {e:#}"),
-                    }
-                })?
+                // The trigger test's model of one pool behind one client layer of the stack's A.
+                let spike = PooledSpike {
+                    rho,
+                    capacity: None,
+                    k,
+                    spike_s: length_s,
+                    given: true,
+                    tau_out_s: tau,
+                    warmup_s: None,
+                    retries: 0,
+                    retry_budget: None,
+                    stack_a: Some(a),
+                };
+                let r = spike.recovery().map_err(|e| InputError::Question {
+                    question: format!("--predict: the fluid model failed: {e}"),
+                })?;
+                (r.fluid_s, r.warnings)
             } else {
                 (None, Vec::new())
             };
