@@ -33,9 +33,6 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use clap::builder::Resettable;
-use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -935,22 +932,9 @@ fn grpc_settings(config: Option<(&Path, &GrpcServiceConfig)>) -> Settings {
     s
 }
 
-/// The kit loadgen's own parser, with its environment variables switched off (the stack file, not
-/// the shell that runs `check`, says what the client does) and no flag required (a target and a
-/// rate say nothing about retries).
-fn loadgen_command() -> clap::Command {
-    loadgen::Config::command().mut_args(|a| {
-        a.env(Resettable::Reset)
-            .required_unless_present(Resettable::Reset)
-    })
-}
-
 /// Reads the kit loadgen's flags as `loadgen` would.
 fn loadgen_settings(file: &Path, at: &str, args: &[String]) -> Result<Settings, InputError> {
-    let parsed = loadgen_command()
-        .try_get_matches_from(std::iter::once("loadgen").chain(args.iter().map(String::as_str)))
-        .and_then(|m| loadgen::Config::from_arg_matches(&m).map(|c| (m, c)));
-    let (matches, config) = parsed.map_err(|e| {
+    let (config, defaults) = loadgen::config::parse_argv(args).map_err(|e| {
         let shown = e.to_string();
         let first = shown
             .lines()
@@ -973,27 +957,27 @@ fn loadgen_settings(file: &Path, at: &str, args: &[String]) -> Result<Settings, 
     const V: &str = concat!("kit loadgen ", env!("CARGO_PKG_VERSION"));
     let mut s = loadgen_figures(&config);
     let retry_on: Vec<&str> = config.retry_on.iter().map(|r| r.name()).collect();
-    for (id, flag, about, value) in [
+    for (default, flag, about, value) in [
         (
-            "timeout",
+            defaults.timeout,
             "--timeout",
             Setting::Timeout,
             humantime::format_duration(config.timeout).to_string(),
         ),
         (
-            "retries",
+            defaults.retries,
             "--retries",
             Setting::Tries,
             config.retries.to_string(),
         ),
         (
-            "retry_on",
+            defaults.retry_on,
             "--retry-on",
             Setting::RetryOn,
             retry_on.join(","),
         ),
     ] {
-        if matches.value_source(id) == Some(ValueSource::DefaultValue) {
+        if default {
             s = s.default_used(about, flag, &value, V, "loadgen/src/config.rs Config");
         }
     }
