@@ -2183,7 +2183,7 @@ mod tests {
         ($name:literal) => {
             (
                 $name,
-                include_str!(concat!("../../tests/data/check/kube/", $name)),
+                include_str!(concat!("../tests/data/kube/", $name)),
             )
         };
     }
@@ -2771,7 +2771,7 @@ mod tests {
             Err(InputError::Field { value, why, .. }) => {
                 assert_eq!(value, "0");
                 assert!(
-                    why.starts_with(crate::check::layer::NGINX_ZERO_READ_TIMEOUT),
+                    why.starts_with(crate::layer::NGINX_ZERO_READ_TIMEOUT),
                     "{why}"
                 );
             }

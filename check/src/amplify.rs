@@ -600,7 +600,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::check::layer::{RetryOn, Source};
+    use crate::layer::{RetryOn, Source};
 
     fn layer(tries: u32, per_try_s: Option<f64>, retry_on: RetryOn, aborts: bool) -> Layer {
         Layer {
@@ -856,7 +856,7 @@ mod tests {
 
     #[test]
     fn unclassified_metrics_and_value_targets_are_asked_about() {
-        use crate::check::layer::ScalingMetric;
+        use crate::layer::ScalingMetric;
         let mut h = Autoscaler {
             source: Source {
                 file: PathBuf::from("hpa.yaml"),

@@ -1,13 +1,25 @@
-//! `falsification check`: reads a team's retry, proxy and autoscaler configuration, computes the
-//! amplification `A` per failure class and `1/A`, and says whether the service has a second state,
-//! before anyone runs a destructive test.
+//! `kit-check`: reads a team's retry, proxy and autoscaler configuration, computes the
+//! amplification `A` per failure class and `1/A`, and says whether the service has a second
+//! state, before anyone runs a destructive test. `falsification check` is its command line (the
+//! flags and exit codes live there); `falsification trigger --stack` takes its `A` from here.
 //!
-//! Layout: `layer` is the plain data every reader produces; the readers are `haproxy`, `nginx`,
-//! `envoy` (proxy files), `kube` (Kubernetes YAML: HPA, Istio, Gateway API, ingress-nginx,
-//! Linkerd) and `clients` (the stack file: clients, which live in code, with built-in library
-//! defaults). `detect` finds a file's kind from its content. `amplify` is the pure core (A per
-//! class with time caps and budgets, the verdict, the fixes); `output` writes text, JSON and
-//! SARIF. Only this file reads files.
+//! Layout:
+//! - [`layer`]: the plain data every reader produces (a layer of retries, an autoscaler, what
+//!   was skipped, the input errors).
+//! - The readers, one per kind of file: [`haproxy`], [`nginx`], [`envoy`] (proxy files),
+//!   [`kube`] (Kubernetes YAML: HPA, Istio, Gateway API, ingress-nginx, Linkerd) and
+//!   [`clients`] (the stack file: clients, which live in code, with built-in library defaults,
+//!   the kit loadgen's flags read by its own parser, gRPC service configs).
+//! - [`detect`]: a file's kind from its content.
+//! - [`amplify`]: the pure core: `A` per class with time caps and budgets, the diagnosis, the
+//!   fixes.
+//! - [`output`]: text, JSON and SARIF.
+//! - this file: [`check`], which reads the files (the only code here that does I/O), picks the
+//!   autoscaler and the judged path, and adds the trigger and a spike's recovery from the
+//!   model ([`falsification_model::laws`], [`falsification_model::predict::PooledSpike`]).
+//!
+//! It depends on the model crate and the loadgen's flags (without its runtime), not on the
+//! harness: no async runtime, Kubernetes client or HTTP stack in its build.
 
 pub mod amplify;
 pub mod clients;

@@ -1449,7 +1449,7 @@ mod tests {
     use super::*;
 
     fn data_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/check/clients")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/clients")
     }
 
     fn no_read(p: &Path) -> Result<String, InputError> {
