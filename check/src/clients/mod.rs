@@ -36,23 +36,20 @@ mod grpc;
 mod kit_loadgen;
 mod libraries;
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
 
 use crate::layer::{
     Abandoned, Budget, DefaultUsed, InputError, Layer, RetryOn, Sees, Source, Tier, Tries,
-    protobuf_duration_s,
 };
 use grpc::grpc_settings;
 pub use grpc::{
     GrpcMethod, GrpcRetryPolicy, GrpcServiceConfig, GrpcThrottling, parse_grpc_service_config,
 };
 use kit_loadgen::loadgen_settings;
-use libraries::library_settings;
+use libraries::{EVERY_CLASS, library_settings};
 
 /// What a stack file says.
 #[derive(Debug, Clone, PartialEq)]

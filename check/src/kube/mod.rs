@@ -6,7 +6,9 @@
 //! ConfigMap (controller v1.15); Linkerd's retry and timeout annotations on Service, HTTPRoute and
 //! GRPCRoute (2.16 to 2.20) and ServiceProfile (linkerd.io/v1alpha2). Everything else is listed as
 //! skipped. Each default a figure rests on is recorded with its version and where it is written.
-
+//!
+//! One file per reader (`hpa`, `istio`, `gateway_api`, `ingress_nginx`, `linkerd`), beside what
+//! they share: `documents` (the YAML, Lists unpacked) and `objects` (typed reads of fields).
 
 mod documents;
 mod gateway_api;
@@ -80,6 +82,7 @@ pub(super) const NO_COUNT_LIMIT: Tries = Tries::Unlimited;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layer::{Layer, RetryOn, Sees, Target};
 
     macro_rules! data {
         ($name:literal) => {
@@ -164,7 +167,6 @@ mod tests {
         assert_eq!(hpa.metrics[0].target, Target::Utilization(0.5));
         assert_eq!(hpa.source.line, Some(2));
     }
-
 
     #[test]
     fn bad_yaml_names_its_line() {
