@@ -412,7 +412,7 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
         abandoned: read.abandoned.unwrap_or(Abandoned::Served),
         rho: input.rho,
     };
-    let verdict = amplify::verdict(&stack, &classes[0]);
+    let diagnosis = amplify::diagnose(&stack, &classes[0]);
     let fixes = amplify::fixes(&stack, &classes[0]);
     let tau_out_s = amplify::service_timeout_s(&stack.layers);
     let trigger = trigger_figure(input, &stack, &classes[0], tau_out_s)?;
@@ -424,8 +424,8 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
             assumed: read.abandoned.is_none(),
         },
         tau_out_s,
-        second_state: verdict.second_state,
-        reasons: verdict.reasons,
+        second_state: diagnosis.second_state,
+        reasons: diagnosis.reasons,
         fixes,
         trigger,
         other_routes,
