@@ -260,6 +260,7 @@ pub fn count_nginx_tries(log: &str, c: &mut GatewayCounters) -> usize {
 mod tests {
     use super::*;
     use falsification_model::experiment::GatewayKind;
+    use kit_check::layer::{self, Layer, RetryOn, Tier, Tries};
 
     fn gw(kind: GatewayKind) -> Gateway {
         Gateway {
@@ -322,6 +323,88 @@ mod tests {
         }
         let none = nginx_config(&gw(GatewayKind::Nginx), addr(9000), Path::new("/t"), &[]);
         assert!(none.contains("server 127.0.0.1:1 down;"));
+    }
+
+    /// The one layer `falsification check` reads back from a gateway's file this module writes.
+    fn read_back(
+        parse: fn(&Path, &str) -> Result<layer::Parsed, layer::InputError>,
+        text: &str,
+    ) -> Layer {
+        let parsed = parse(Path::new("gateway"), text).unwrap();
+        assert_eq!(parsed.layers.len(), 1, "{:#?}", parsed.layers);
+        parsed.layers[0].clone()
+    }
+
+    const TIMEOUT_AND_CONNECT: RetryOn = RetryOn {
+        timeout: true,
+        connect_failure: true,
+        status_5xx: false,
+    };
+
+    #[test]
+    fn check_reads_the_embedded_haproxy_as_twice_retrying_on_timeout_and_connect() {
+        for abort in [false, true] {
+            let g = Gateway {
+                abort_on_close: abort,
+                ..gw(GatewayKind::Haproxy)
+            };
+            let text = haproxy_config(&g, addr(9000), Path::new("/t/a.sock"), 50);
+            let l = read_back(kit_check::haproxy::parse, &text);
+            assert_eq!(l.source.locator, "backend pods");
+            assert_eq!(l.software, "haproxy");
+            assert_eq!(l.tier, Tier::Edge);
+            assert_eq!(l.tries, Tries::AtMost(3));
+            assert_eq!(l.retry_on, TIMEOUT_AND_CONNECT);
+            assert_eq!(l.per_try_timeout_s, Some(0.15));
+            assert_eq!(l.overall_timeout_s, None);
+            assert_eq!(l.aborts_on_close, abort);
+            let settings: Vec<&str> = l.defaults.iter().map(|d| d.setting.as_str()).collect();
+            let want: &[&str] = if abort { &[] } else { &["option abortonclose"] };
+            assert_eq!(settings, want);
+        }
+    }
+
+    fn nginx(abort_on_close: bool, pods: u16) -> Layer {
+        let g = Gateway {
+            abort_on_close,
+            ..gw(GatewayKind::Nginx)
+        };
+        let pods: Vec<SocketAddr> = (1..=pods).map(addr).collect();
+        let text = nginx_config(&g, addr(9000), Path::new("/t"), &pods);
+        read_back(kit_check::nginx::parse, &text)
+    }
+
+    #[test]
+    fn check_reads_the_embedded_nginx_as_trying_three_of_its_four_pods() {
+        for abort in [false, true] {
+            let l = nginx(abort, 4);
+            assert_eq!(l.software, "nginx");
+            assert_eq!(l.tier, Tier::Edge);
+            assert_eq!(l.source.locator, "server (line 19) location /");
+            assert_eq!(l.tries, Tries::AtMost(3));
+            assert_eq!(l.retry_on, TIMEOUT_AND_CONNECT);
+            assert_eq!(l.per_try_timeout_s, Some(0.15));
+            assert_eq!(l.overall_timeout_s, None);
+            assert_eq!(l.aborts_on_close, abort);
+            assert!(
+                l.defaults
+                    .iter()
+                    .all(|d| d.setting == "proxy_next_upstream_timeout")
+            );
+            assert!(
+                !l.notes.iter().any(|n| n.contains("passive health")),
+                "{:?}",
+                l.notes
+            );
+        }
+    }
+
+    #[test]
+    fn check_reads_the_embedded_nginx_with_no_pod_as_one_try() {
+        let l = nginx(false, 0);
+        assert_eq!(l.tries, Tries::AtMost(1));
+        assert!(l.notes.iter().any(|n| n.contains("down")));
+        assert_eq!(nginx(false, 2).tries, Tries::AtMost(2));
     }
 
     #[test]

@@ -9,15 +9,15 @@
 //! - `embedded`: the embedded cluster (`service` processes as pods, the kit's HPA, a real
 //!   HAProxy or nginx for F5).
 //! - `kube`: a Kubernetes cluster through its API; the only module that knows kube-rs.
-//! - `check`: reads retry, proxy and autoscaler files; A per failure class and the verdict.
 //! - `trigger`: the destructive trigger test against a staging target.
+//! - `falsification check` is the `kit-check` crate's command line (`cli::check`); `trigger`
+//!   takes a stack's `A` from it.
 //! - leaves: `gateway` (the proxies' configuration and counters, pure), `invocation` (the
 //!   command lines of the kit's binaries), `process` (children, reaping, atomic files), `table`
 //!   (CSV by column name).
 //!
 //! Only `cli` is public: the binary and the command-line tests are its users.
 
-mod check;
 pub mod cli;
 mod embedded;
 mod gateway;

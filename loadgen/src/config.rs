@@ -535,6 +535,43 @@ impl Config {
     }
 }
 
+/// Which retry flags an argv left to the loadgen's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryDefaults {
+    pub timeout: bool,
+    pub retries: bool,
+    pub retry_on: bool,
+}
+
+/// The parser of [`parse_argv`]: no environment variable, no flag required.
+fn argv_command() -> clap::Command {
+    use clap::CommandFactory;
+    use clap::builder::Resettable;
+    Config::command().mut_args(|a| {
+        a.env(Resettable::Reset)
+            .required_unless_present(Resettable::Reset)
+    })
+}
+
+/// Parses a loadgen argv (the program name left out) as `loadgen` would, with its environment
+/// variables switched off (the argv alone says what the client does, not the shell that reads it)
+/// and no flag required (a target and a rate say nothing about retries); and which of the retry
+/// flags took their defaults.
+pub fn parse_argv(args: &[String]) -> Result<(Config, RetryDefaults), clap::Error> {
+    use clap::FromArgMatches;
+    use clap::parser::ValueSource;
+    let matches = argv_command()
+        .try_get_matches_from(std::iter::once("loadgen").chain(args.iter().map(String::as_str)))?;
+    let config = Config::from_arg_matches(&matches)?;
+    let default = |id: &str| matches.value_source(id) == Some(ValueSource::DefaultValue);
+    let defaults = RetryDefaults {
+        timeout: default("timeout"),
+        retries: default("retries"),
+        retry_on: default("retry_on"),
+    };
+    Ok((config, defaults))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,6 +823,29 @@ mod tests {
             e.starts_with(&format!("trace file {}: ", missing.display())),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_argv_alone_needs_no_flag_and_says_which_retry_flags_are_defaults() {
+        let args = |a: &str| a.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let (config, defaults) = parse_argv(&args("--retries=3")).unwrap();
+        assert_eq!(
+            (config.retries, config.timeout),
+            (3, Duration::from_secs(10))
+        );
+        let want = RetryDefaults {
+            timeout: true,
+            retries: false,
+            retry_on: true,
+        };
+        assert_eq!(defaults, want);
+        let (_, defaults) = parse_argv(&args("--timeout=1s --retry-on=5xx")).unwrap();
+        assert!(!defaults.timeout && defaults.retries && !defaults.retry_on);
+        assert!(parse_argv(&args("--retries=101")).is_err());
+        // A LOADGEN_* variable in the shell that reads the argv must not change what it says.
+        for arg in argv_command().get_arguments() {
+            assert_eq!(arg.get_env(), None, "{}", arg.get_id());
+        }
     }
 
     #[test]

@@ -408,6 +408,168 @@ pub fn predict(experiment: &Experiment, time_scale: f64) -> Result<ExperimentPre
     })
 }
 
+/// A spike at one pool behind one layer of clients: the trigger test's model, which
+/// `falsification trigger` plans with and `falsification check --predict` predicts a stack's
+/// recovery with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PooledSpike {
+    pub rho: f64,
+    /// The pool's capacity, requests/s; the fluid model is rate-invariant, so 100/s when unknown.
+    pub capacity: Option<f64>,
+    pub k: f64,
+    pub spike_s: f64,
+    /// Given by the user, so its margin is checked (a planned spike triggers with margin).
+    pub given: bool,
+    /// The wait that fails an attempt at the service (`tau_out`).
+    pub tau_out_s: f64,
+    /// Base load before the spike [default: three timeouts].
+    pub warmup_s: Option<f64>,
+    /// The clients' retries and budget.
+    pub retries: u32,
+    pub retry_budget: Option<f64>,
+    /// `A` from a stack's files, in place of the clients' retries.
+    pub stack_a: Option<f64>,
+}
+
+/// What a spike is predicted to do, from the spike's end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpikeRecovery {
+    pub trapped: bool,
+    pub closed_s: Option<f64>,
+    /// The pooled fluid model's; `None` when it does not recover or is not run.
+    pub fluid_s: Option<f64>,
+    /// What the prediction warns of (a spike without margin, a fluid model not run).
+    pub warnings: Vec<String>,
+}
+
+/// Why a spike's recovery cannot be predicted.
+#[derive(Debug, thiserror::Error)]
+pub enum SpikeError {
+    #[error("spike: multiple {0} must be at least 1")]
+    Multiple(f64),
+    #[error(transparent)]
+    Value(#[from] crate::experiment::ValueError),
+    #[error(transparent)]
+    Scenario(#[from] crate::experiment::ExperimentError),
+    #[error(transparent)]
+    Fluid(#[from] HpaError),
+}
+
+/// The longest fluid run a prediction makes, in timeouts (its step is 1/200 of a timeout): longer
+/// spikes are predicted by the closed form alone, in bounded time and memory.
+const MAX_FLUID_HORIZON_TIMEOUTS: f64 = 20_000.0;
+
+impl PooledSpike {
+    /// `A`: the stack's, or the clients' own `R + 1` (or `1 + budget`).
+    pub fn amplification(&self) -> f64 {
+        self.stack_a
+            .unwrap_or_else(|| laws::layer_amplification(self.retries, self.retry_budget))
+    }
+
+    /// `(k rho - 1) Delta`, to compare with the timeout.
+    pub fn excess_s(&self) -> f64 {
+        (self.k * self.rho - 1.0) * self.spike_s
+    }
+
+    /// The retries and budget the fluid model runs: the clients' own, or for a stack's whole `A`
+    /// one layer of `A - 1` retries (its failed state sends `A` attempts per request). A stack's
+    /// `A` that is not whole comes from a budget or from tries cut short, whose dynamics one
+    /// client layer does not reproduce (a budget refuses a spike's retries once the spike has
+    /// ended): `None`, and the closed form stands alone.
+    fn fluid_retries(&self) -> Option<(u32, Option<f64>)> {
+        match self.stack_a {
+            None => Some((self.retries, self.retry_budget)),
+            Some(a) if (a - a.round()).abs() < 1e-9 => Some((a.round() as u32 - 1, None)),
+            Some(_) => None,
+        }
+    }
+
+    /// The spike as a scenario of one pool, the spike at t = 0 after the base period, observed
+    /// for `horizon_s`.
+    pub fn scenario(&self, horizon_s: f64) -> Result<Scenario, SpikeError> {
+        use crate::experiment::{Multiple, Params, Span, Spike};
+        // The schedule does not depend on the retries; only the fluid run does.
+        let (retries, retry_budget) = self
+            .fluid_retries()
+            .unwrap_or((self.retries, self.retry_budget));
+        // Durations to the microsecond, as the loadgen gets them.
+        let span = |s: f64| Span::from(std::time::Duration::from_micros((s * 1e6).round() as u64));
+        let mut e = crate::experiment::ad_hoc(Params {
+            pods: Some(1),
+            rate_per_pod: Some(self.capacity.unwrap_or(100.0)),
+            rho: Some(self.rho),
+            spike: Some(Spike::new(Multiple::new(self.k)?, span(self.spike_s))?),
+            timeout: Some(span(self.tau_out_s)),
+            retries: Some(retries),
+            retry_budget,
+            retry_budget_min_per_s: retry_budget.map(|_| 0.0),
+            warmup: Some(span(self.warmup_s.unwrap_or(3.0 * self.tau_out_s))),
+            horizon: Some(span(horizon_s)),
+            seeds: Some(vec![]),
+            ..Params::default()
+        })?;
+        // An ad-hoc experiment is its one case.
+        Ok(e.cases.swap_remove(0).scenario)
+    }
+
+    /// Trapped or not, the closed-form and pooled fluid recovery, and what the prediction warns
+    /// of.
+    pub fn recovery(&self) -> Result<SpikeRecovery, SpikeError> {
+        let (a, k, rho, spike_s, tau) = (
+            self.amplification(),
+            self.k,
+            self.rho,
+            self.spike_s,
+            self.tau_out_s,
+        );
+        let mut warnings = Vec::new();
+        if self.given {
+            if k < 1.0 {
+                return Err(SpikeError::Multiple(k));
+            }
+            let excess = self.excess_s();
+            if !laws::spike_triggers(k, rho, spike_s, tau) {
+                warnings.push(format!(
+                    "spike {k}x{spike_s}s does not trigger: (k rho - 1) Delta = {excess:.3} s is \
+                     not past the timeout {tau} s"
+                ));
+            } else if excess < 2.0 * tau {
+                warnings.push(format!(
+                    "spike {k}x{spike_s}s has little margin: (k rho - 1) Delta = {excess:.3} s is \
+                     under twice the timeout ({} s)",
+                    2.0 * tau
+                ));
+            }
+        }
+        let closed_s = laws::recovery_time(a, k, rho, spike_s, tau);
+        // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
+        let horizon = spike_s + 2.0 * closed_s.unwrap_or(0.0) + 10.0 * tau;
+        let fluid_s = if horizon > MAX_FLUID_HORIZON_TIMEOUTS * tau {
+            warnings.push(format!(
+                "the fluid model is not run: {horizon:.0} s to simulate is more than \
+                 {MAX_FLUID_HORIZON_TIMEOUTS} timeouts; the closed form stands alone"
+            ));
+            None
+        } else if self.fluid_retries().is_some() {
+            // From the spike's end, the scenario's reference.
+            fluid_outcome(&self.scenario(horizon)?, Topology::Pooled)?.recovery_s
+        } else {
+            warnings.push(format!(
+                "the fluid model is not run: the stack's A = {a:.3} is not a whole number of \
+                 tries (a budget or tries cut short), which one client layer does not \
+                 reproduce; the closed form stands alone"
+            ));
+            None
+        };
+        Ok(SpikeRecovery {
+            trapped: laws::trapped(a, rho),
+            closed_s,
+            fluid_s,
+            warnings,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,5 +649,61 @@ mod tests {
                 s.name
             );
         }
+    }
+
+    /// A stack's `A` behind one client layer, as `falsification check --predict` asks: the
+    /// figures the trigger's plan gave before the prediction moved here.
+    #[test]
+    fn a_pooled_spike_recovers_as_the_closed_form_and_the_fluid_model_say() {
+        let at = |a: f64, rho: f64, tau_out_s: f64, k: f64, spike_s: f64| PooledSpike {
+            rho,
+            capacity: None,
+            k,
+            spike_s,
+            given: true,
+            tau_out_s,
+            warmup_s: None,
+            retries: 0,
+            retry_budget: None,
+            stack_a: Some(a),
+        };
+        let r = at(3.0, 0.2, 1.0, 10.0, 2.0).recovery().unwrap();
+        // (6 - 1)(2 - 1)/0.4 + 1/0.8 = 13.75 by the closed form; 13 s by the fluid model.
+        assert!(!r.trapped && r.warnings.is_empty(), "{r:?}");
+        assert!((r.closed_s.unwrap() - 13.75).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.fluid_s, Some(13.0));
+        assert_eq!(
+            at(2.0, 0.3, 0.5, 5.0, 3.0).recovery().unwrap().fluid_s,
+            Some(10.5)
+        );
+        let trapped = at(9.0, 0.2, 1.0, 10.0, 2.0).recovery().unwrap();
+        assert!(trapped.trapped && trapped.closed_s.is_none() && trapped.fluid_s.is_none());
+        // A budget's A is not a whole number of tries: the closed form alone.
+        let budget = at(3.6, 0.2, 1.0, 5.0, 3.0).recovery().unwrap();
+        assert_eq!(budget.fluid_s, None);
+        assert_eq!(
+            budget.warnings,
+            [
+                "spike 5x3s does not trigger: (k rho - 1) Delta = 0.000 s is not past the \
+                 timeout 1 s",
+                "the fluid model is not run: the stack's A = 3.600 is not a whole number of \
+                 tries (a budget or tries cut short), which one client layer does not \
+                 reproduce; the closed form stands alone"
+            ]
+        );
+        let small = at(3.0, 0.2, 1.0, 0.5, 1.0).recovery().unwrap_err();
+        assert_eq!(small.to_string(), "spike: multiple 0.5 must be at least 1");
+        // The clients' own retries: the fluid model runs them, not a stack's A.
+        let clients = PooledSpike {
+            retries: 2,
+            stack_a: None,
+            ..at(1.0, 0.2, 1.0, 10.0, 2.0)
+        };
+        assert_eq!(clients.amplification(), 3.0);
+        assert_eq!(clients.fluid_retries(), Some((2, None)));
+        assert_eq!(
+            at(9.0, 0.2, 1.0, 10.0, 2.0).fluid_retries(),
+            Some((8, None))
+        );
     }
 }

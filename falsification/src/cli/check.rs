@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use crate::check::{self, CheckInput, output};
 use falsification_model::experiment::Spike;
+use kit_check::{CheckInput, output};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CheckFormat {
@@ -96,7 +96,7 @@ impl CheckArgs {
 const INPUT_ERROR: u8 = 2;
 
 pub fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
-    let report = match check::check(&args.input()) {
+    let report = match kit_check::check(&args.input()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("falsification check: {e}");

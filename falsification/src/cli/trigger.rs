@@ -7,11 +7,11 @@ use std::time::Duration;
 use clap::Args;
 use loadgen::config::RetryOn;
 
-use crate::check::{self, CheckInput};
 use crate::trigger::{
     self, ArrivalsQuery, ClusterTarget, MetricSelector, OnMetricsLoss, PlanInput, ProbeSettings,
     Rule, RunEnd, RunSettings, StackAmplification, StopSettings, TriggerConfig, Watching,
 };
+use kit_check::CheckInput;
 
 /// Where the loadgen runs: here (the default), or in the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -202,7 +202,8 @@ impl TriggerArgs {
             stack: self.stack.clone(),
             ..CheckInput::default()
         };
-        let report = check::check(&input).map_err(|e| anyhow::anyhow!("--stack/--config: {e}"))?;
+        let report =
+            kit_check::check(&input).map_err(|e| anyhow::anyhow!("--stack/--config: {e}"))?;
         Ok(Some(StackAmplification {
             a: report.timeout().a,
             tau_out_s: report.tau_out_s,

@@ -33,35 +33,6 @@ pub use plan::{PlanInput, StackAmplification};
 pub use run::run;
 pub use stop::{OnMetricsLoss, Rule};
 
-/// The pooled fluid model's recovery after `spike`, from its end, for a service at `rho` whose
-/// chain of layers gives `a` and fails attempts at `tau_out_s` (`check --predict`): `None` when
-/// it does not recover or is not run, and the plan's warnings, which say why.
-pub fn predict_recovery(
-    a: f64,
-    rho: f64,
-    tau_out_s: f64,
-    spike: falsification_model::experiment::Spike,
-) -> anyhow::Result<(Option<f64>, Vec<String>)> {
-    let p = plan::plan(&PlanInput {
-        rho: Some(rho),
-        rate: None,
-        capacity: None,
-        timeout: Duration::from_secs_f64(tau_out_s),
-        retries: 0,
-        retry_budget: None,
-        spike: Some(spike),
-        before: None,
-        observe: None,
-        max_duration: None,
-        stack: Some(StackAmplification {
-            a,
-            tau_out_s: None,
-            files: Vec::new(),
-        }),
-    })?;
-    Ok((p.recovery_fluid_s, p.warnings))
-}
-
 /// What `falsification trigger` is asked for: the plan's inputs, and whether and how to run it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TriggerConfig {

@@ -10,8 +10,9 @@ use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, TargetSource
 use serde::Serialize;
 
 use crate::invocation;
-use falsification_model::experiment::{self, Multiple, Params, Scenario, Span, Spike, Topology};
-use falsification_model::{laws, predict};
+use falsification_model::experiment::Spike;
+use falsification_model::laws;
+use falsification_model::predict::PooledSpike;
 
 /// What the plan is computed from, as given: the load is `rho`, or `rate / capacity`.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,46 +99,20 @@ impl Plan {
     }
 }
 
-/// The retries and budget the fluid model runs: the client's own, or for a stack's whole `A` one
-/// layer of `A - 1` retries (its failed state sends `A` attempts per request). A stack's `A` that
-/// is not whole comes from a budget or from tries cut short, whose dynamics one client layer does
-/// not reproduce (a budget refuses a spike's retries once the spike has ended): `None`, and the
-/// plan gives the closed form only.
-fn fluid_retries(p: &Plan) -> Option<(u32, Option<f64>)> {
-    match &p.stack {
-        None => Some((p.retries, p.retry_budget)),
-        Some(s) if (s.a - s.a.round()).abs() < 1e-9 => Some((s.a.round() as u32 - 1, None)),
-        Some(_) => None,
+/// The plan's spike at one pool, as the models see it.
+fn pooled(p: &Plan) -> PooledSpike {
+    PooledSpike {
+        rho: p.rho,
+        capacity: p.rate.map(|r| r / p.rho),
+        k: p.k,
+        spike_s: p.spike_s,
+        given: p.spike_given,
+        tau_out_s: p.service_timeout_s,
+        warmup_s: Some(p.before_s),
+        retries: p.retries,
+        retry_budget: p.retry_budget,
+        stack_a: p.stack.as_ref().map(|s| s.a),
     }
-}
-
-/// The fluid scenario of a plan: one pool of capacity `rate/rho` (the fluid is rate-invariant,
-/// so 100/s when only rho is known), spike at t = 0 after the base period.
-fn scenario(p: &Plan, horizon_s: f64) -> anyhow::Result<Scenario> {
-    let capacity = p.rate.map_or(100.0, |r| r / p.rho);
-    // The schedule does not depend on the retries; only the fluid run does.
-    let (retries, retry_budget) = fluid_retries(p).unwrap_or((p.retries, p.retry_budget));
-    // Durations to the microsecond, as the loadgen gets them.
-    let span = |s: f64| Span::from(invocation::run_duration(s));
-    let e = experiment::ad_hoc(Params {
-        pods: Some(1),
-        rate_per_pod: Some(capacity),
-        rho: Some(p.rho),
-        spike: Some(Spike::new(Multiple::new(p.k)?, span(p.spike_s))?),
-        timeout: Some(span(p.service_timeout_s)),
-        retries: Some(retries),
-        retry_budget,
-        retry_budget_min_per_s: retry_budget.map(|_| 0.0),
-        warmup: Some(span(p.before_s)),
-        horizon: Some(span(horizon_s)),
-        seeds: Some(vec![]),
-        ..Params::default()
-    })?;
-    e.cases
-        .into_iter()
-        .next()
-        .map(|c| c.scenario)
-        .context("ad-hoc scenario has no case")
 }
 
 /// `rho` and the base rate (when known) from `--rho`, or `--rate` and `--capacity`.
@@ -157,58 +132,14 @@ fn load(input: &PlanInput) -> anyhow::Result<(f64, Option<f64>)> {
     Ok((rho, rate))
 }
 
-/// The spike a plan sends, and what the plan says about it.
-struct SpikePlan {
-    k: f64,
-    spike_s: f64,
-    given: bool,
-    excess_s: f64,
-    warnings: Vec<String>,
-}
-
-/// The spike's `(k, Delta, given)`, and warnings when a given one triggers without margin.
-fn spike(input: Option<Spike>, rho: f64, timeout_s: f64) -> anyhow::Result<SpikePlan> {
-    let Some(given) = input else {
-        // To twice the capacity: (2 - 1) Delta = 2 tau_out.
-        let (k, spike_s) = (2.0 / rho, 2.0 * timeout_s);
-        return Ok(SpikePlan {
-            k,
-            spike_s,
-            given: false,
-            excess_s: (k * rho - 1.0) * spike_s,
-            warnings: Vec::new(),
-        });
-    };
-    let (k, spike_s) = (given.k(), given.length().secs());
-    if k < 1.0 {
-        bail!("spike: multiple {k} must be at least 1");
+/// The spike's `(k, Delta, given)`: the one given, or to twice the capacity for twice the
+/// timeout, `(2 - 1) Delta = 2 tau_out`.
+fn spike(input: Option<Spike>, rho: f64, timeout_s: f64) -> (f64, f64, bool) {
+    match input {
+        Some(given) => (given.k(), given.length().secs(), true),
+        None => (2.0 / rho, 2.0 * timeout_s, false),
     }
-    let excess = (k * rho - 1.0) * spike_s;
-    let mut warnings = Vec::new();
-    if !laws::spike_triggers(k, rho, spike_s, timeout_s) {
-        warnings.push(format!(
-            "spike {k}x{spike_s}s does not trigger: (k rho - 1) Delta = {excess:.3} s is not \
-             past the timeout {timeout_s} s"
-        ));
-    } else if excess < 2.0 * timeout_s {
-        warnings.push(format!(
-            "spike {k}x{spike_s}s has little margin: (k rho - 1) Delta = {excess:.3} s is under \
-             twice the timeout ({} s)",
-            2.0 * timeout_s
-        ));
-    }
-    Ok(SpikePlan {
-        k,
-        spike_s,
-        given: true,
-        excess_s: excess,
-        warnings,
-    })
 }
-
-/// The longest fluid run a plan makes, in timeouts (its step is 1/200 of a timeout): longer
-/// spikes are predicted by the closed form alone, in bounded time and memory.
-const MAX_FLUID_HORIZON_TIMEOUTS: f64 = 20_000.0;
 
 /// The plan: pure but for the fluid model's computation.
 pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
@@ -231,21 +162,13 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     {
         bail!("stack: A = {} must be at least 1", s.a);
     }
-    let a = input.stack.as_ref().map_or(client_amplification, |s| s.a);
     let service_timeout_s = match input.stack.as_ref().and_then(|s| s.tau_out_s) {
         Some(t) if t > 0.0 && t.is_finite() => t.min(timeout_s),
         Some(t) => bail!("stack: the service's timeout {t} s must be positive"),
         None => timeout_s,
     };
-    let SpikePlan {
-        k,
-        spike_s,
-        given,
-        excess_s,
-        warnings,
-    } = spike(input.spike, rho, service_timeout_s)?;
-    let trapped = laws::trapped(a, rho);
-    let recovery_closed_s = laws::recovery_time(a, k, rho, spike_s, service_timeout_s);
+    let (k, spike_s, given) = spike(input.spike, rho, service_timeout_s);
+    // The amplification and the prediction are the model's, filled in below.
     let mut p = Plan {
         rho,
         rate,
@@ -253,18 +176,18 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         service_timeout_s,
         retries: input.retries,
         retry_budget: input.retry_budget,
-        amplification: a,
+        amplification: 0.0,
         stack: input.stack.clone(),
         client_amplification,
-        threshold: 1.0 / a,
-        a_rho: a * rho,
+        threshold: 0.0,
+        a_rho: 0.0,
         k,
         spike_s,
         spike_given: given,
-        trigger_excess_s: excess_s,
-        warnings,
-        trapped,
-        recovery_closed_s,
+        trigger_excess_s: 0.0,
+        warnings: Vec::new(),
+        trapped: false,
+        recovery_closed_s: None,
         recovery_fluid_s: None,
         before_s: input.before.map_or(3.0 * timeout_s, |d| d.as_secs_f64()),
         observe_s: 0.0,
@@ -272,26 +195,15 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         max_duration_s: 0.0,
         max_rate: rate.map(|r| r * k.max(1.0)),
     };
-    // The fluid runs long enough to see the closed form's recovery (or the trap) twice over.
-    let fluid_horizon = spike_s + 2.0 * recovery_closed_s.unwrap_or(0.0) + 10.0 * service_timeout_s;
-    p.recovery_fluid_s = if fluid_horizon > MAX_FLUID_HORIZON_TIMEOUTS * service_timeout_s {
-        p.warnings.push(format!(
-            "the fluid model is not run: {fluid_horizon:.0} s to simulate is more than {} \
-             timeouts; the closed form stands alone",
-            MAX_FLUID_HORIZON_TIMEOUTS
-        ));
-        None
-    } else if fluid_retries(&p).is_some() {
-        // From the spike's end, the scenario's reference.
-        predict::fluid_outcome(&scenario(&p, fluid_horizon)?, Topology::Pooled)?.recovery_s
-    } else {
-        p.warnings.push(format!(
-            "the fluid model is not run: the stack's A = {a:.3} is not a whole number of tries \
-             (a budget or tries cut short), which one client layer does not reproduce; the \
-             closed form stands alone"
-        ));
-        None
-    };
+    let pooled = pooled(&p);
+    let a = pooled.amplification();
+    let recovery = pooled.recovery()?;
+    (p.amplification, p.threshold, p.a_rho) = (a, 1.0 / a, a * rho);
+    p.trigger_excess_s = pooled.excess_s();
+    p.trapped = recovery.trapped;
+    p.recovery_closed_s = recovery.closed_s;
+    p.recovery_fluid_s = recovery.fluid_s;
+    p.warnings = recovery.warnings;
     observation(&mut p, input)?;
     Ok(p)
 }
@@ -312,7 +224,7 @@ fn observation(p: &mut Plan, input: &PlanInput) -> anyhow::Result<()> {
         },
         |d| d.as_secs_f64(),
     );
-    let s = scenario(p, p.spike_s + p.observe_s)?;
+    let s = pooled(p).scenario(p.spike_s + p.observe_s)?;
     p.length_s = p.before_s + s.end();
     let max = input
         .max_duration
@@ -329,9 +241,9 @@ fn observation(p: &mut Plan, input: &PlanInput) -> anyhow::Result<()> {
 pub fn schedule(p: &Plan) -> anyhow::Result<Schedule> {
     let rate = p.rate.context("rate: needed to run (give --rate)")?;
     // The scenario's end is its horizon plus the time its requests take to settle.
-    let settle = scenario(p, p.spike_s)?.settled_s();
+    let settle = pooled(p).scenario(p.spike_s)?.settled_s();
     let horizon = p.max_duration_s - p.before_s - settle;
-    let mut s = scenario(p, horizon.max(p.spike_s))?;
+    let mut s = pooled(p).scenario(horizon.max(p.spike_s))?;
     // The scenario's base rate is rho x capacity = rate; warm-up is the base period.
     s.rate_per_pod = rate / p.rho;
     let schedule = invocation::schedule(&s, 1.0)?;
@@ -389,6 +301,7 @@ pub fn loadgen(p: &Plan, schedule: Schedule, run: &LoadgenRun<'_>) -> Invocation
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use falsification_model::experiment::{Multiple, Span};
 
     /// Capacity 100/s, timeout 1 s, R = 2 (A = 3).
     pub(in crate::trigger) fn input(rho: f64) -> PlanInput {
@@ -470,7 +383,6 @@ pub(super) mod tests {
         let p = plan(&i).unwrap();
         assert_eq!((p.amplification, p.client_amplification), (9.0, 3.0));
         assert!(p.trapped && p.recovery_fluid_s.is_none());
-        assert_eq!(fluid_retries(&p), Some((8, None)));
         // A = 3.6 (a 20% budget behind a gateway's 3 tries): the closed form only.
         i.stack = Some(StackAmplification {
             a: 3.6,

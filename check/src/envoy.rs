@@ -769,7 +769,7 @@ mod tests {
 
     #[test]
     fn a_retry_policy_without_retry_on_does_not_retry() {
-        let text = include_str!("../../tests/data/check/envoy/retry-previous-hosts.yaml");
+        let text = include_str!("../tests/data/envoy/retry-previous-hosts.yaml");
         let parsed = read("retry-previous-hosts.yaml", text);
         assert_eq!(parsed.layers.len(), 1);
         let l = by(
@@ -791,7 +791,7 @@ mod tests {
 
     #[test]
     fn the_demo_bootstrap_routes_once_and_skips_an_empty_route_config() {
-        let text = include_str!("../../tests/data/check/envoy/envoy-demo.yaml");
+        let text = include_str!("../tests/data/envoy/envoy-demo.yaml");
         let parsed = read("envoy-demo.yaml", text);
         let l = by(&parsed, "route_config proxy virtual_host app route[0]");
         assert_eq!(l.tries, Tries::AtMost(1));
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn gateway_generated_routes_in_camel_case() {
-        let text = include_str!("../../tests/data/check/envoy/retry.routes.yaml");
+        let text = include_str!("../tests/data/envoy/retry.routes.yaml");
         let parsed = read("retry.routes.yaml", text);
         assert_eq!(parsed.layers.len(), 3);
         let first = by(
@@ -863,7 +863,7 @@ mod tests {
 
     #[test]
     fn a_per_try_timeout_of_a_quarter_second() {
-        let text = include_str!("../../tests/data/check/envoy/retry-partial-invalid.routes.yaml");
+        let text = include_str!("../tests/data/envoy/retry-partial-invalid.routes.yaml");
         let parsed = read("retry-partial-invalid.routes.yaml", text);
         assert_eq!(parsed.layers.len(), 2);
         let l = by(
@@ -880,7 +880,7 @@ mod tests {
 
     #[test]
     fn route_timeouts_and_zero_for_none() {
-        let text = include_str!("../../tests/data/check/envoy/http-route-timeout.routes.yaml");
+        let text = include_str!("../tests/data/envoy/http-route-timeout.routes.yaml");
         let parsed = read("http-route-timeout.routes.yaml", text);
         assert_eq!(parsed.layers.len(), 8);
         let timeouts: Vec<Option<f64>> =
@@ -903,7 +903,7 @@ mod tests {
 
     #[test]
     fn a_cluster_list_alone_reports_its_budget() {
-        let text = include_str!("../../tests/data/check/envoy/circuit-breaker.clusters.yaml");
+        let text = include_str!("../tests/data/envoy/circuit-breaker.clusters.yaml");
         let parsed = read("circuit-breaker.clusters.yaml", text);
         assert!(parsed.layers.is_empty());
         assert_eq!(parsed.skipped.len(), 1);
@@ -913,14 +913,14 @@ mod tests {
             "{}",
             parsed.skipped[0].why
         );
-        let routes = include_str!("../../tests/data/check/envoy/circuit-breaker.routes.yaml");
+        let routes = include_str!("../tests/data/envoy/circuit-breaker.routes.yaml");
         let l = &read("circuit-breaker.routes.yaml", routes).layers[0];
         assert_eq!(l.tries, Tries::AtMost(1));
     }
 
     #[test]
     fn a_config_dump_in_json_has_no_lines() {
-        let text = include_str!("../../tests/data/check/envoy/multiple-xds.route.json");
+        let text = include_str!("../tests/data/envoy/multiple-xds.route.json");
         let parsed = read("multiple-xds.route.json", text);
         assert_eq!(parsed.layers.len(), 2);
         assert!(parsed.layers.iter().all(|l| l.source.line.is_none()));
@@ -940,7 +940,7 @@ mod tests {
 
     #[test]
     fn the_v1_api_is_refused() {
-        let text = include_str!("../../tests/data/check/envoy/google_com_proxy.v1.json");
+        let text = include_str!("../tests/data/envoy/google_com_proxy.v1.json");
         match parse(Path::new("google_com_proxy.json"), text).unwrap_err() {
             InputError::Field { field, .. } => assert_eq!(field, "cluster_manager"),
             other => panic!("{other:?}"),

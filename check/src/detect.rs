@@ -187,7 +187,7 @@ mod tests {
     /// Every real upstream example of the readers' test data is found by its content.
     #[test]
     fn the_readers_test_data_is_found_by_content() {
-        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/check");
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
         for (dir, kind) in [
             ("haproxy", FileKind::Haproxy),
             ("nginx", FileKind::Nginx),

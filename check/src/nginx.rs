@@ -895,9 +895,6 @@ fn defaults_used(p: &Proxy, off: bool) -> Vec<DefaultUsed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::nginx_config;
-    use falsification_model::experiment::{Gateway, GatewayKind};
-    use std::net::SocketAddr;
 
     fn read(text: &str) -> Parsed {
         parse(Path::new("t.conf"), text).unwrap()
@@ -914,61 +911,9 @@ mod tests {
         status_5xx: false,
     };
 
-    fn kit(abort_on_close: bool, pods: &[SocketAddr]) -> String {
-        let g = Gateway {
-            kind: GatewayKind::Nginx,
-            retries: 2,
-            timeout_s: 0.15,
-            abort_on_close,
-            balance: falsification_model::experiment::Balance::RoundRobin,
-        };
-        let listen = SocketAddr::from(([127, 0, 0, 1], 9000));
-        nginx_config(&g, listen, Path::new("/t"), pods)
-    }
-
-    fn pods(n: u16) -> Vec<SocketAddr> {
-        (1..=n)
-            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
-            .collect()
-    }
-
-    #[test]
-    fn the_kits_gateway_tries_three_of_its_four_pods() {
-        for abort in [false, true] {
-            let l = only(&read(&kit(abort, &pods(4))));
-            assert_eq!(l.software, "nginx");
-            assert_eq!(l.tier, Tier::Edge);
-            assert_eq!(l.source.locator, "server (line 19) location /");
-            assert_eq!(l.tries, Tries::AtMost(3));
-            assert_eq!(l.retry_on, TIMEOUT_AND_CONNECT);
-            assert_eq!(l.per_try_timeout_s, Some(0.15));
-            assert_eq!(l.overall_timeout_s, None);
-            assert_eq!(l.aborts_on_close, abort);
-            assert!(
-                l.defaults
-                    .iter()
-                    .all(|d| d.setting == "proxy_next_upstream_timeout")
-            );
-            assert!(
-                !l.notes.iter().any(|n| n.contains("passive health")),
-                "{:?}",
-                l.notes
-            );
-        }
-    }
-
-    #[test]
-    fn the_kits_gateway_with_no_pod_makes_one_try() {
-        let l = only(&read(&kit(false, &[])));
-        assert_eq!(l.tries, Tries::AtMost(1));
-        assert!(l.notes.iter().any(|n| n.contains("down")));
-        let two = only(&read(&kit(false, &pods(2))));
-        assert_eq!(two.tries, Tries::AtMost(2));
-    }
-
     #[test]
     fn nginxs_own_default_configuration_proxies_nothing() {
-        let text = include_str!("../../tests/data/check/nginx/nginx.conf");
+        let text = include_str!("../tests/data/nginx/nginx.conf");
         let parsed = read(text);
         assert!(parsed.layers.is_empty());
         assert_eq!(parsed.skipped.len(), 1);
@@ -977,7 +922,7 @@ mod tests {
 
     #[test]
     fn the_load_balancing_example_tries_each_of_three_servers() {
-        let text = include_str!("../../tests/data/check/nginx/load_balancing.conf");
+        let text = include_str!("../tests/data/nginx/load_balancing.conf");
         let l = only(&read(text));
         assert_eq!(l.tries, Tries::OnePerServer { servers: 3 });
         assert_eq!(l.retry_on, TIMEOUT_AND_CONNECT);
@@ -1003,7 +948,7 @@ mod tests {
 
     #[test]
     fn the_upstream_example_counts_backups_and_reads_as_a_snippet() {
-        let text = include_str!("../../tests/data/check/nginx/upstream_module_example.conf");
+        let text = include_str!("../tests/data/nginx/upstream_module_example.conf");
         let l = only(&read(text));
         assert_eq!(l.tries, Tries::OnePerServer { servers: 5 });
         assert!(l.notes.iter().any(|n| n.contains("backup")));
@@ -1012,7 +957,7 @@ mod tests {
 
     #[test]
     fn the_proxy_module_example_is_a_location_alone() {
-        let text = include_str!("../../tests/data/check/nginx/proxy_module_example.conf");
+        let text = include_str!("../tests/data/nginx/proxy_module_example.conf");
         let l = only(&read(text));
         assert_eq!(l.tries, Tries::OnePerServer { servers: 1 });
         assert_eq!(l.source.locator, "server location /");

@@ -692,9 +692,6 @@ fn defaults_used(set: &Settings) -> Vec<DefaultUsed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::haproxy_config;
-    use falsification_model::experiment::{Gateway, GatewayKind};
-    use std::net::SocketAddr;
 
     fn read(text: &str) -> Parsed {
         parse(Path::new("t.cfg"), text).unwrap()
@@ -722,40 +719,9 @@ mod tests {
         status_5xx: false,
     };
 
-    fn kit(abort_on_close: bool) -> String {
-        let g = Gateway {
-            kind: GatewayKind::Haproxy,
-            retries: 2,
-            timeout_s: 0.15,
-            abort_on_close,
-            balance: falsification_model::experiment::Balance::RoundRobin,
-        };
-        let listen = SocketAddr::from(([127, 0, 0, 1], 9000));
-        haproxy_config(&g, listen, Path::new("/t/a.sock"), 50)
-    }
-
-    #[test]
-    fn the_kits_embedded_gateway_retries_twice_on_timeout_and_connect() {
-        for abort in [false, true] {
-            let parsed = read(&kit(abort));
-            assert_eq!(parsed.layers.len(), 1);
-            let l = one(&parsed, "backend pods");
-            assert_eq!(l.software, "haproxy");
-            assert_eq!(l.tier, Tier::Edge);
-            assert_eq!(l.tries, Tries::AtMost(3));
-            assert_eq!(l.retry_on, TIMEOUT_AND_CONNECT);
-            assert_eq!(l.per_try_timeout_s, Some(0.15));
-            assert_eq!(l.overall_timeout_s, None);
-            assert_eq!(l.aborts_on_close, abort);
-            let settings: Vec<&str> = l.defaults.iter().map(|d| d.setting.as_str()).collect();
-            let want: &[&str] = if abort { &[] } else { &["option abortonclose"] };
-            assert_eq!(settings, want);
-        }
-    }
-
     #[test]
     fn the_kits_kubernetes_gateway_waits_3_s_a_try() {
-        let text = include_str!("../../../k8s/overlays/gateway/haproxy.cfg");
+        let text = include_str!("../../k8s/overlays/gateway/haproxy.cfg");
         let parsed = parse(Path::new("haproxy.cfg"), text).unwrap();
         let l = one(&parsed, "backend pods");
         assert_eq!(l.tries, Tries::AtMost(3));
@@ -777,7 +743,7 @@ mod tests {
 
     #[test]
     fn upstream_edge_example_uses_its_named_defaults_and_the_built_in_retries() {
-        let text = include_str!("../../tests/data/check/haproxy/basic-config-edge.cfg");
+        let text = include_str!("../tests/data/haproxy/basic-config-edge.cfg");
         let parsed = read(text);
         assert_eq!(parsed.layers.len(), 1);
         let l = one(&parsed, "backend app1");
@@ -799,7 +765,7 @@ mod tests {
 
     #[test]
     fn upstream_content_switching_example_retries_twice_with_redispatch() {
-        let text = include_str!("../../tests/data/check/haproxy/content-sw-sample.cfg");
+        let text = include_str!("../tests/data/haproxy/content-sw-sample.cfg");
         let parsed = read(text);
         let stat = one(&parsed, "backend static");
         let dynamic = one(&parsed, "backend dynamic");
@@ -815,7 +781,7 @@ mod tests {
 
     #[test]
     fn upstream_abortonclose_test_config_inherits_the_option() {
-        let text = include_str!("../../tests/data/check/haproxy/http_abortonclose.cfg");
+        let text = include_str!("../tests/data/haproxy/http_abortonclose.cfg");
         let parsed = read(text);
         assert_eq!(parsed.layers.len(), 4);
         assert_eq!(one(&parsed, "backend be1_1").tries, Tries::AtMost(2));
@@ -831,7 +797,7 @@ mod tests {
 
     #[test]
     fn the_documentations_first_example() {
-        let text = include_str!("../../tests/data/check/haproxy/configuration-2.6-example.cfg");
+        let text = include_str!("../tests/data/haproxy/configuration-2.6-example.cfg");
         let l = one(&read(text), "backend servers");
         assert_eq!(l.tries, Tries::AtMost(4));
         assert_eq!(l.per_try_timeout_s, Some(50.0));

@@ -1,5 +1,5 @@
 //! The pure core of `check`: the amplification per failure class of a chain of layers, the
-//! verdict in the publication's words, and the changes that would remove a second state.
+//! diagnosis in the publication's words, and the changes that would remove a second state.
 //!
 //! A request's failure travels outward from the service. For one failure class, each layer, from
 //! the innermost out, sees on each of its tries either its own per-try timeout fire (when that
@@ -214,7 +214,7 @@ pub enum SignalSees {
     Debt,
 }
 
-/// The autoscaler as the verdict sees it.
+/// The autoscaler as the diagnosis sees it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HpaFigure {
     pub name: String,
@@ -291,7 +291,7 @@ pub fn hpa_figure(hpa: &Autoscaler, pod_capacity: Option<f64>) -> Result<HpaFigu
     })
 }
 
-/// Everything the verdict is computed from.
+/// Everything the diagnosis is computed from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stack {
     /// Outermost first.
@@ -302,9 +302,9 @@ pub struct Stack {
     pub rho: Option<f64>,
 }
 
-/// The answer: whether the service has a second state, and why.
+/// Check's diagnosis of a stack: whether the service has a second state, and why.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Verdict {
+pub struct Diagnosis {
     pub second_state: bool,
     pub reasons: Vec<String>,
 }
@@ -329,7 +329,7 @@ fn against(what: &str, value: f64, threshold: f64) -> String {
 
 /// The scaler trap: a first-attempt signal holds `rho` at `u*`; any signal that sees retries or
 /// debt sizes for `A` x demand once attempts fail.
-fn scaler_verdict(h: &HpaFigure, a: f64, threshold: f64) -> (bool, String) {
+fn scaler_diagnosis(h: &HpaFigure, a: f64, threshold: f64) -> (bool, String) {
     match (h.signal_sees, h.target) {
         (SignalSees::FirstAttempts, Some(u)) if u >= threshold => (
             true,
@@ -367,7 +367,7 @@ fn scaler_verdict(h: &HpaFigure, a: f64, threshold: f64) -> (bool, String) {
 }
 
 /// Fixed capacity: a second state whenever `1/A <= rho < 1`.
-fn fixed_verdict(rho: Option<f64>, threshold: f64) -> (bool, String) {
+fn fixed_diagnosis(rho: Option<f64>, threshold: f64) -> (bool, String) {
     match rho {
         Some(rho) if rho >= 1.0 => (
             false,
@@ -402,7 +402,7 @@ fn fixed_verdict(rho: Option<f64>, threshold: f64) -> (bool, String) {
 }
 
 /// The publication's recipe on the timeout class's `A`.
-pub fn verdict(stack: &Stack, timeout: &ClassFigure) -> Verdict {
+pub fn diagnose(stack: &Stack, timeout: &ClassFigure) -> Diagnosis {
     let (second_state, reason) = if stack.abandoned == Abandoned::Dropped {
         (
             false,
@@ -421,11 +421,11 @@ pub fn verdict(stack: &Stack, timeout: &ClassFigure) -> Verdict {
         )
     } else {
         match &stack.hpa {
-            Some(h) => scaler_verdict(h, timeout.a, timeout.threshold),
-            None => fixed_verdict(stack.rho, timeout.threshold),
+            Some(h) => scaler_diagnosis(h, timeout.a, timeout.threshold),
+            None => fixed_diagnosis(stack.rho, timeout.threshold),
         }
     };
-    Verdict {
+    Diagnosis {
         second_state,
         reasons: vec![reason],
     }
@@ -463,7 +463,7 @@ fn layer_name(l: &Layer) -> String {
 /// `stack` with different layers: the timeout class's `A`, and whether a second state remains.
 fn after(stack: &Stack, layers: Vec<Layer>) -> (f64, bool) {
     let figure = class_figure(&layers, FailureClass::Timeout);
-    let removes = !verdict(
+    let removes = !diagnose(
         &Stack {
             layers,
             ..stack.clone()
@@ -538,7 +538,7 @@ fn layer_fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
 /// a signal that sees retries, a lower target, fewer retries at one layer), then those that only
 /// lower `A`.
 pub fn fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
-    if !verdict(stack, timeout).second_state {
+    if !diagnose(stack, timeout).second_state {
         return Vec::new();
     }
     let mut out = vec![Fix {
@@ -600,7 +600,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::check::layer::{RetryOn, Source};
+    use crate::layer::{RetryOn, Source};
 
     fn layer(tries: u32, per_try_s: Option<f64>, retry_on: RetryOn, aborts: bool) -> Layer {
         Layer {
@@ -793,7 +793,7 @@ mod tests {
     }
 
     #[test]
-    fn the_verdict_follows_the_recipe() {
+    fn the_diagnosis_follows_the_recipe() {
         let layers = f5(10.0, false);
         let figure = class_figure(&layers, FailureClass::Timeout);
         let stack = |hpa: Option<HpaFigure>, rho: Option<f64>, abandoned| Stack {
@@ -802,22 +802,22 @@ mod tests {
             abandoned,
             rho,
         };
-        let v = verdict(&stack(Some(hpa(0.5)), None, Abandoned::Served), &figure);
+        let v = diagnose(&stack(Some(hpa(0.5)), None, Abandoned::Served), &figure);
         assert!(v.second_state);
         assert!(
             v.reasons[0].contains("the target u* = 0.50 is at or above 1/A = 0.11 for timeouts"),
             "{v:?}"
         );
-        assert!(!verdict(&stack(Some(hpa(0.1)), None, Abandoned::Served), &figure).second_state);
-        assert!(!verdict(&stack(Some(hpa(0.5)), None, Abandoned::Dropped), &figure).second_state);
+        assert!(!diagnose(&stack(Some(hpa(0.1)), None, Abandoned::Served), &figure).second_state);
+        assert!(!diagnose(&stack(Some(hpa(0.5)), None, Abandoned::Dropped), &figure).second_state);
         let ingress = HpaFigure {
             signal_sees: SignalSees::Retries,
             target: None,
             ..hpa(0.5)
         };
-        assert!(!verdict(&stack(Some(ingress), None, Abandoned::Served), &figure).second_state);
-        assert!(verdict(&stack(None, Some(0.15), Abandoned::Served), &figure).second_state);
-        assert!(!verdict(&stack(None, Some(0.10), Abandoned::Served), &figure).second_state);
+        assert!(!diagnose(&stack(Some(ingress), None, Abandoned::Served), &figure).second_state);
+        assert!(diagnose(&stack(None, Some(0.15), Abandoned::Served), &figure).second_state);
+        assert!(!diagnose(&stack(None, Some(0.10), Abandoned::Served), &figure).second_state);
     }
 
     #[test]
@@ -856,7 +856,7 @@ mod tests {
 
     #[test]
     fn unclassified_metrics_and_value_targets_are_asked_about() {
-        use crate::check::layer::ScalingMetric;
+        use crate::layer::ScalingMetric;
         let mut h = Autoscaler {
             source: Source {
                 file: PathBuf::from("hpa.yaml"),

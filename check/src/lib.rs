@@ -1,13 +1,25 @@
-//! `falsification check`: reads a team's retry, proxy and autoscaler configuration, computes the
-//! amplification `A` per failure class and `1/A`, and says whether the service has a second state,
-//! before anyone runs a destructive test.
+//! `kit-check`: reads a team's retry, proxy and autoscaler configuration, computes the
+//! amplification `A` per failure class and `1/A`, and says whether the service has a second
+//! state, before anyone runs a destructive test. `falsification check` is its command line (the
+//! flags and exit codes live there); `falsification trigger --stack` takes its `A` from here.
 //!
-//! Layout: `layer` is the plain data every reader produces; the readers are `haproxy`, `nginx`,
-//! `envoy` (proxy files), `kube` (Kubernetes YAML: HPA, Istio, Gateway API, ingress-nginx,
-//! Linkerd) and `clients` (the stack file: clients, which live in code, with built-in library
-//! defaults). `detect` finds a file's kind from its content. `amplify` is the pure core (A per
-//! class with time caps and budgets, the verdict, the fixes); `output` writes text, JSON and
-//! SARIF. Only this file reads files.
+//! Layout:
+//! - [`layer`]: the plain data every reader produces (a layer of retries, an autoscaler, what
+//!   was skipped, the input errors).
+//! - The readers, one per kind of file: [`haproxy`], [`nginx`], [`envoy`] (proxy files),
+//!   [`kube`] (Kubernetes YAML: HPA, Istio, Gateway API, ingress-nginx, Linkerd) and
+//!   [`clients`] (the stack file: clients, which live in code, with built-in library defaults,
+//!   the kit loadgen's flags read by its own parser, gRPC service configs).
+//! - [`detect`]: a file's kind from its content.
+//! - [`amplify`]: the pure core: `A` per class with time caps and budgets, the diagnosis, the
+//!   fixes.
+//! - [`output`]: text, JSON and SARIF.
+//! - this file: [`check`], which reads the files (the only code here that does I/O), picks the
+//!   autoscaler and the judged path, and adds the trigger and a spike's recovery from the
+//!   model ([`falsification_model::laws`], [`falsification_model::predict::PooledSpike`]).
+//!
+//! It depends on the model crate and the loadgen's flags (without its runtime), not on the
+//! harness: no async runtime, Kubernetes client or HTTP stack in its build.
 
 pub mod amplify;
 pub mod clients;
@@ -28,6 +40,7 @@ use amplify::{ClassFigure, Fix, HpaFigure, SignalSees, Stack};
 use detect::FileKind;
 use falsification_model::experiment::Spike;
 use falsification_model::laws;
+use falsification_model::predict::PooledSpike;
 use layer::{Abandoned, Autoscaler, FailureClass, InputError, Layer, Parsed, Sees, Skipped};
 
 /// What `check` is asked.
@@ -399,7 +412,7 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
         abandoned: read.abandoned.unwrap_or(Abandoned::Served),
         rho: input.rho,
     };
-    let verdict = amplify::verdict(&stack, &classes[0]);
+    let diagnosis = amplify::diagnose(&stack, &classes[0]);
     let fixes = amplify::fixes(&stack, &classes[0]);
     let tau_out_s = amplify::service_timeout_s(&stack.layers);
     let trigger = trigger_figure(input, &stack, &classes[0], tau_out_s)?;
@@ -411,8 +424,8 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
             assumed: read.abandoned.is_none(),
         },
         tau_out_s,
-        second_state: verdict.second_state,
-        reasons: verdict.reasons,
+        second_state: diagnosis.second_state,
+        reasons: diagnosis.reasons,
         fixes,
         trigger,
         other_routes,
@@ -456,11 +469,23 @@ fn trigger_figure(
                     vec!["the fluid model is not run: A is unbounded".to_string()],
                 )
             } else if input.predict {
-                crate::trigger::predict_recovery(a, rho, tau, s).map_err(|e| {
-                    InputError::Question {
-                        question: format!("--predict: the fluid model failed: {e:#}"),
-                    }
-                })?
+                // The trigger test's model of one pool behind one client layer of the stack's A.
+                let spike = PooledSpike {
+                    rho,
+                    capacity: None,
+                    k,
+                    spike_s: length_s,
+                    given: true,
+                    tau_out_s: tau,
+                    warmup_s: None,
+                    retries: 0,
+                    retry_budget: None,
+                    stack_a: Some(a),
+                };
+                let r = spike.recovery().map_err(|e| InputError::Question {
+                    question: format!("--predict: the fluid model failed: {e}"),
+                })?;
+                (r.fluid_s, r.warnings)
             } else {
                 (None, Vec::new())
             };

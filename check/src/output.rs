@@ -1,5 +1,5 @@
 //! `check`'s report as text (for people), JSON (the documented contract) and SARIF 2.1.0 (for
-//! code review tools: one result per layer, one for the verdict, one per skipped block).
+//! code review tools: one result per layer, one for the diagnosis, one per skipped block).
 
 use std::fmt::Write;
 
@@ -296,11 +296,11 @@ fn location(s: &Source) -> Value {
     })
 }
 
-/// SARIF 2.1.0: the verdict at the layer that multiplies most (an error when a second state
+/// SARIF 2.1.0: the diagnosis at the layer that multiplies most (an error when a second state
 /// exists), a note per layer, a warning per skipped block.
 pub fn sarif(r: &Report) -> Value {
     // Where the fixes point: the layer that multiplies most, else the autoscaler.
-    let verdict_locations: Vec<Value> = match super::amplify::most_multiplying(r.timeout()) {
+    let diagnosis_locations: Vec<Value> = match super::amplify::most_multiplying(r.timeout()) {
         Some(i) => vec![location(&r.layers[i].source)],
         None => r
             .hpa
@@ -318,7 +318,7 @@ pub fn sarif(r: &Report) -> Value {
             r.timeout().threshold,
             r.fixes.first().map_or(String::new(), |f| format!(". First fix: {}", f.change)),
         ) },
-        "locations": verdict_locations,
+        "locations": diagnosis_locations,
     })];
     for (i, l) in r.layers.iter().enumerate() {
         results.push(json!({
