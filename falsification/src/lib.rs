@@ -12,8 +12,8 @@
 //! - `check`: reads retry, proxy and autoscaler files; A per failure class and the verdict.
 //! - `trigger`: the destructive trigger test against a staging target.
 //! - leaves: `gateway` (the proxies' configuration and counters, pure), `invocation` (the
-//!   command lines of the kit's binaries), `process` (children, reaping, atomic files), `table`
-//!   (CSV by column name).
+//!   command lines of the kit's binaries), `process` (children, reaping, atomic files),
+//!   `progress` (the live status line), `table` (CSV by column name).
 //!
 //! Only `cli` is public: the binary and the command-line tests are its users.
 
@@ -24,6 +24,7 @@ mod gateway;
 mod invocation;
 mod kube;
 mod process;
+mod progress;
 mod runner;
 mod table;
 mod trigger;

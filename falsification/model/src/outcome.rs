@@ -24,6 +24,8 @@
 //!   over the pods needed (the demand at the target utilization: where a perfect scaler settles), and
 //!   the first-attempt work lost in seconds of that demand.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 /// One row of a per-second record.
@@ -149,6 +151,30 @@ pub enum State {
     Trapped,
 }
 
+impl State {
+    /// What a prediction that tells only whether the failure sustains itself (the laws', a
+    /// publication's) says of a triggered run.
+    pub fn of_trap(trapped: bool) -> State {
+        if trapped {
+            State::Trapped
+        } else {
+            State::Recovered
+        }
+    }
+}
+
+/// The one wording of a state; [`Outcome::state_text`] adds the horizon a run ended at.
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            State::NotTriggered => "not triggered",
+            State::Recovered => "recovered",
+            State::NotRecoveredWithinHorizon => "not recovered within the horizon",
+            State::Trapped => "trapped",
+        })
+    }
+}
+
 impl Outcome {
     pub fn state(&self) -> State {
         match (self.triggered, self.recovered, self.trapped) {
@@ -170,8 +196,6 @@ impl Outcome {
     /// The state in words, with the horizon when the run ended before recovering.
     pub fn state_text(&self) -> String {
         match self.state() {
-            State::NotTriggered => "not triggered".into(),
-            State::Recovered => "recovered".into(),
             State::NotRecoveredWithinHorizon if self.failure_ended() => format!(
                 "failure over (debt served, 99% succeed), a steady queue under the timeout at {:.0} s",
                 self.horizon_s
@@ -180,7 +204,7 @@ impl Outcome {
                 "not recovered within the {:.0} s horizon (draining, not trapped)",
                 self.horizon_s
             ),
-            State::Trapped => "trapped".into(),
+            state => state.to_string(),
         }
     }
 }
@@ -352,7 +376,9 @@ pub struct Expect {
     pub max_final_pods: Option<u32>,
 }
 
-/// What a refutation rule made of a run.
+/// The one verdict on a run, modelled or measured: what its refutation rule made of it, or none
+/// for a measured run that did not go to its end. Its words are the records' (`summary.json`,
+/// `predict --format json`, the reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Judgement {
@@ -360,6 +386,8 @@ pub enum Judgement {
     Refuted,
     /// The run cannot decide: it ended while still draining, or its noise can move what is judged.
     Inconclusive,
+    /// The run was interrupted before its end: no verdict.
+    Incomplete,
 }
 
 impl Judgement {
@@ -368,7 +396,14 @@ impl Judgement {
             Judgement::Held => "held",
             Judgement::Refuted => "refuted",
             Judgement::Inconclusive => "inconclusive",
+            Judgement::Incomplete => "incomplete",
         }
+    }
+}
+
+impl fmt::Display for Judgement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.word())
     }
 }
 
