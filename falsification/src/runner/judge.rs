@@ -163,15 +163,14 @@ fn rule(t: &Trial) -> Verdict {
 fn product_rule(v: Verdict, stack: Option<&StackMeasure>, run: &Scenario) -> Verdict {
     match stack {
         Some(st) if v.held() && !stack::product_holds(st, run, AMPLIFICATION_TOLERANCE) => {
-            Verdict {
-                judgement: Judgement::Refuted,
-                reason: format!(
-                    "{}; but the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
-                    v.reason,
+            refuted_but(
+                v,
+                &format!(
+                    "the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
                     st.pods,
                     run.amplification()
                 ),
-            }
+            )
         }
         _ => v,
     }
@@ -181,14 +180,18 @@ fn product_rule(v: Verdict, stack: Option<&StackMeasure>, run: &Scenario) -> Ver
 /// when the HPA changed its replicas while its only meter was down.
 fn outage_rule(v: Verdict, outage_held: Option<bool>) -> Verdict {
     match outage_held {
-        Some(false) if v.held() => Verdict {
-            judgement: Judgement::Refuted,
-            reason: format!(
-                "{}; but the HPA changed its replicas while its meter was down",
-                v.reason
-            ),
-        },
+        Some(false) if v.held() => {
+            refuted_but(v, "the HPA changed its replicas while its meter was down")
+        }
         _ => v,
+    }
+}
+
+/// A held verdict refuted by a rule past the case's own: what held, but why not.
+fn refuted_but(v: Verdict, why: &str) -> Verdict {
+    Verdict {
+        judgement: Judgement::Refuted,
+        reason: format!("{}; but {why}", v.reason),
     }
 }
 
