@@ -174,7 +174,7 @@ fn case_text(out: &mut String, c: &CasePrediction) {
 }
 
 /// The end of a run in the publication's words: healthy after T s, or failed.
-pub fn end_state(o: &Outcome) -> String {
+fn end_state(o: &Outcome) -> String {
     match o.state() {
         State::NotTriggered => "healthy (never failed)".into(),
         State::Recovered => format!("healthy after {}", secs(o.recovery_s)),
