@@ -13,8 +13,8 @@
 //! - `falsification check` is the `kit-check` crate's command line (`cli::check`); `trigger`
 //!   takes a stack's `A` from it.
 //! - leaves: `gateway` (the proxies' configuration and counters, pure), `invocation` (the
-//!   command lines of the kit's binaries), `process` (children, reaping, atomic files), `table`
-//!   (CSV by column name).
+//!   command lines of the kit's binaries), `process` (children, reaping, atomic files),
+//!   `progress` (the live status line), `table` (CSV by column name).
 //!
 //! Only `cli` is public: the binary and the command-line tests are its users.
 
@@ -24,6 +24,7 @@ mod gateway;
 mod invocation;
 mod kube;
 mod process;
+mod progress;
 mod runner;
 mod table;
 mod trigger;

@@ -6,7 +6,7 @@ use crate::experiment::RetryBudget;
 const BUCKETS: usize = 10;
 
 #[derive(Debug, Clone)]
-pub struct BudgetState {
+pub(crate) struct BudgetState {
     budget: RetryBudget,
     width: f64,
     /// (first attempts, retries) per bucket of `ttl / BUCKETS`.
@@ -17,7 +17,7 @@ pub struct BudgetState {
 }
 
 impl BudgetState {
-    pub fn new(budget: RetryBudget, now: f64) -> BudgetState {
+    pub(crate) fn new(budget: RetryBudget, now: f64) -> BudgetState {
         BudgetState {
             budget,
             width: budget.ttl_s / BUCKETS as f64,
@@ -43,13 +43,13 @@ impl BudgetState {
     }
 
     /// A first attempt was sent.
-    pub fn deposit(&mut self, now: f64) {
+    pub(crate) fn deposit(&mut self, now: f64) {
         self.roll(now);
         self.buckets[self.current].0 += 1.0;
     }
 
     /// Asks to send a retry; counts it when allowed.
-    pub fn withdraw(&mut self, now: f64) -> bool {
+    pub(crate) fn withdraw(&mut self, now: f64) -> bool {
         self.roll(now);
         let (firsts, retries) = self
             .buckets

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use crate::hpa::{Decision, Hpa, HpaError, HpaSpec, PodSample, Reading, Scale, UsageSample};
+use crate::hpa::{Hpa, HpaError, HpaSpec, PodSample, Reading, Scale, UsageSample};
 use crate::metric::{Meter, Signal};
 
 /// How the autoscaler is wired and timed.
@@ -84,7 +84,7 @@ pub struct RolloutPods {
 }
 
 impl RolloutPods {
-    pub fn old(&self) -> u32 {
+    fn old(&self) -> u32 {
         self.old_ready + self.old_starting
     }
 }
@@ -158,7 +158,7 @@ pub struct CpuModel {
 
 /// The model's cumulative counters, passed at each step.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Totals {
+pub(crate) struct Totals {
     /// First attempts arrived.
     pub first: f64,
     /// All attempts arrived.
@@ -169,7 +169,7 @@ pub struct Totals {
 
 /// A change the model must apply to its per-pod state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodEvent {
+pub(crate) enum PodEvent {
     /// A new, empty pod starts serving; it is the newest. `rolled`: it has the template of a
     /// rolling update.
     Ready { rolled: bool },
@@ -231,7 +231,7 @@ struct CpuScraper {
 
 /// Fixed or autoscaled capacity, advanced by the model's clock.
 #[derive(Debug)]
-pub struct Control {
+pub(crate) struct Control {
     desired: u32,
     ready: u32,
     /// Each ready pod (ordered, turned ready), in the order they turned ready (the newest are
@@ -244,7 +244,6 @@ pub struct Control {
     /// in order of readiness).
     pending: VecDeque<Ordered>,
     autoscaler: Option<Autoscaler>,
-    last_decision: Option<Decision>,
     /// When the oldest ready pod is killed (a fault), until it is.
     kill_at: Option<f64>,
     /// When a rolling update starts (a remedy), until it does.
@@ -255,7 +254,7 @@ pub struct Control {
 
 impl Control {
     /// `n` pods, all ready from the start.
-    pub fn fixed(n: u32) -> Control {
+    pub(crate) fn fixed(n: u32) -> Control {
         Control {
             desired: n,
             ready: n,
@@ -264,7 +263,6 @@ impl Control {
             clock: 0.0,
             pending: VecDeque::new(),
             autoscaler: None,
-            last_decision: None,
             kill_at: None,
             rollout_at: None,
             rolled_out: false,
@@ -272,7 +270,7 @@ impl Control {
     }
 
     /// The same control, with the oldest ready pod killed at `at` (a fault).
-    pub fn killing_at(self, at: Option<f64>) -> Control {
+    pub(crate) fn killing_at(self, at: Option<f64>) -> Control {
         Control {
             kill_at: at,
             ..self
@@ -280,7 +278,7 @@ impl Control {
     }
 
     /// Starts with `initial` ready pods at time `start`, scaled by the HPA from then on.
-    pub fn autoscaled(
+    pub(crate) fn autoscaled(
         config: &AutoscalerConfig,
         initial: u32,
         start: f64,
@@ -328,7 +326,6 @@ impl Control {
                 ordered: 0,
                 cpu,
             }),
-            last_decision: None,
             kill_at: None,
             rollout_at: config.rollout_at,
             rolled_out: false,
@@ -336,7 +333,7 @@ impl Control {
     }
 
     /// When something next happens (a pod becomes ready, a scrape, a sync); infinity for fixed capacity.
-    pub fn next_event(&self) -> f64 {
+    pub(crate) fn next_event(&self) -> f64 {
         let ready = self
             .next_ready()
             .map_or(f64::INFINITY, |(_, p)| p.ready_at)
@@ -353,7 +350,7 @@ impl Control {
 
     /// Processes everything due at or before `now`, given the model's cumulative counters; pushes the
     /// pod changes to apply, in order.
-    pub fn advance(&mut self, now: f64, totals: Totals, events: &mut Vec<PodEvent>) {
+    pub(crate) fn advance(&mut self, now: f64, totals: Totals, events: &mut Vec<PodEvent>) {
         while self.next_event() <= now {
             // In time order; at equal times a pod turns ready, then the meters scrape, then the HPA syncs.
             let next_ready = self.next_ready();
@@ -449,12 +446,11 @@ impl Control {
                 ready_pods: to_i32(self.ready),
             };
             // The readings are as many as the metrics (checked at construction), so sync cannot fail.
-            if let Ok(decision) = a.hpa.sync(at, &readings, scale) {
-                if decision.rescale {
-                    self.scale_to(at, decision.desired.max(0) as u32, events);
-                    self.roll(at, events);
-                }
-                self.last_decision = Some(decision);
+            if let Ok(decision) = a.hpa.sync(at, &readings, scale)
+                && decision.rescale
+            {
+                self.scale_to(at, decision.desired.max(0) as u32, events);
+                self.roll(at, events);
             }
         }
     }
@@ -605,16 +601,12 @@ impl Control {
         self.clock = self.clock.max(t);
     }
 
-    pub fn ready(&self) -> u32 {
+    pub(crate) fn ready(&self) -> u32 {
         self.ready
     }
 
-    pub fn desired(&self) -> u32 {
+    pub(crate) fn desired(&self) -> u32 {
         self.desired
-    }
-
-    pub fn last_decision(&self) -> Option<&Decision> {
-        self.last_decision.as_ref()
     }
 }
 
@@ -837,10 +829,6 @@ mod tests {
         // 7.5 s: 8; 22.5 s: 16; 37.5-82.5 s: no reading, held at 16 (not 20, not scaled in).
         assert_eq!(desired_at[23], 16);
         assert_eq!(desired_at[89], 16);
-        assert_eq!(
-            c.last_decision().map(|d| d.reason),
-            Some(crate::hpa::Reason::DesiredWithinRange)
-        );
         // 97.5 s: the new meter's whole window reads 1000/s: 20.
         assert_eq!(desired_at[98], 20);
     }

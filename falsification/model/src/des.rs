@@ -5,7 +5,7 @@
 //! out `tau_out` after it was sent (its retry follows after the backoff), the same retry budget and the
 //! same HPA module (through [`Control`]) as the fluid model.
 //! Behind a retrying gateway, a request's attempts at the pods are one chain
-//! ([`Scenario::pod_retries`]): the gateway's tries follow each other at its timeout, the client's
+//! (`Scenario::pod_retries`): the gateway's tries follow each other at its timeout, the client's
 //! retries after their backoff, and a retry budget counts only the client's.
 //!
 //! Per pod, an attempt goes where a keep-alive HTTP/1.1 client sends it: on the connection answered

@@ -203,7 +203,7 @@ impl Multiple {
         }
     }
 
-    pub fn get(self) -> f64 {
+    fn get(self) -> f64 {
         self.0
     }
 }
@@ -464,11 +464,6 @@ impl Bursts {
             _ => 1.0,
         }
     }
-
-    /// Seconds spent in bursts.
-    pub fn time_in_bursts(&self) -> f64 {
-        self.windows.iter().map(|(a, b)| b - a).sum()
-    }
 }
 
 /// First attempts replayed from a trace file (`kit_dist::trace`'s format: send times in seconds
@@ -507,13 +502,13 @@ impl ArrivalTrace {
     }
 
     /// Whether arrival `index` is replayed (the loadgen's seeded thinning, seed 0).
-    pub fn keeps(&self, index: usize) -> bool {
+    pub(crate) fn keeps(&self, index: usize) -> bool {
         kit_dist::trace::sampled(0, index as u64, self.sample)
     }
 
     /// The replayed first attempts per second around `t`: the arrivals in the second (of this
     /// scenario's time) that holds `t`, times the thinning.
-    pub fn rate_at(&self, t: f64, second: f64) -> f64 {
+    fn rate_at(&self, t: f64, second: f64) -> f64 {
         let from = (t / second).floor() * second;
         let lo = self.times.partition_point(|&x| x < from);
         let hi = self.times.partition_point(|&x| x < from + second);
@@ -559,7 +554,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// Each retry right at its attempt's timeout.
-    pub const NONE: Backoff = Backoff {
+    const NONE: Backoff = Backoff {
         base_s: 0.0,
         cap_s: 0.0,
     };
@@ -792,7 +787,7 @@ impl std::fmt::Display for Remedy {
 
 impl Fault {
     /// The runner's steps, in time order.
-    pub fn steps(&self) -> Vec<(f64, Action)> {
+    fn steps(&self) -> Vec<(f64, Action)> {
         match *self {
             Fault::MeterOutage { at_s, length_s } => vec![
                 (at_s, Action::MeterDown),
@@ -820,7 +815,7 @@ impl Fault {
 
     /// The share of the scheduled demand the clients still send at `t`: all of it, or after a
     /// shard died, the live shards' share.
-    pub fn demand_alive(&self, t: f64) -> f64 {
+    fn demand_alive(&self, t: f64) -> f64 {
         match *self {
             Fault::ShardDied { at_s, shards } if t >= at_s => {
                 f64::from(shards - 1) / f64::from(shards)
@@ -1019,7 +1014,7 @@ impl Scenario {
 
     /// The models chain a request's attempts at the pods: attempt `n + 1` follows attempt `n`'s
     /// timeout. Index `n` of that chain is client attempt `n / tries`, gateway try `n % tries`.
-    pub fn pod_retries(&self) -> u32 {
+    pub(crate) fn pod_retries(&self) -> u32 {
         (self.retries + 1) * self.gateway_tries() - 1
     }
 
@@ -1039,13 +1034,13 @@ impl Scenario {
 
     /// Whether pod attempt `n` (1-based in the chain) is a client's retry: the attempts a client's
     /// retry budget counts and its backoff delays.
-    pub fn is_client_retry(&self, n: u32) -> bool {
+    pub(crate) fn is_client_retry(&self, n: u32) -> bool {
         n > 0 && n.is_multiple_of(self.gateway_tries())
     }
 
     /// From a timed-out attempt `n - 1` to attempt `n` (1-based) arriving at the pods: the pod
     /// timeout, plus the client's backoff when `n` is a client retry (a gateway retries at once).
-    pub fn retry_delay(&self, n: u32) -> f64 {
+    pub(crate) fn retry_delay(&self, n: u32) -> f64 {
         if !self.is_client_retry(n) {
             return self.pod_timeout_s();
         }
@@ -1055,7 +1050,7 @@ impl Scenario {
     }
 
     /// From a request's first attempt to its attempt `n` at the pods.
-    pub fn attempt_offset(&self, n: u32) -> f64 {
+    pub(crate) fn attempt_offset(&self, n: u32) -> f64 {
         (1..=n).map(|i| self.retry_delay(i)).sum()
     }
 
@@ -1106,7 +1101,7 @@ impl Scenario {
 
     /// The models' capacity from `start`: the autoscaler's, else the fixed pods, with the
     /// case's pod-killing fault, if any.
-    pub fn control(&self, start: f64) -> Result<Control, HpaError> {
+    pub(crate) fn control(&self, start: f64) -> Result<Control, HpaError> {
         let control = match self.autoscaler() {
             Some(config) => Control::autoscaled(&config, self.pods, start)?,
             None => Control::fixed(self.pods),
@@ -1248,7 +1243,7 @@ pub struct Published {
 }
 
 impl Published {
-    pub fn time_scaled(&self, s: f64) -> Published {
+    fn time_scaled(&self, s: f64) -> Published {
         Published {
             recovery_s: self.recovery_s.map(|r| r / s),
             ..self.clone()
@@ -1275,7 +1270,7 @@ pub struct Experiment {
 }
 
 impl Experiment {
-    pub fn time_scaled(&self, s: f64) -> Experiment {
+    pub(crate) fn time_scaled(&self, s: f64) -> Experiment {
         let cases = self
             .cases
             .iter()
@@ -1292,7 +1287,7 @@ impl Experiment {
     }
 }
 
-/// Loads a built-in experiment by id (`F1`..`F4`, any case) or a TOML file by path.
+/// Loads a built-in experiment by id (one of [`BUILTIN`], any case) or a TOML file by path.
 pub fn load(name: &str) -> Result<Experiment, ExperimentError> {
     load_with(name, &Params::default())
 }
@@ -1337,11 +1332,6 @@ pub fn ad_hoc(params: Params) -> Result<Experiment, ExperimentError> {
             expect: Expect::default(),
         }],
     })
-}
-
-/// Parses an experiment file's text; `name` is used in error messages.
-pub fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
-    parse_with(name, text, &Params::default(), None)
 }
 
 fn parse_with(
@@ -1757,7 +1747,7 @@ pub struct PolicyParams {
 
 impl Params {
     /// The kit's defaults (SPEC's kit sizes and the HPA facts).
-    pub fn kit() -> Params {
+    fn kit() -> Params {
         Params {
             pods: Some(4),
             rate_per_pod: Some(100.0),
@@ -1777,7 +1767,7 @@ impl Params {
     }
 
     /// `self` where set, else `base`.
-    pub fn over(self, base: Params) -> Params {
+    fn over(self, base: Params) -> Params {
         Params {
             pods: self.pods.or(base.pods),
             rate_per_pod: self.rate_per_pod.or(base.rate_per_pod),
@@ -1815,7 +1805,7 @@ impl Params {
     }
 
     /// Checks and resolves into a scenario; missing fields take the kit's defaults.
-    pub fn resolve(self, name: &str, context: &str) -> Result<Scenario, ExperimentError> {
+    fn resolve(self, name: &str, context: &str) -> Result<Scenario, ExperimentError> {
         let p = self.over(Params::kit());
         let pods = p.pods.unwrap_or(4);
         if pods == 0 {
@@ -2164,6 +2154,11 @@ fn required<T>(context: &str, field: &'static str, v: Option<T>) -> Result<T, Ex
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parses an experiment file's text; `name` is used in error messages.
+    fn parse(name: &str, text: &str) -> Result<Experiment, ExperimentError> {
+        parse_with(name, text, &Params::default(), None)
+    }
 
     #[test]
     fn builtin_experiments_load() {

@@ -14,7 +14,7 @@
 //! least `tau_out` times out and its retry arrives `tau_out` (+ backoff) later; abandoned work is served,
 //! or never queued when servers drop it; a retry budget caps the retry flow at `ratio` x first attempts.
 //! Behind a retrying gateway, a request's attempts at the pods are one chain
-//! ([`Scenario::pod_retries`]): `tau_out` is the gateway's timeout and the budget caps only the
+//! (`Scenario::pod_retries`): `tau_out` is the gateway's timeout and the budget caps only the
 //! client's retries.
 
 use std::collections::VecDeque;

@@ -170,7 +170,7 @@ pub struct HpaSpec {
 
 impl HpaSpec {
     /// The tolerances the replica calculator applies, (scale-down, scale-up).
-    pub fn tolerances(&self) -> (f64, f64) {
+    fn tolerances(&self) -> (f64, f64) {
         self.behavior.tolerances(self.tolerance)
     }
 }
@@ -397,10 +397,6 @@ impl Hpa {
             scale_up_events: Vec::new(),
             scale_down_events: Vec::new(),
         })
-    }
-
-    pub fn spec(&self) -> &HpaSpec {
-        &self.spec
     }
 
     /// One reconcile: `readings[i]` is what the controller read for metric `i` (`None` when it could

@@ -6,13 +6,13 @@ use std::collections::VecDeque;
 
 /// A windowed rate of one cumulative counter.
 #[derive(Debug, Clone)]
-pub struct WindowRate {
+struct WindowRate {
     window_s: f64,
     samples: VecDeque<(f64, f64)>,
 }
 
 impl WindowRate {
-    pub fn new(window_s: f64) -> WindowRate {
+    fn new(window_s: f64) -> WindowRate {
         WindowRate {
             window_s,
             samples: VecDeque::new(),
@@ -20,7 +20,7 @@ impl WindowRate {
     }
 
     /// Records a scrape of the cumulative counter `total` at time `t`.
-    pub fn observe(&mut self, t: f64, total: f64) {
+    fn observe(&mut self, t: f64, total: f64) {
         self.samples.push_back((t, total));
         // Keep exactly one sample at or before the window's start.
         while self.samples.len() > 2 && self.samples[1].0 <= t - self.window_s + 1e-9 {
@@ -29,7 +29,7 @@ impl WindowRate {
     }
 
     /// The current reading, or `None` before two scrapes.
-    pub fn rate(&self) -> Option<f64> {
+    fn rate(&self) -> Option<f64> {
         let (&(t1, v1), &(t0, v0)) = (self.samples.back()?, self.samples.front()?);
         let span = (t1 - t0).min(self.window_s);
         (span > 0.0).then(|| round_milli((v1 - v0) / span))
@@ -38,7 +38,7 @@ impl WindowRate {
 
 /// The meter's three signals over the same window, read from arrival counters by attempt.
 #[derive(Debug, Clone)]
-pub struct Meter {
+pub(crate) struct Meter {
     scrape_s: f64,
     next_scrape: f64,
     first: WindowRate,
@@ -59,7 +59,7 @@ pub enum Signal {
 }
 
 impl Meter {
-    pub fn new(window_s: f64, scrape_s: f64, start: f64) -> Meter {
+    pub(crate) fn new(window_s: f64, scrape_s: f64, start: f64) -> Meter {
         Meter {
             scrape_s,
             next_scrape: start,
@@ -69,19 +69,19 @@ impl Meter {
     }
 
     /// When the next scrape is due.
-    pub fn next_scrape(&self) -> f64 {
+    pub(crate) fn next_scrape(&self) -> f64 {
         self.next_scrape
     }
 
     /// Scrapes the cumulative counters (first attempts, all attempts) at `now`.
-    pub fn scrape(&mut self, now: f64, first_total: f64, all_total: f64) {
+    pub(crate) fn scrape(&mut self, now: f64, first_total: f64, all_total: f64) {
         self.first.observe(now, first_total);
         self.all.observe(now, all_total);
         self.next_scrape += self.scrape_s;
     }
 
     /// The meter's reading of `signal`; `None` before two scrapes, and always for [`Signal::Cpu`].
-    pub fn reading(&self, signal: Signal) -> Option<f64> {
+    pub(crate) fn reading(&self, signal: Signal) -> Option<f64> {
         match signal {
             Signal::FirstAttempt => self.first.rate(),
             Signal::Ingress => self.all.rate(),

@@ -24,6 +24,8 @@
 //!   over the pods needed (the demand at the target utilization: where a perfect scaler settles), and
 //!   the first-attempt work lost in seconds of that demand.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 /// One row of a per-second record.
@@ -54,7 +56,7 @@ pub struct Record {
 
 impl Record {
     /// Empty rows of `step_s` covering `[start, end)`.
-    pub fn span(start: f64, end: f64, step_s: f64) -> Record {
+    pub(crate) fn span(start: f64, end: f64, step_s: f64) -> Record {
         let n = ((end - start) / step_s).ceil().max(1.0) as usize;
         let rows = (0..n)
             .map(|i| Row {
@@ -66,7 +68,7 @@ impl Record {
     }
 
     /// The row holding time `t` (clamped to the record).
-    pub fn row_mut(&mut self, t: f64) -> &mut Row {
+    pub(crate) fn row_mut(&mut self, t: f64) -> &mut Row {
         let start = self.rows.first().map_or(0.0, |r| r.t);
         let i = ((t - start) / self.step_s).floor().max(0.0) as usize;
         let last = self.rows.len() - 1;
@@ -149,6 +151,30 @@ pub enum State {
     Trapped,
 }
 
+impl State {
+    /// What a prediction that tells only whether the failure sustains itself (the laws', a
+    /// publication's) says of a triggered run.
+    pub fn of_trap(trapped: bool) -> State {
+        if trapped {
+            State::Trapped
+        } else {
+            State::Recovered
+        }
+    }
+}
+
+/// The one wording of a state; [`Outcome::state_text`] adds the horizon a run ended at.
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            State::NotTriggered => "not triggered",
+            State::Recovered => "recovered",
+            State::NotRecoveredWithinHorizon => "not recovered within the horizon",
+            State::Trapped => "trapped",
+        })
+    }
+}
+
 impl Outcome {
     pub fn state(&self) -> State {
         match (self.triggered, self.recovered, self.trapped) {
@@ -170,8 +196,6 @@ impl Outcome {
     /// The state in words, with the horizon when the run ended before recovering.
     pub fn state_text(&self) -> String {
         match self.state() {
-            State::NotTriggered => "not triggered".into(),
-            State::Recovered => "recovered".into(),
             State::NotRecoveredWithinHorizon if self.failure_ended() => format!(
                 "failure over (debt served, 99% succeed), a steady queue under the timeout at {:.0} s",
                 self.horizon_s
@@ -180,7 +204,7 @@ impl Outcome {
                 "not recovered within the {:.0} s horizon (draining, not trapped)",
                 self.horizon_s
             ),
-            State::Trapped => "trapped".into(),
+            state => state.to_string(),
         }
     }
 }
@@ -202,7 +226,7 @@ fn for_good(rows: &[Row], step_s: f64, reference: f64, bad: impl Fn(&Row) -> boo
 }
 
 /// Strict: seconds from `reference` to recovery for good, `None` if the last row is still bad.
-pub fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
+fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
     for_good(&record.rows, record.step_s, c.reference, |r| {
         r.timed_out > 0.0 || r.max_wait_s > c.drained_wait_s
     })
@@ -210,7 +234,7 @@ pub fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
 
 /// Debt served: seconds from `reference` until no arrival faces a wait at the timeout, for good.
 /// Per pod this is when the old pods' debt is gone, whatever steady queue a busy pod keeps.
-pub fn debt_served_s(record: &Record, c: &Criteria) -> Option<f64> {
+fn debt_served_s(record: &Record, c: &Criteria) -> Option<f64> {
     // A record without waits (a staging target's) cannot tell: no wait is not a served debt.
     if record.rows.iter().all(|r| r.max_wait_s <= 0.0) {
         return None;
@@ -222,7 +246,7 @@ pub fn debt_served_s(record: &Record, c: &Criteria) -> Option<f64> {
 
 /// Goodput: seconds from `reference` until logical requests succeed 99% of the time for good,
 /// over the rows whose requests have their final outcome.
-pub fn goodput_recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
+fn goodput_recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
     let end = record.rows.last().map_or(0.0, |r| r.t + record.step_s);
     let known = record
         .rows
@@ -237,7 +261,7 @@ pub fn goodput_recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
 /// Whether a record still failing at its end sustains the failure: over its last `tail_s` attempts
 /// still time out (or the wait is past the timeout), and the attempts offered reach the ready
 /// pods' capacity, or the longest wait has not fallen from its peak.
-pub fn self_sustaining(record: &Record, c: &Criteria) -> bool {
+fn self_sustaining(record: &Record, c: &Criteria) -> bool {
     let end = record.rows.last().map_or(0.0, |r| r.t + record.step_s);
     let tail: Vec<&Row> = record
         .rows
@@ -280,14 +304,14 @@ fn in_window<'a>(record: &'a Record, c: &Criteria) -> impl Iterator<Item = &'a R
 }
 
 /// Lost logical requests over started ones in the window; `None` when none started.
-pub fn lost_fraction(record: &Record, c: &Criteria) -> Option<f64> {
+fn lost_fraction(record: &Record, c: &Criteria) -> Option<f64> {
     let (lost, started) =
         in_window(record, c).fold((0.0, 0.0), |(l, s), r| (l + r.lost, s + r.first_attempts));
     (started > 0.0).then(|| lost / started)
 }
 
 /// The Definition 9 figures of a record (see the module doc).
-pub fn provisioning(record: &Record, c: &Criteria) -> Provisioning {
+fn provisioning(record: &Record, c: &Criteria) -> Provisioning {
     let (rows, started, lost, peak) = in_window(record, c).fold((0, 0.0, 0.0, 0u32), |a, r| {
         (
             a.0 + 1,
@@ -311,7 +335,7 @@ pub fn provisioning(record: &Record, c: &Criteria) -> Provisioning {
     }
 }
 
-pub fn triggered(record: &Record, c: &Criteria) -> bool {
+fn triggered(record: &Record, c: &Criteria) -> bool {
     in_window(record, c).any(|r| r.timed_out > 0.0)
 }
 
@@ -352,7 +376,9 @@ pub struct Expect {
     pub max_final_pods: Option<u32>,
 }
 
-/// What a refutation rule made of a run.
+/// The one verdict on a run, modelled or measured: what its refutation rule made of it, or none
+/// for a measured run that did not go to its end. Its words are the records' (`summary.json`,
+/// `predict --format json`, the reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Judgement {
@@ -360,6 +386,8 @@ pub enum Judgement {
     Refuted,
     /// The run cannot decide: it ended while still draining, or its noise can move what is judged.
     Inconclusive,
+    /// The run was interrupted before its end: no verdict.
+    Incomplete,
 }
 
 impl Judgement {
@@ -368,7 +396,14 @@ impl Judgement {
             Judgement::Held => "held",
             Judgement::Refuted => "refuted",
             Judgement::Inconclusive => "inconclusive",
+            Judgement::Incomplete => "incomplete",
         }
+    }
+}
+
+impl fmt::Display for Judgement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.word())
     }
 }
 

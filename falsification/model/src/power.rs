@@ -16,10 +16,10 @@ use crate::laws;
 
 /// Largest chance, over a run, that noise alone moves the final pod count for the count to be
 /// judged: above it, a pod count beyond the prediction is inconclusive rather than refuted.
-pub const MAX_NOISE_CHANCE: f64 = 0.05;
+const MAX_NOISE_CHANCE: f64 = 0.05;
 
 /// Time scales the embedded runner steps down through to find one with enough power.
-pub const SCALES: [f64; 6] = [20.0, 10.0, 5.0, 4.0, 2.0, 1.0];
+const SCALES: [f64; 6] = [20.0, 10.0, 5.0, 4.0, 2.0, 1.0];
 
 /// What the noise of one metric window does to a steady-state pod count.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -82,7 +82,7 @@ pub struct SweepThreshold {
 }
 
 /// The thresholds of every sweep among `cases`.
-pub fn thresholds(cases: &[CasePrediction]) -> Vec<SweepThreshold> {
+fn thresholds(cases: &[CasePrediction]) -> Vec<SweepThreshold> {
     threshold::sweeps(cases.iter().map(|c| SweepPoint::of(&c.parameters)))
         .into_iter()
         .map(|(routing, members)| {
@@ -156,7 +156,7 @@ pub fn fluid_outcome(s: &Scenario, topology: Topology) -> Result<Outcome, HpaErr
 }
 
 /// What the laws alone say; `None` fields where no closed form exists (e.g. recovery under an HPA).
-pub fn closed_form(s: &Scenario) -> Outcome {
+fn closed_form(s: &Scenario) -> Outcome {
     // Pods that drop abandoned work carry no debt: the retries still arrive, but nothing past its
     // timeout is served, so the laws' trap (A rho >= 1 of served work) cannot form. Its recovery
     // has no closed form.
@@ -321,7 +321,7 @@ fn summarize(topology: Topology, seeds: Vec<u64>, runs: Vec<Outcome>, events: u6
 }
 
 /// The request-level model over the scenario's seeds, one thread per seed.
-pub fn request_level(s: &Scenario) -> Result<Option<RequestLevel>, HpaError> {
+fn request_level(s: &Scenario) -> Result<Option<RequestLevel>, HpaError> {
     if s.seeds.is_empty() {
         return Ok(None);
     }
@@ -366,7 +366,7 @@ fn relative(model: Option<f64>, published: Option<f64>) -> Option<f64> {
 }
 
 /// Every model for one case.
-pub fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
+fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
     let s = &case.scenario;
     let closed = closed_form(s);
     let pooled = fluid_outcome(s, Topology::Pooled)?;

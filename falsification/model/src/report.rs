@@ -51,10 +51,8 @@ fn threshold_text(out: &mut String, e: &ExperimentPrediction) {
 /// A model's state in one short cell: trapped is a self-sustaining failure, not a slow recovery.
 pub fn state_cell(o: &Outcome) -> String {
     match o.state() {
-        State::NotTriggered => "not triggered".into(),
-        State::Recovered => "recovered".into(),
-        State::Trapped => "trapped".into(),
         State::NotRecoveredWithinHorizon => format!("not in {:.0} s", o.horizon_s),
+        state => state.to_string(),
     }
 }
 
@@ -113,7 +111,7 @@ fn case_text(out: &mut String, c: &CasePrediction) {
         ),
         "",
         p.trapped
-            .map_or("-", |t| if t { "trapped" } else { "recovers" }),
+            .map_or("-".into(), |t| State::of_trap(t).to_string()),
         p.peak_pods.map_or("-".into(), |v| v.to_string()),
         p.final_pods.map_or("-".into(), |v| v.to_string()),
         pct(p.lost_fraction),
@@ -170,13 +168,13 @@ fn case_text(out: &mut String, c: &CasePrediction) {
         match v.judgement {
             Judgement::Held => "holds".to_string(),
             Judgement::Refuted => format!("REFUTED: {}", v.reason),
-            Judgement::Inconclusive => format!("inconclusive: {}", v.reason),
+            j => format!("{j}: {}", v.reason),
         }
     );
 }
 
 /// The end of a run in the publication's words: healthy after T s, or failed.
-pub fn end_state(o: &Outcome) -> String {
+fn end_state(o: &Outcome) -> String {
     match o.state() {
         State::NotTriggered => "healthy (never failed)".into(),
         State::Recovered => format!("healthy after {}", secs(o.recovery_s)),

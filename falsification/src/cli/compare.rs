@@ -316,8 +316,8 @@ fn plot_pods(dir: &Path, em: &CaseResult, up: &CaseResult) -> anyhow::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::judge::{Matches, RunVerdict};
-    use falsification_model::outcome::Outcome;
+    use crate::runner::judge::Matches;
+    use falsification_model::outcome::{Judgement, Outcome};
 
     fn result(recovery: Option<f64>, peak: u32, lost: f64) -> CaseResult {
         let o = Outcome {
@@ -339,7 +339,7 @@ mod tests {
             case: "ingress".into(),
             dir: Default::default(),
             complete: true,
-            verdict: RunVerdict::Held,
+            verdict: Judgement::Held,
             reason: String::new(),
             measured: o,
             fluid_pooled: o,

@@ -20,46 +20,6 @@ pub const LOST_BAND: f64 = 0.05;
 /// How far the pods' measured amplification may be from the product of the layers (relative).
 pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
 
-/// A run's verdict: what the refutation rule made of it, or no verdict for an interrupted run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunVerdict {
-    Held,
-    Refuted,
-    /// The run cannot decide: it ended while still draining, or its noise can move what is judged.
-    Inconclusive,
-    /// The run was interrupted before its end.
-    Incomplete,
-}
-
-impl RunVerdict {
-    /// The word of the records (`summary.json`, `index.md`, `report.md`).
-    pub fn word(self) -> &'static str {
-        match self {
-            RunVerdict::Held => "held",
-            RunVerdict::Refuted => "refuted",
-            RunVerdict::Inconclusive => "inconclusive",
-            RunVerdict::Incomplete => "incomplete",
-        }
-    }
-}
-
-impl From<Judgement> for RunVerdict {
-    fn from(j: Judgement) -> RunVerdict {
-        match j {
-            Judgement::Held => RunVerdict::Held,
-            Judgement::Refuted => RunVerdict::Refuted,
-            Judgement::Inconclusive => RunVerdict::Inconclusive,
-        }
-    }
-}
-
-impl fmt::Display for RunVerdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.word())
-    }
-}
-
 /// Which fluid prediction the measurement agrees with, within the bands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -146,7 +106,7 @@ pub struct Trial<'a> {
 /// What the judge made of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judged {
-    pub verdict: RunVerdict,
+    pub verdict: Judgement,
     pub reason: String,
     pub matches: Matches,
 }
@@ -157,7 +117,7 @@ pub fn judge(t: &Trial) -> Judged {
     let matches = matches(t.measured_run, &t.predicted, t.step);
     match t.completeness {
         Completeness::Interrupted { at_s } => Judged {
-            verdict: RunVerdict::Incomplete,
+            verdict: Judgement::Incomplete,
             reason: format!("interrupted at {at_s:.0} s of experiment time; no verdict"),
             matches,
         },
@@ -165,7 +125,7 @@ pub fn judge(t: &Trial) -> Judged {
             let v = outage_rule(product_rule(rule(t), t.stack, t.run), t.outage_held);
             let v = shard_rule(v, t.run, t.time_scale);
             Judged {
-                verdict: v.judgement.into(),
+                verdict: v.judgement,
                 reason: v.reason,
                 matches,
             }
@@ -203,15 +163,14 @@ fn rule(t: &Trial) -> Verdict {
 fn product_rule(v: Verdict, stack: Option<&StackMeasure>, run: &Scenario) -> Verdict {
     match stack {
         Some(st) if v.held() && !stack::product_holds(st, run, AMPLIFICATION_TOLERANCE) => {
-            Verdict {
-                judgement: Judgement::Refuted,
-                reason: format!(
-                    "{}; but the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
-                    v.reason,
+            refuted_but(
+                v,
+                &format!(
+                    "the pods saw A = {:.2} in the failed phase, not the layers' product {:.2}",
                     st.pods,
                     run.amplification()
                 ),
-            }
+            )
         }
         _ => v,
     }
@@ -221,14 +180,18 @@ fn product_rule(v: Verdict, stack: Option<&StackMeasure>, run: &Scenario) -> Ver
 /// when the HPA changed its replicas while its only meter was down.
 fn outage_rule(v: Verdict, outage_held: Option<bool>) -> Verdict {
     match outage_held {
-        Some(false) if v.held() => Verdict {
-            judgement: Judgement::Refuted,
-            reason: format!(
-                "{}; but the HPA changed its replicas while its meter was down",
-                v.reason
-            ),
-        },
+        Some(false) if v.held() => {
+            refuted_but(v, "the HPA changed its replicas while its meter was down")
+        }
         _ => v,
+    }
+}
+
+/// A held verdict refuted by a rule past the case's own: what held, but why not.
+fn refuted_but(v: Verdict, why: &str) -> Verdict {
+    Verdict {
+        judgement: Judgement::Refuted,
+        reason: format!("{}; but {why}", v.reason),
     }
 }
 
@@ -370,7 +333,7 @@ mod tests {
         assert_eq!(
             j,
             Judged {
-                verdict: RunVerdict::Held,
+                verdict: Judgement::Held,
                 reason: "as predicted".into(),
                 matches: Matches::Both,
             }
@@ -387,7 +350,7 @@ mod tests {
             None,
             Completeness::Complete,
         );
-        assert_eq!(j.verdict, RunVerdict::Refuted, "{j:?}");
+        assert_eq!(j.verdict, Judgement::Refuted, "{j:?}");
         let draining = Outcome {
             trapped: false,
             debt_served_s: None,
@@ -401,7 +364,7 @@ mod tests {
             None,
             Completeness::Complete,
         );
-        assert_eq!(j.verdict, RunVerdict::Inconclusive, "{j:?}");
+        assert_eq!(j.verdict, Judgement::Inconclusive, "{j:?}");
     }
 
     #[test]
@@ -415,7 +378,7 @@ mod tests {
             Some(&stack_with(a * 1.02)),
             Completeness::Complete,
         );
-        assert_eq!(held.verdict, RunVerdict::Held, "{held:?}");
+        assert_eq!(held.verdict, Judgement::Held, "{held:?}");
         let refuted = judged(
             &recovers(),
             &o,
@@ -423,7 +386,7 @@ mod tests {
             Some(&stack_with(6.0)),
             Completeness::Complete,
         );
-        assert_eq!(refuted.verdict, RunVerdict::Refuted);
+        assert_eq!(refuted.verdict, Judgement::Refuted);
         assert_eq!(
             refuted.reason,
             "as predicted; but the pods saw A = 6.00 in the failed phase, not the layers' product 9.00"
@@ -440,7 +403,7 @@ mod tests {
             Some(&stack_with(6.0)),
             Completeness::Interrupted { at_s: 964.6 },
         );
-        assert_eq!(j.verdict, RunVerdict::Incomplete);
+        assert_eq!(j.verdict, Judgement::Incomplete);
         assert_eq!(
             j.reason,
             "interrupted at 965 s of experiment time; no verdict"
@@ -475,10 +438,10 @@ mod tests {
     #[test]
     fn the_records_keep_their_words() {
         for v in [
-            RunVerdict::Held,
-            RunVerdict::Refuted,
-            RunVerdict::Inconclusive,
-            RunVerdict::Incomplete,
+            Judgement::Held,
+            Judgement::Refuted,
+            Judgement::Inconclusive,
+            Judgement::Incomplete,
         ] {
             assert_eq!(serde_json::to_value(v).unwrap(), v.word());
             assert_eq!(v.to_string(), v.word());
@@ -493,14 +456,10 @@ mod tests {
             assert_eq!(m.to_string(), m.word());
         }
         assert_eq!(
-            [RunVerdict::Held, RunVerdict::Incomplete].map(RunVerdict::word),
+            [Judgement::Held, Judgement::Incomplete].map(Judgement::word),
             ["held", "incomplete"]
         );
         assert_eq!(Matches::PerPod.word(), "per-pod");
-        assert_eq!(
-            RunVerdict::from(Judgement::Inconclusive),
-            RunVerdict::Inconclusive
-        );
     }
 
     #[test]

@@ -32,7 +32,6 @@ pub use seam::{
 };
 
 use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -42,6 +41,7 @@ use tokio::time::Instant;
 
 use crate::gateway::GatewayCounters;
 use crate::process::cpu_seconds;
+use crate::progress::Status;
 use falsification_model::experiment::{Action, Case, Experiment};
 use probe::{LoadCounters, PodQueue};
 use record::Sample;
@@ -73,7 +73,7 @@ pub struct CaseResult {
     pub case: String,
     pub dir: PathBuf,
     pub complete: bool,
-    pub verdict: judge::RunVerdict,
+    pub verdict: falsification_model::outcome::Judgement,
     pub reason: String,
     /// Experiment time.
     pub measured: falsification_model::outcome::Outcome,
@@ -278,8 +278,7 @@ async fn run_case<E: Environment>(
     let mut cluster = env.cluster(&plan).await?;
     let description = cluster.describe();
     report::write_config(e, case, &plan, &description)?;
-    let progress = opts.progress && std::io::stderr().is_terminal();
-    let measured = drive(&mut cluster, &plan, progress, interrupt, bars).await;
+    let measured = drive(&mut cluster, &plan, opts.progress, interrupt, bars).await;
     let torn_down = cluster.teardown().await;
     let measured = measured?;
     torn_down?;
@@ -389,7 +388,7 @@ async fn drive<C: Cluster>(
     let mut pods: Vec<Vec<(String, PodQueue)>> = Vec::new();
     let mut prev = LoadCounters::default();
     let mut prev_gateway = GatewayCounters::default();
-    let status = report::Status::new(progress, n_rows, bars);
+    let status = Status::counting(progress, n_rows, bars);
     let mut last_flush = Instant::now();
     let mut complete = true;
     let far = Instant::now() + Duration::from_secs(86_400 * 365);
@@ -433,7 +432,7 @@ async fn drive<C: Cluster>(
             prev_gateway = o.gateway.unwrap_or_default();
             samples.push(sample);
             pods.push(o.queues);
-            status.update(&sample, rel(now), plan);
+            status.step(|| report::status_line(&sample, rel(now), plan));
             if last_flush.elapsed() >= Duration::from_secs(10) {
                 last_flush = Instant::now();
                 report::flush_partial(&samples, plan)?;

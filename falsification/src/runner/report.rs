@@ -1,5 +1,5 @@
 //! The run's written outputs: `experiment.toml`, `summary.json`, `report.md`, `decisions.csv`,
-//! `events.csv`, the session index, and the live status line.
+//! `events.csv`, the session index, and the live status line's text.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::http_cpu::HttpCpu;
 use super::intervention::{self, Interventions};
-use super::judge::{self, BAND, Completeness, Judged, Matches, RunVerdict, Trial};
+use super::judge::{self, BAND, Completeness, Judged, Matches, Trial};
 use super::lag::{self, Distribution, Lag};
 use super::record::{self, Sample};
 use super::stack::StackMeasure;
@@ -18,7 +18,7 @@ use falsification_model::experiment::{
     Action, Case, Experiment, Gateway, HpaSignal, LoadEvent, Scenario, Topology,
 };
 use falsification_model::fluid;
-use falsification_model::outcome::{self, Criteria, Outcome, State};
+use falsification_model::outcome::{self, Criteria, Judgement, Outcome, State};
 use falsification_model::power::PodResolution;
 use falsification_model::predict::{self, ExperimentPrediction};
 use falsification_model::threshold::{self, SweepPoint};
@@ -91,47 +91,24 @@ pub fn write_config(
     Ok(())
 }
 
-/// The live status line, one per running case; a no-op unless enabled (a terminal).
-pub struct Status(Option<indicatif::ProgressBar>);
-
-impl Status {
-    pub fn new(enabled: bool, rows: usize, bars: &indicatif::MultiProgress) -> Status {
-        Status(enabled.then(|| {
-            let bar = bars.add(indicatif::ProgressBar::new(rows as u64));
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{msg} ETA {eta}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        }))
-    }
-
-    pub fn update(&self, s: &Sample, t_run: f64, plan: &RunPlan) {
-        let Some(bar) = &self.0 else { return };
-        let per_s = 1.0 / plan.step;
-        let ok = if s.load.attempts > 0.0 {
-            100.0 * s.load.successes / s.load.attempts
-        } else {
-            100.0
-        };
-        bar.inc(1);
-        bar.set_message(format!(
-            "{} t = {:>7.0} s exp  pods {}/{}  first {:>6.0}/s  ingress {:>6.0}/s  success {:>5.1}%",
-            plan.run.name,
-            t_run * plan.time_scale,
-            s.pods_desired,
-            s.pods_ready,
-            s.load.first_attempts * per_s,
-            s.load.attempts * per_s,
-            ok,
-        ));
-    }
-
-    pub fn finish(&self) {
-        if let Some(bar) = &self.0 {
-            bar.finish_and_clear();
-        }
-    }
+/// The live status line of a running case after sample `s`.
+pub fn status_line(s: &Sample, t_run: f64, plan: &RunPlan) -> String {
+    let per_s = 1.0 / plan.step;
+    let ok = if s.load.attempts > 0.0 {
+        100.0 * s.load.successes / s.load.attempts
+    } else {
+        100.0
+    };
+    format!(
+        "{} t = {:>7.0} s exp  pods {}/{}  first {:>6.0}/s  ingress {:>6.0}/s  success {:>5.1}%",
+        plan.run.name,
+        t_run * plan.time_scale,
+        s.pods_desired,
+        s.pods_ready,
+        s.load.first_attempts * per_s,
+        s.load.attempts * per_s,
+        ok,
+    )
 }
 
 /// What a partial record holds while the run goes (and after a hard kill).
@@ -145,7 +122,7 @@ pub fn flush_partial(samples: &[Sample], plan: &RunPlan) -> anyhow::Result<()> {
     )?;
     let partial = serde_json::json!({
         "complete": false,
-        "verdict": RunVerdict::Incomplete,
+        "verdict": Judgement::Incomplete,
         "reason": format!("running: {} rows so far", samples.len()),
     });
     record::write(dir, "summary.json", &record::json(&partial))?;
@@ -200,7 +177,7 @@ struct Summary<'a> {
     cluster: &'a str,
     hpa: &'a str,
     complete: bool,
-    verdict: RunVerdict,
+    verdict: Judgement,
     reason: &'a str,
     time_scale: f64,
     rate_scale: f64,
@@ -997,8 +974,8 @@ fn figures_table(o: &mut String, r: &CaseResult, rs: &Scenario) {
         o,
         "state at the end",
         outcomes.map(Outcome::state_text),
-        pu.trapped
-            .map_or("-", |t| if t { "trapped" } else { "recovers" }),
+        &pu.trapped
+            .map_or("-".into(), |t| State::of_trap(t).to_string()),
     );
     if rs.event == LoadEvent::None {
         // No load event: whether a trigger appeared by itself, and when, is the question.
@@ -1218,7 +1195,7 @@ fn threshold_table(results: &[CaseResult]) -> String {
                 threshold::locate_members(&members, |i| state(runs[i]))
             };
             let measured = locate(&|r| {
-                matches!(r.verdict, RunVerdict::Held | RunVerdict::Refuted)
+                matches!(r.verdict, Judgement::Held | Judgement::Refuted)
                     .then(|| r.measured.state())
             });
             let _ = writeln!(
@@ -1353,12 +1330,12 @@ mod tests {
 
     /// A case of F6's keep-alive sweep at `target`: whether the run and the per-pod fluid
     /// recovered; the pooled fluid recovers below 1/A.
-    fn case(target: f64, verdict: RunVerdict, measured: bool, per_pod: bool) -> CaseResult {
+    fn case(target: f64, verdict: Judgement, measured: bool, per_pod: bool) -> CaseResult {
         CaseResult {
             experiment: "F6".into(),
             case: format!("ka-{}", (target * 100.0).round()),
             dir: Default::default(),
-            complete: verdict != RunVerdict::Inconclusive,
+            complete: verdict != Judgement::Inconclusive,
             verdict,
             reason: String::new(),
             measured: outcome(measured),
@@ -1384,7 +1361,7 @@ mod tests {
 
     #[test]
     fn the_threshold_table_puts_measured_and_modelled_thresholds_beside_one_over_a() {
-        use RunVerdict::*;
+        use Judgement::*;
         let results = [
             case(0.30, Held, true, true),
             case(0.40, Refuted, true, true),

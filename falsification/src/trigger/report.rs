@@ -9,6 +9,7 @@ use super::plan::Plan;
 use super::run::AfterAbort;
 use super::stop::{Fired, Rule};
 use falsification_model::laws;
+use falsification_model::outcome::State;
 
 /// The plan as text, with what the run reads and the stop rules in force.
 pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
@@ -304,7 +305,7 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityP
         t,
         "| state | {} | {} |",
         m.decision.text(),
-        if p.trapped { "trapped" } else { "recovers" }
+        State::of_trap(p.trapped)
     );
     let _ = writeln!(
         t,

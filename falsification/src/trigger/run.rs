@@ -29,6 +29,7 @@ use super::{RunEnd, TriggerConfig, Watching};
 use crate::kube::shards::MergeCheck;
 use crate::kube::unix_now;
 use crate::process::{self, Binaries};
+use crate::progress::Status;
 use crate::runner::{self, plot, record};
 use falsification_model::outcome::Record;
 use loadgen::record::StdoutLine;
@@ -433,49 +434,25 @@ async fn check_world(
     (checks.into_iter().map(|(c, _)| c).collect(), prometheus)
 }
 
-/// The live status line on a terminal (quiet otherwise, as in CI).
-struct Status(Option<indicatif::ProgressBar>);
-
-impl Status {
-    fn new() -> Status {
-        use std::io::IsTerminal as _;
-        Status(std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{spinner} {msg}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-            );
-            bar
-        }))
-    }
-
-    /// The last closed second at the clients, each layer's latest reading, the state.
-    fn update(&self, t: f64, last: Option<&LoadRow>, layers: &[LayerSeries], state: &str) {
-        let Some(bar) = &self.0 else { return };
-        let row = last.copied().unwrap_or_default();
-        let layers: String = layers
-            .iter()
-            .filter_map(|l| {
-                let (_, v) = l.readings.last()?;
-                Some(format!(
-                    "  {} {v:.0}{}",
-                    l.layer,
-                    if l.kind == SeriesKind::Rate { "/s" } else { "" }
-                ))
-            })
-            .collect();
-        bar.set_message(format!(
-            "t {t:+.0} s  first {:.0}/s  answered {:.0}/s  failed {:.0}/s{layers}  {state}",
-            row.first_attempts, row.successes, row.failed_attempts
-        ));
-        bar.tick();
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.0 {
-            bar.finish_and_clear();
-        }
-    }
+/// The live status line: the last closed second at the clients, each layer's latest reading,
+/// the state.
+fn status_line(t: f64, last: Option<&LoadRow>, layers: &[LayerSeries], state: &str) -> String {
+    let row = last.copied().unwrap_or_default();
+    let layers: String = layers
+        .iter()
+        .filter_map(|l| {
+            let (_, v) = l.readings.last()?;
+            Some(format!(
+                "  {} {v:.0}{}",
+                l.layer,
+                if l.kind == SeriesKind::Rate { "/s" } else { "" }
+            ))
+        })
+        .collect();
+    format!(
+        "t {t:+.0} s  first {:.0}/s  answered {:.0}/s  failed {:.0}/s{layers}  {state}",
+        row.first_attempts, row.successes, row.failed_attempts
+    )
 }
 
 /// What the watch saw: the rows, the layers, how it ended, the rule that fired, where the
@@ -519,7 +496,7 @@ async fn watch(
         decided: None,
     };
     let (mut health_before, mut error) = (None, None);
-    let status = Status::new();
+    let status = Status::spinning();
     let t_now = || started.elapsed().as_secs_f64() - p.before_s;
     let ended = loop {
         tokio::select! {
@@ -534,7 +511,7 @@ async fn watch(
                 let t = t_now();
                 let snapshot = rows_now(&rows);
                 let phase = if t < 0.0 { "base" } else if t < p.spike_s { "SPIKE" } else { "watching" };
-                status.update(t, snapshot.last(), &w.layers, phase);
+                status.step(|| status_line(t, snapshot.last(), &w.layers, phase));
                 if let Some(ended) = w.second(p, reader, &settings.watching, &snapshot, t).await {
                     break ended;
                 }
