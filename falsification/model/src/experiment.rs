@@ -1,4 +1,4 @@
-//! Experiments as data: F0-F8 as TOML files (built in, from `experiments/`), or ad hoc from flags.
+//! Experiments as data: F0-F10 as TOML files (built in, from `experiments/`), or ad hoc from flags.
 //! A file has shared `[defaults]` and `[[cases]]` that override them; both resolve to a [`Scenario`]
 //! whose times are seconds from the load event (spike or step start); the warm-up runs before 0.
 //! Text values ([`Span`], [`Multiple`], [`Spike`], [`Backoff`]) have one parser each, `FromStr`,

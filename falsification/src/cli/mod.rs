@@ -33,8 +33,8 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Predict an experiment (F1-F4, `all`, or a TOML file) or an ad-hoc scenario from flags, with the
-    /// closed forms, the pooled and per-pod fluid models and the request-level model.
+    /// Predict an experiment (an id such as F3, `all`, or a TOML file) or an ad-hoc scenario from
+    /// flags, with the closed forms, the pooled and per-pod fluid models and the request-level model.
     Predict(PredictArgs),
     /// Run an experiment's cases on an embedded local cluster (service, meter and loadgen
     /// processes; the HPA module drives replicas), or with --cluster kube on a Kubernetes

@@ -1,4 +1,4 @@
-//! `falsification run` / `suite`: F1-F4 on an embedded local cluster.
+//! `falsification run` / `suite`: an experiment's cases in an environment (`seam`), judged.
 //!
 //! Per case: `service` processes play the pods (the embedded cluster), one `meter` scrapes them and
 //! serves the external metrics API over HTTPS, one `loadgen` runs the schedule against the ready
