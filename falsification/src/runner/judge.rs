@@ -103,11 +103,10 @@ pub struct Trial<'a> {
     pub completeness: Completeness,
 }
 
-/// What the judge made of a run.
+/// What the judge made of a run: the model's verdict and which prediction it agrees with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judged {
-    pub verdict: Judgement,
-    pub reason: String,
+    pub verdict: Verdict,
     pub matches: Matches,
 }
 
@@ -117,16 +116,16 @@ pub fn judge(t: &Trial) -> Judged {
     let matches = matches(t.measured_run, &t.predicted, t.step);
     match t.completeness {
         Completeness::Interrupted { at_s } => Judged {
-            verdict: Judgement::Incomplete,
-            reason: format!("interrupted at {at_s:.0} s of experiment time; no verdict"),
+            verdict: Verdict {
+                judgement: Judgement::Incomplete,
+                reason: format!("interrupted at {at_s:.0} s of experiment time; no verdict"),
+            },
             matches,
         },
         Completeness::Complete => {
             let v = outage_rule(product_rule(rule(t), t.stack, t.run), t.outage_held);
-            let v = shard_rule(v, t.run, t.time_scale);
             Judged {
-                verdict: v.judgement,
-                reason: v.reason,
+                verdict: shard_rule(v, t.run, t.time_scale),
                 matches,
             }
         }
@@ -333,8 +332,10 @@ mod tests {
         assert_eq!(
             j,
             Judged {
-                verdict: Judgement::Held,
-                reason: "as predicted".into(),
+                verdict: Verdict {
+                    judgement: Judgement::Held,
+                    reason: "as predicted".into(),
+                },
                 matches: Matches::Both,
             }
         );
@@ -350,7 +351,7 @@ mod tests {
             None,
             Completeness::Complete,
         );
-        assert_eq!(j.verdict, Judgement::Refuted, "{j:?}");
+        assert_eq!(j.verdict.judgement, Judgement::Refuted, "{j:?}");
         let draining = Outcome {
             trapped: false,
             debt_served_s: None,
@@ -364,7 +365,7 @@ mod tests {
             None,
             Completeness::Complete,
         );
-        assert_eq!(j.verdict, Judgement::Inconclusive, "{j:?}");
+        assert_eq!(j.verdict.judgement, Judgement::Inconclusive, "{j:?}");
     }
 
     #[test]
@@ -378,7 +379,7 @@ mod tests {
             Some(&stack_with(a * 1.02)),
             Completeness::Complete,
         );
-        assert_eq!(held.verdict, Judgement::Held, "{held:?}");
+        assert_eq!(held.verdict.judgement, Judgement::Held, "{held:?}");
         let refuted = judged(
             &recovers(),
             &o,
@@ -386,9 +387,9 @@ mod tests {
             Some(&stack_with(6.0)),
             Completeness::Complete,
         );
-        assert_eq!(refuted.verdict, Judgement::Refuted);
+        assert_eq!(refuted.verdict.judgement, Judgement::Refuted);
         assert_eq!(
-            refuted.reason,
+            refuted.verdict.reason,
             "as predicted; but the pods saw A = 6.00 in the failed phase, not the layers' product 9.00"
         );
     }
@@ -403,9 +404,9 @@ mod tests {
             Some(&stack_with(6.0)),
             Completeness::Interrupted { at_s: 964.6 },
         );
-        assert_eq!(j.verdict, Judgement::Incomplete);
+        assert_eq!(j.verdict.judgement, Judgement::Incomplete);
         assert_eq!(
-            j.reason,
+            j.verdict.reason,
             "interrupted at 965 s of experiment time; no verdict"
         );
         assert_eq!(j.matches, Matches::Both);

@@ -481,8 +481,8 @@ fn summary<'a>(
         cluster: &description.cluster,
         hpa: &description.hpa,
         complete: m.complete,
-        verdict: a.judged.verdict,
-        reason: &a.judged.reason,
+        verdict: a.judged.verdict.judgement,
+        reason: &a.judged.verdict.reason,
         time_scale: s,
         rate_scale: plan.rate_scale,
         measured: MeasuredJson {
