@@ -62,6 +62,19 @@ fn run_and_suite_parse_with_their_defaults() {
 }
 
 #[test]
+fn every_time_scale_is_checked_where_it_is_parsed() {
+    for argv in [
+        &["falsification", "predict", "F3", "--time-scale=0"][..],
+        &["falsification", "run", "F3", "--time-scale=-2"],
+        &["falsification", "manifests", "F3", "--time-scale=inf"],
+        &["falsification", "local-cluster-flags", "--time-scale=NaN"],
+    ] {
+        let e = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(e.contains("--time-scale") && e.contains("positive"), "{e}");
+    }
+}
+
+#[test]
 fn json_contract_has_every_model_and_field() {
     let a = args(&[
         "falsification",

@@ -20,7 +20,7 @@ pub struct LocalClusterFlagsArgs {
     pub hpa_sync: Duration,
     /// Divides the sync period, the downscale stabilization, the initial readiness delay, the
     /// CPU initialization period and metrics-server's resolution.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::time_scale)]
     pub time_scale: f64,
     /// Also write `hpa.json` and `metrics-server.json`, the records the runner reads, here.
     #[arg(long, requires = "kubernetes")]
@@ -49,7 +49,7 @@ struct MetricsServerRecord {
 }
 
 pub fn local_cluster_flags(args: &LocalClusterFlagsArgs) -> anyhow::Result<()> {
-    let flags = LocalClusterFlags::new(args.hpa_sync.as_secs_f64(), args.time_scale)?;
+    let flags = LocalClusterFlags::new(args.hpa_sync.as_secs_f64(), args.time_scale);
     if let (Some(dir), Some(kubernetes)) = (&args.records, &args.kubernetes) {
         let hpa = HpaRecord {
             sync_period_ms: flags.sync_period.as_millis(),
@@ -78,7 +78,7 @@ pub struct KindConfigArgs {
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub hpa_sync: Duration,
     /// Divides the controller's periods, as on the one-machine cluster.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::time_scale)]
     pub time_scale: f64,
     /// Every node's image (default: upstream's kindest/node for v1.36.4, by digest).
     #[arg(long, default_value = kind::UPSTREAM_NODE_IMAGE)]
@@ -105,7 +105,7 @@ pub struct KindConfigArgs {
 pub fn kind_config(args: &KindConfigArgs) -> anyhow::Result<()> {
     let config = kind::KindConfig {
         name: args.name.clone(),
-        flags: LocalClusterFlags::new(args.hpa_sync.as_secs_f64(), args.time_scale)?,
+        flags: LocalClusterFlags::new(args.hpa_sync.as_secs_f64(), args.time_scale),
         node_image: args.node_image.clone(),
         cgroup_v1: args.cgroup_v1,
         kit_node: match (&args.image_repository, &args.etcd_tag, &args.coredns_tag) {

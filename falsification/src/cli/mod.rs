@@ -77,7 +77,7 @@ pub struct PredictArgs {
     /// With an experiment, the scenario flags below override every case.
     pub experiment: Option<String>,
     /// Divide every duration by S (timeout, spike, dead time, windows, horizon); figures are in run time.
-    #[arg(long, default_value_t = 1.0, env = "FALSIFICATION_TIME_SCALE")]
+    #[arg(long, default_value_t = 1.0, value_parser = time_scale, env = "FALSIFICATION_TIME_SCALE")]
     pub time_scale: f64,
     #[arg(long, value_enum, default_value_t = Format::Text, env = "FALSIFICATION_FORMAT")]
     pub format: Format,
@@ -295,6 +295,14 @@ impl ScenarioFlags {
     }
 }
 
+/// Every `--time-scale`: a positive, finite number.
+pub fn time_scale(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    let ok = x > 0.0 && x.is_finite();
+    ok.then_some(x)
+        .ok_or(format!("must be positive and finite, got {s}"))
+}
+
 /// The experiments a `predict` invocation names, with its flags applied.
 pub fn experiments(args: &PredictArgs) -> anyhow::Result<Vec<Experiment>> {
     let overrides = args.scenario.params();
@@ -341,9 +349,6 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
 fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Predict(args) => {
-            if !(args.time_scale > 0.0 && args.time_scale.is_finite()) {
-                anyhow::bail!("--time-scale must be positive, got {}", args.time_scale);
-            }
             let predictions = experiments(&args)?
                 .iter()
                 .map(|e| predict::predict(e, args.time_scale))

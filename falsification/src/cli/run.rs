@@ -122,7 +122,7 @@ pub struct CommonArgs {
     /// interval, grace) by S; figures are reported in run time and experiment time
     /// [default: embedded, 10, or less for a case whose pod count the metric noise would decide
     /// at 10; on a cluster, 15 s over its HPA sync period].
-    #[arg(long, env = "FALSIFICATION_TIME_SCALE")]
+    #[arg(long, value_parser = super::time_scale, env = "FALSIFICATION_TIME_SCALE")]
     pub time_scale: Option<f64>,
     /// Where the cases run.
     #[arg(long, value_enum, default_value_t = ClusterArg::Embedded, env = "FALSIFICATION_CLUSTER")]
@@ -336,7 +336,7 @@ pub struct ManifestsArgs {
     #[command(flatten)]
     pub select: Selection,
     /// As `run`'s [default: 15 s over the HPA sync period].
-    #[arg(long, env = "FALSIFICATION_TIME_SCALE")]
+    #[arg(long, value_parser = super::time_scale, env = "FALSIFICATION_TIME_SCALE")]
     pub time_scale: Option<f64>,
     #[arg(long, default_value_t = 1.0, env = "FALSIFICATION_RATE_SCALE")]
     pub rate_scale: f64,

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use loadgen::config::RetryOn;
 
 use crate::trigger::{
@@ -147,13 +148,12 @@ pub struct TriggerArgs {
     /// 5 s) exits non-zero; repeat.
     #[arg(long = "abort-command", value_name = "COMMAND")]
     pub abort_command: Vec<String>,
-    /// When Prometheus stops answering for 3 s in a row during the run.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "abort",
-        env = "FALSIFICATION_TRIGGER_ON_METRICS_LOSS"
-    )]
+    /// When Prometheus stops answering for 3 s in a row during the run: `abort` stops all load
+    /// (the test no longer sees the service), `continue` keeps going and the record says which
+    /// seconds were not read.
+    #[arg(long, default_value = "abort", env = "FALSIFICATION_TRIGGER_ON_METRICS_LOSS",
+          value_parser = PossibleValuesParser::new(["abort", "continue"]).map(|s| match s.as_str() {
+              "abort" => OnMetricsLoss::Abort, _ => OnMetricsLoss::Continue }))]
     pub on_metrics_loss: OnMetricsLoss,
     /// How long the target is watched, read-only, after a stop rule fired.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration,

@@ -70,6 +70,9 @@ pub struct Embedded {
     meter_cpu0: f64,
     /// CPU seconds of the meters stopped by a fault.
     meter_cpu_before: f64,
+    /// How long the meter keeps a request's ids, run seconds: ten minutes of experiment time (its
+    /// default at S = 1), to outlive a retry chain (the gateway's copies, the client's retries).
+    distinct_retention_s: f64,
     /// The clients: one loadgen, or the case's shards, each sending its share of the schedule.
     shards: Vec<Shard>,
     /// The retrying proxy between the loadgen and the pods, when the case has one.
@@ -108,7 +111,7 @@ impl Embedded {
             binary: bins.service.clone(),
             flags: invocation::pod_flags(&rs),
             ready_after: Duration::from_secs_f64(rs.hpa.as_ref().map_or(0.0, |h| h.dead_time_s)),
-            shutdown_grace: Duration::from_secs_f64(30.0 / plan.time_scale),
+            shutdown_grace: Duration::from_secs_f64(plan.shutdown_grace_s),
             log: logs.join("pods.log"),
         };
         let pods = EmbeddedCluster::new(
@@ -138,6 +141,7 @@ impl Embedded {
             meter_api: process::free_loopback_port()?,
             meter_cpu0: 0.0,
             meter_cpu_before: 0.0,
+            distinct_retention_s: plan.run_s(600.0),
             shards: Vec::new(),
             gateway: None,
             t0: Instant::now(),
@@ -207,10 +211,7 @@ impl Embedded {
                 listen: Some(self.meter_listen),
                 api_listen: Some(self.meter_api),
                 history: Some(Duration::from_secs(3600)),
-                // A request's ids must outlive its retry chain (the gateway's copies and the
-                // client's retries): ten minutes of experiment time, as the meter's default is at
-                // S = 1.
-                distinct_retention: Some(run_duration(600.0 / self.rs.time_scale)),
+                distinct_retention: Some(run_duration(self.distinct_retention_s)),
                 ..MeterFlags::new(PodSource::File(self.routing.path().join("pods.txt")))
             };
             let mut cmd = Command::new(&self.bins.meter);

@@ -168,7 +168,7 @@ mod tests {
     fn config(time_scale: f64) -> KindConfig {
         KindConfig {
             name: "retry-debt".into(),
-            flags: LocalClusterFlags::new(15.0, time_scale).unwrap(),
+            flags: LocalClusterFlags::new(15.0, time_scale),
             node_image: UPSTREAM_NODE_IMAGE.into(),
             cgroup_v1: false,
             kit_node: None,

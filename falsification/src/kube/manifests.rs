@@ -233,15 +233,15 @@ pub struct GatewayValues {
 }
 
 impl GatewayValues {
-    /// The gateway of a run-time scenario `rs` at `time_scale` in `namespace`; `None` without
-    /// one. The pods are re-resolved every experiment second (run seconds 1 / S, at least 0.1).
-    pub fn new(rs: &Scenario, namespace: &str, time_scale: f64) -> Option<GatewayValues> {
+    /// The gateway of a run-time scenario `rs` in `namespace`; `None` without one. The pods are
+    /// re-resolved every `second_s` (one experiment second in run seconds), at least 0.1.
+    pub fn new(rs: &Scenario, namespace: &str, second_s: f64) -> Option<GatewayValues> {
         let g = rs.proxy()?;
         let slots = rs
             .autoscaler()
             .map_or(rs.pods, |a| a.spec.max_replicas.max(1) as u32)
             .max(rs.pods);
-        let resolve_s = (1.0 / time_scale).max(0.1);
+        let resolve_s = second_s.max(0.1);
         Some(GatewayValues {
             config: gateway::haproxy_config(&g, namespace, slots, resolve_s),
             slots,
@@ -255,7 +255,7 @@ pub struct HpaValues {
     pub max: i32,
     /// The kit's metrics: External ones by name, the CPU as a Resource metric.
     pub metrics: Vec<falsification_model::hpa::MetricSpec>,
-    /// Whole run seconds (checked by [`super::scale::scaled_behavior`]).
+    /// Whole run seconds (checked by [`super::scale::check_whole`]).
     pub behavior: Behavior,
 }
 
@@ -274,15 +274,13 @@ pub struct LoadgenValues {
 }
 
 impl Values {
-    /// The values of a run-time scenario `rs` whose behavior, scaled and checked, is
-    /// `behavior`.
+    /// The values of a run-time scenario `rs` (its behavior checked whole seconds).
     pub fn new(
         rs: &Scenario,
         namespace: &str,
         image: &str,
         seed: u64,
         shards: u32,
-        behavior: Option<Behavior>,
         shutdown_grace_s: f64,
     ) -> Result<Values, ScheduleError> {
         let autoscaler = rs.autoscaler();
@@ -308,11 +306,11 @@ impl Values {
                 )),
                 ..MeterFlags::new(pods)
             },
-            hpa: autoscaler.zip(behavior).map(|(a, behavior)| HpaValues {
+            hpa: autoscaler.map(|a| HpaValues {
                 min: a.spec.min_replicas,
                 max: a.spec.max_replicas,
-                metrics: a.spec.metrics.clone(),
-                behavior,
+                metrics: a.spec.metrics,
+                behavior: a.spec.behavior,
             }),
             loadgen: LoadgenValues {
                 shards,
@@ -839,7 +837,6 @@ pub fn loadgen_job_for(namespace: &str, image: &str, shards: u32, args: Vec<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::scale::scaled_behavior;
     use falsification_model::experiment::load;
 
     /// The base's files as one stream, as the overlays render them before kustomize sets the
@@ -878,17 +875,7 @@ mod tests {
     fn values(case: usize, s: f64) -> Values {
         let se = load("F3").unwrap().cases[case].scenario.clone();
         let rs = se.time_scaled(s);
-        let behavior = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, s).unwrap();
-        Values::new(
-            &rs,
-            "rdk-test",
-            "retry-debt-kit:abc",
-            7,
-            2,
-            Some(behavior),
-            30.0 / s,
-        )
-        .unwrap()
+        Values::new(&rs, "rdk-test", "retry-debt-kit:abc", 7, 2, 30.0 / s).unwrap()
     }
 
     fn pod_of(d: &Deployment) -> &PodSpec {
@@ -979,18 +966,10 @@ mod tests {
 
         let mut se = load("F3").unwrap().cases[0].scenario.clone();
         se.hpa.as_mut().unwrap().behavior.scale_up.tolerance = Some(0.02);
-        let behavior = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
+        let behavior = se.hpa.as_ref().unwrap().behavior.time_scaled(5.0);
         // The time scale leaves a tolerance (a ratio) as it is.
         assert_eq!(behavior.scale_up.tolerance, Some(0.02));
-        let v = Values::new(
-            &se.time_scaled(5.0),
-            "rdk-test",
-            "i",
-            7,
-            2,
-            Some(behavior),
-            6.0,
-        );
+        let v = Values::new(&se.time_scaled(5.0), "rdk-test", "i", 7, 2, 6.0);
         let m = Manifests::new(&base_yaml(), &v.unwrap()).unwrap();
         let sent = m.autoscaling.as_ref().unwrap().hpa.clone();
         assert_eq!(up(&sent).tolerance, Some(Quantity("20m".into())));
@@ -1024,14 +1003,12 @@ mod tests {
         }
         let se = load("F0").unwrap().cases[0].scenario.clone();
         assert_eq!(overlay(&se), "cpu");
-        let behavior = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
         let v = Values::new(
             &se.time_scaled(5.0),
             "rdk-test",
             "retry-debt-kit:abc",
             7,
             1,
-            Some(behavior),
             6.0,
         )
         .unwrap();
@@ -1121,7 +1098,7 @@ mod tests {
     #[test]
     fn a_fixed_capacity_case_drops_the_hpa_and_paired_keeps_both_metrics() {
         let se = load("F2").unwrap().cases[0].scenario.time_scaled(5.0);
-        let v = Values::new(&se, "ns", "img", 1, 1, None, 6.0).unwrap();
+        let v = Values::new(&se, "ns", "img", 1, 1, 6.0).unwrap();
         let m = Manifests::new(&base_yaml(), &v).unwrap();
         assert!(m.autoscaling.is_none());
         let yaml = m.yaml().unwrap();
@@ -1130,9 +1107,8 @@ mod tests {
         assert!(yaml.contains("kind: Job"));
 
         let se = load("F4").unwrap().cases[0].scenario.clone();
-        let b = scaled_behavior(&se.hpa.as_ref().unwrap().behavior, 5.0).unwrap();
         assert_eq!(overlay(&se), "paired");
-        let v = Values::new(&se.time_scaled(5.0), "ns", "img", 1, 1, Some(b), 6.0).unwrap();
+        let v = Values::new(&se.time_scaled(5.0), "ns", "img", 1, 1, 6.0).unwrap();
         let m = Manifests::new(&base_yaml(), &v).unwrap();
         let names: Vec<String> = m
             .autoscaling
@@ -1151,9 +1127,8 @@ mod tests {
     fn f5_values(i: usize, s: f64) -> (Scenario, Values) {
         let se = load("F5").unwrap().cases[i].scenario.clone();
         let rs = se.time_scaled(s);
-        let mut v =
-            Values::new(&rs, "rdk-test", "retry-debt-kit:abc", 7, 2, None, 30.0 / s).unwrap();
-        v.gateway = GatewayValues::new(&rs, "rdk-test", s);
+        let mut v = Values::new(&rs, "rdk-test", "retry-debt-kit:abc", 7, 2, 30.0 / s).unwrap();
+        v.gateway = GatewayValues::new(&rs, "rdk-test", 1.0 / s);
         (se, v)
     }
 
@@ -1265,7 +1240,7 @@ mod tests {
         let mut rs = load("F5").unwrap().cases[0].scenario.time_scaled(5.0);
         rs.gateway.as_mut().unwrap().abort_on_close = true;
         rs.hpa = load("F3").unwrap().cases[0].scenario.hpa.clone();
-        let g = GatewayValues::new(&rs, "ns", 5.0).unwrap();
+        let g = GatewayValues::new(&rs, "ns", 0.2).unwrap();
         assert!(g.config.contains("    option abortonclose\n"));
         assert_eq!(g.slots, 50);
         assert!(g.config.contains("server-template pod 1-50 "));

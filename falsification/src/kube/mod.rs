@@ -275,9 +275,7 @@ pub fn check_plan(plan: &RunPlan, shards: u32) -> Result<(), scale::ScaleError> 
     if let Some(t) = &plan.run.trace {
         return Err(scale::ScaleError::Trace(t.path.clone()));
     }
-    if let Some(h) = &plan.experiment.hpa {
-        scale::scaled_behavior(&h.behavior, plan.time_scale)?;
-    }
+    scale::check_whole(&plan.experiment, &plan.run, plan.time_scale)?;
     scale::check_sockets(&plan.run, shards).map(|_| ())
 }
 
@@ -288,20 +286,16 @@ pub fn plan(
     plan: &RunPlan,
 ) -> anyhow::Result<(Values, Manifests)> {
     let (se, rs) = (&plan.experiment, &plan.run);
-    let behavior = match &se.hpa {
-        Some(h) => Some(scale::scaled_behavior(&h.behavior, plan.time_scale)?),
-        None => None,
-    };
+    scale::check_whole(se, rs, plan.time_scale)?;
     let mut values = Values::new(
         rs,
         &t.namespace,
         &facts.image,
         plan.seed,
         t.shards,
-        behavior,
-        30.0 / plan.time_scale,
+        plan.shutdown_grace_s,
     )?;
-    values.gateway = manifests::GatewayValues::new(rs, &t.namespace, plan.time_scale);
+    values.gateway = manifests::GatewayValues::new(rs, &t.namespace, plan.run_s(1.0));
     let k8s = manifests::k8s_dir(t.k8s_dir.as_deref());
     let yaml = manifests::render_case(&k8s, se)?;
     let m = Manifests::new(&yaml, &values)?;

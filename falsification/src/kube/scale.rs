@@ -44,14 +44,11 @@ pub struct LocalClusterFlags {
 
 impl LocalClusterFlags {
     /// The settings for an HPA sync period of `hpa_sync_s` experiment seconds at `time_scale`.
-    pub fn new(hpa_sync_s: f64, time_scale: f64) -> Result<LocalClusterFlags, ScaleError> {
-        if !(time_scale > 0.0 && time_scale.is_finite()) {
-            return Err(ScaleError::TimeScale(time_scale));
-        }
+    pub fn new(hpa_sync_s: f64, time_scale: f64) -> LocalClusterFlags {
         let scaled = |s: f64| Duration::from_millis((s * 1000.0 / time_scale).round() as u64);
         let metric_resolution =
             scaled(falsification_model::hpa::DEFAULT_SYNC_PERIOD_S).max(Duration::from_secs(10));
-        Ok(LocalClusterFlags {
+        LocalClusterFlags {
             sync_period: scaled(hpa_sync_s),
             tolerance: falsification_model::hpa::DEFAULT_TOLERANCE,
             downscale_stabilization: scaled(
@@ -68,7 +65,7 @@ impl LocalClusterFlags {
             ),
             metric_resolution,
             time_scale,
-        })
+        }
     }
 
     /// What the cluster records in `hpa.json` (read back by [`ControllerAssumed::new`]).
@@ -177,8 +174,6 @@ impl ControllerAssumed {
 /// A time scale the cluster cannot run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ScaleError {
-    #[error("--time-scale {0}: must be a positive number")]
-    TimeScale(f64),
     #[error(
         "trace {0}: a replayed trace runs on the embedded cluster only (the loadgen's Job has no \
          copy of the file)"
@@ -217,7 +212,7 @@ pub enum ScaleError {
 pub const OPEN_FILES_LIMIT: f64 = 20_000.0;
 pub const SOCKETS_PER_SHARD: f64 = OPEN_FILES_LIMIT / 2.0;
 
-/// Every period and window of `behavior` in experiment seconds, named.
+/// Every period and window of `behavior`, named.
 fn durations(b: &Behavior) -> Vec<(&'static str, f64)> {
     let mut out = vec![
         (
@@ -248,36 +243,37 @@ fn whole(x: f64) -> bool {
     (x - x.round()).abs() < 1e-9
 }
 
-/// Whether a period or window of `d` experiment seconds is whole at scale `s` (a policy period
-/// at least 1 s; a window may be 0).
-fn fits(what: &str, d: f64, s: f64) -> bool {
-    let r = d / s;
-    whole(r) && (r >= 1.0 || (d == 0.0 && what.contains("window")))
+/// Whether a period or window is whole at run time (a policy period at least 1 s, a window 0).
+fn whole_run(what: &str, run_s: f64) -> bool {
+    whole(run_s) && (run_s >= 1.0 || (run_s == 0.0 && what.contains("window")))
 }
 
-/// `behavior` divided by `scale`, checked whole seconds (a policy period at least 1 s);
+/// Checks that the HPA behavior of `run`, the plan's `experiment` at `scale`, is whole seconds;
 /// the error lists the whole-number scales up to the longest period that work.
-pub fn scaled_behavior(b: &Behavior, scale: f64) -> Result<Behavior, ScaleError> {
-    let ok = |s: f64| durations(b).iter().all(|(what, d)| fits(what, *d, s));
-    if let Some((what, d)) = durations(b)
-        .into_iter()
-        .find(|(what, d)| !fits(what, *d, scale))
-    {
-        let longest = durations(b).iter().map(|(_, d)| *d).fold(1.0, f64::max);
-        let works: Vec<String> = (1..=longest as u32)
-            .map(f64::from)
-            .filter(|s| ok(*s))
-            .map(|s| s.to_string())
-            .collect();
-        return Err(ScaleError::NotWhole {
-            scale,
-            what,
-            experiment_s: d,
-            run_s: d / scale,
-            works: works.join(", "),
-        });
-    }
-    Ok(b.time_scaled(scale))
+pub fn check_whole(experiment: &Scenario, run: &Scenario, scale: f64) -> Result<(), ScaleError> {
+    let (Some(se), Some(rs)) = (&experiment.hpa, &run.hpa) else {
+        return Ok(());
+    };
+    let named = durations(&se.behavior);
+    let Some(((what, d), (_, r))) = named
+        .iter()
+        .zip(durations(&rs.behavior))
+        .find(|(_, (w, r))| !whole_run(w, *r))
+    else {
+        return Ok(());
+    };
+    let longest = named.iter().map(|(_, d)| *d).fold(1.0, f64::max);
+    let works: Vec<String> = (1..=longest as u32)
+        .filter(|&k| named.iter().all(|(w, d)| whole_run(w, d / f64::from(k))))
+        .map(|k| k.to_string())
+        .collect();
+    Err(ScaleError::NotWhole {
+        scale,
+        what,
+        experiment_s: *d,
+        run_s: r,
+        works: works.join(", "),
+    })
 }
 
 /// Refuses a shard count whose pods would hold too many sockets: with every attempt failing,
@@ -325,21 +321,19 @@ mod tests {
 
     #[test]
     fn whole_second_scales_pass_and_others_list_the_ones_that_work() {
-        let b = &f3().hpa.unwrap().behavior;
-        let at5 = scaled_behavior(b, 5.0).unwrap();
-        assert_eq!(at5.scale_down.stabilization_window_s, 60.0);
-        assert_eq!(at5.scale_up.policies[0].period_s, 3.0);
-        for s in [1.0, 3.0, 15.0] {
-            assert!(scaled_behavior(b, s).is_ok(), "{s}");
+        let se = f3();
+        let check = |s: f64| check_whole(&se, &se.time_scaled(s), s);
+        for s in [1.0, 3.0, 5.0, 15.0] {
+            assert!(check(s).is_ok(), "{s}");
         }
-        let e = scaled_behavior(b, 10.0).unwrap_err().to_string();
+        let e = check(10.0).unwrap_err().to_string();
         assert!(e.contains("1.5 s"), "{e}");
         assert!(
             e.contains("scales that work for this case: 1, 3, 5, 15"),
             "{e}"
         );
         // 30 would make a 15 s period half a second.
-        assert!(scaled_behavior(b, 30.0).is_err());
+        assert!(check(30.0).is_err());
     }
 
     #[test]
@@ -387,7 +381,7 @@ mod tests {
 
     #[test]
     fn the_local_cluster_flags_are_the_defaults_over_the_scale() {
-        let f = LocalClusterFlags::new(15.0, 5.0).unwrap();
+        let f = LocalClusterFlags::new(15.0, 5.0);
         assert_eq!(
             f.shell(),
             "sync_period=3000ms\ntolerance=0.1\ndownscale_stabilization=60000ms\n\
@@ -401,9 +395,8 @@ mod tests {
             5.0
         );
         // At S = 1 metrics-server keeps its 15 s and the default 10 s timeout.
-        let one = LocalClusterFlags::new(15.0, 1.0).unwrap();
+        let one = LocalClusterFlags::new(15.0, 1.0);
         assert_eq!(one.metric_resolution, Duration::from_secs(15));
         assert_eq!(one.kubelet_request_timeout, Duration::from_secs(10));
-        assert!(LocalClusterFlags::new(15.0, 0.0).is_err());
     }
 }

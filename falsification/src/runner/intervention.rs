@@ -7,9 +7,10 @@
 
 use serde::Serialize;
 
+use super::plan::RunPlan;
 use super::record::Sample;
 use super::seam::{ActionDone, HpaSync};
-use falsification_model::experiment::{Abandoned, Action, Fault, Remedy, Scenario};
+use falsification_model::experiment::{Abandoned, Action, Fault, Remedy};
 use falsification_model::hpa::Reason;
 
 /// One injected step, for the record.
@@ -160,16 +161,16 @@ pub struct Interventions {
     pub unmeasured_zeros: usize,
 }
 
-/// The report of the run-time scenario `rs`'s fault and remedy from the actions done, the
-/// decisions and the rows of a run, in experiment time (`s`); `None` when it has neither.
+/// The report of the plan's fault and remedy from the actions done, the decisions and the rows
+/// of a run, in experiment time; `None` when it has neither.
 pub fn report(
-    rs: &Scenario,
+    plan: &RunPlan,
     done: &[ActionDone],
     syncs: &[HpaSync],
     samples: &[Sample],
     step: f64,
-    s: f64,
 ) -> Option<Interventions> {
+    let (rs, s) = (&plan.run, plan.time_scale);
     if rs.fault.is_none() && rs.remedy.is_none() {
         return None;
     }
@@ -192,7 +193,7 @@ pub fn report(
         Some(Fault::ShardDied { at_s, shards }) => {
             // A minute of experiment time each side: many rows, and the timeouts of requests
             // sent before the death fall in it only as retries.
-            let window = 60.0 / s;
+            let window = plan.run_s(60.0);
             let rate = |from: f64, to: f64| {
                 let rows: Vec<&Sample> = rows_within(from, to).collect();
                 let first: f64 = rows.iter().map(|x| x.load.first_attempts).sum();
@@ -229,8 +230,8 @@ pub fn report(
         .filter(|m| m.first_attempt_rate == 0.0 || m.ingress_rate == 0.0)
         .count();
     Some(Interventions {
-        fault: rs.fault.map(|f| f.time_scaled(1.0 / s)),
-        remedy: rs.remedy.map(|r| r.time_scaled(1.0 / s)),
+        fault: plan.experiment.fault,
+        remedy: plan.experiment.remedy,
         steps: done
             .iter()
             .map(|d| Step {
@@ -395,6 +396,7 @@ impl Interventions {
 mod tests {
     use super::*;
     use crate::runner::probe::{LoadCounters, MeterGauges};
+    use falsification_model::experiment::Scenario;
     use falsification_model::hpa::Decision;
 
     fn row(t: f64, desired: i32, ready: u32, meter: Option<f64>) -> Sample {
@@ -413,6 +415,20 @@ mod tests {
                 published: true,
             }),
             ..Sample::default()
+        }
+    }
+
+    /// The plan whose run is `rs` at S = 10.
+    fn at_10(rs: &Scenario) -> RunPlan {
+        RunPlan {
+            experiment: rs.time_scaled(0.1),
+            run: rs.clone(),
+            time_scale: 10.0,
+            rate_scale: 1.0,
+            seed: 1,
+            step: 1.0,
+            dir: std::path::PathBuf::new(),
+            shutdown_grace_s: 3.0,
         }
     }
 
@@ -453,7 +469,7 @@ mod tests {
             step: Action::MeterDown,
             detail: "meter stopped".into(),
         }];
-        let r = report(&rs, &done, &[unavailable(6.5, 20)], &rows, 1.0, 10.0).unwrap();
+        let r = report(&at_10(&rs), &done, &[unavailable(6.5, 20)], &rows, 1.0).unwrap();
         let o = r.outage.unwrap();
         assert!(o.held && o.said_unavailable);
         assert_eq!(
@@ -472,7 +488,7 @@ mod tests {
         // A scale-in while the meter was down, and a zero served, are both named.
         rows[6].hpa_desired = Some(4);
         rows[10].meter.as_mut().unwrap().first_attempt_rate = 0.0;
-        let r = report(&rs, &done, &[], &rows, 1.0, 10.0).unwrap();
+        let r = report(&at_10(&rs), &done, &[], &rows, 1.0).unwrap();
         assert!(!r.outage.unwrap().held && !r.outage.unwrap().said_unavailable);
         assert_eq!(r.unmeasured_zeros, 1);
 
@@ -490,7 +506,7 @@ mod tests {
             r.hpa_desired = Some(24);
             r.meter.as_mut().unwrap().published = false;
         }
-        let o = report(&rs, &[], &[], &rows, 1.0, 10.0)
+        let o = report(&at_10(&rs), &[], &[], &rows, 1.0)
             .unwrap()
             .outage
             .unwrap();
@@ -503,7 +519,7 @@ mod tests {
         for r in &mut rows {
             r.meter.as_mut().unwrap().published = true;
         }
-        let r = report(&rs, &[], &[], &rows, 1.0, 10.0).unwrap();
+        let r = report(&at_10(&rs), &[], &[], &rows, 1.0).unwrap();
         assert_eq!(r.outage.unwrap().blind_from_s, None);
         assert!(
             r.markdown()
@@ -522,7 +538,7 @@ mod tests {
             step: Action::KillPod,
             detail: "pod-3".into(),
         }];
-        let k = report(&rs, &done, &[], &rows, 1.0, 10.0)
+        let k = report(&at_10(&rs), &done, &[], &rows, 1.0)
             .unwrap()
             .kill
             .unwrap();

@@ -138,9 +138,6 @@ pub fn run_all<E: Environment>(
     opts: &RunOptions,
     jobs: usize,
 ) -> anyhow::Result<Session> {
-    if !(opts.time_scale > 0.0 && opts.time_scale.is_finite()) {
-        bail!("--time-scale must be positive, got {}", opts.time_scale);
-    }
     if !(opts.rate_scale > 0.0 && opts.rate_scale.is_finite()) {
         bail!("--rate-scale must be positive, got {}", opts.rate_scale);
     }

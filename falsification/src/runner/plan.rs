@@ -23,6 +23,9 @@ pub struct RunPlan {
     pub step: f64,
     /// The case's record directory.
     pub dir: PathBuf,
+    /// How long a stopped pod may take to finish, run seconds: Kubernetes' default
+    /// `terminationGracePeriodSeconds` of 30 s, in experiment time.
+    pub shutdown_grace_s: f64,
 }
 
 impl RunPlan {
@@ -45,7 +48,13 @@ impl RunPlan {
             seed: opts.seed,
             step,
             dir,
+            shutdown_grace_s: 30.0 / time_scale,
         }
+    }
+
+    /// `experiment_s` experiment seconds in run seconds.
+    pub fn run_s(&self, experiment_s: f64) -> f64 {
+        experiment_s / self.time_scale
     }
 
     /// The plan re-predicted for what was measured: each ordered pod's own dead time as

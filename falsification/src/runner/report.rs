@@ -347,7 +347,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
             at_s: m.samples.last().map_or(-rs.warmup_s, |x| x.t) * s,
         }
     };
-    let interventions = intervention::report(rs, &m.actions, &m.syncs, &m.samples, m.step, s);
+    let interventions = intervention::report(plan, &m.actions, &m.syncs, &m.samples, m.step);
     let judged = judge::judge(&Trial {
         expect: &case.expect,
         run: rs,

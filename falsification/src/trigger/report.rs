@@ -6,8 +6,7 @@ use super::RunSettings;
 use super::capacity::CapacityProbe;
 use super::measure::{Decision, DisciplineKind, LayerSeries, Measured};
 use super::plan::Plan;
-use super::run::AfterAbort;
-use super::stop::{Fired, Rule};
+use super::stop::{AfterAbort, Fired, Rule};
 use falsification_model::laws;
 use falsification_model::outcome::State;
 

@@ -24,7 +24,7 @@ use super::measure::{
 use super::metrics::{self, Reader};
 use super::plan::{self, LoadgenRun, Plan, PlanInput};
 use super::report::{after_abort_text, plan_text, report_md};
-use super::stop::{Check, Fired, Rule, StopWatch};
+use super::stop::{AfterAbort, Check, Fired, Rule, StopWatch};
 use super::{RunEnd, TriggerConfig, Watching};
 use crate::kube::shards::MergeCheck;
 use crate::kube::unix_now;
@@ -657,17 +657,6 @@ fn stop_message(ended: Ended, p: &Plan, fired: Option<&Fired>, error: Option<&st
             "the target is not healthy at base load: stopping before the spike".into()
         }
     }
-}
-
-/// What the read-only watch after an abort saw, second by second.
-#[derive(Debug, Clone, Serialize)]
-pub struct AfterAbort {
-    /// Seconds watched after the load stopped.
-    pub watched_s: f64,
-    /// Seconds from the spike's start at which the load stopped.
-    pub stopped_at_s: f64,
-    /// Per second: seconds from the spike's start, each world-reading rule's check.
-    pub samples: Vec<(f64, Vec<Option<Check>>)>,
 }
 
 /// Watches the target without load for the configured time (Ctrl-C ends it): the layers'

@@ -185,7 +185,7 @@ impl Check {
 }
 
 /// What to do when Prometheus stops answering during the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnMetricsLoss {
     /// Stop all load: the test no longer sees the service.
@@ -193,6 +193,17 @@ pub enum OnMetricsLoss {
     Abort,
     /// Keep going; the record says which seconds were not read.
     Continue,
+}
+
+/// What the read-only watch after an abort saw, second by second.
+#[derive(Debug, Clone, Serialize)]
+pub struct AfterAbort {
+    /// Seconds watched after the load stopped.
+    pub watched_s: f64,
+    /// Seconds from the spike's start at which the load stopped.
+    pub stopped_at_s: f64,
+    /// Per second: seconds from the spike's start, each world-reading rule's check.
+    pub samples: Vec<(f64, Vec<Option<Check>>)>,
 }
 
 /// Seconds of failed Prometheus reads in a row that count as the metrics lost.
