@@ -8,7 +8,6 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
-use super::objects::show;
 use crate::layer::{InputError, Skipped};
 
 /// One object of the input and the line it starts on.
@@ -237,4 +236,21 @@ impl Items {
             lines: Vec::new(),
         }
     }
+}
+
+/// A value as an error shows it: strings bare, anything else as JSON, long ones cut.
+pub(super) fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => cut(s.clone()),
+        other => cut(other.to_string()),
+    }
+}
+
+pub(super) fn cut(s: String) -> String {
+    if s.chars().count() <= 80 {
+        return s;
+    }
+    let mut short: String = s.chars().take(77).collect();
+    short.push_str("...");
+    short
 }

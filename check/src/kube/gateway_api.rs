@@ -3,10 +3,11 @@
 
 use serde_json::Value;
 
+use super::documents::show;
 use super::istio::PolicyRead;
 use super::linkerd::{Proto, is_linkerd, linkerd_route};
 use super::objects::{
-    NULL, Obj, as_int, default_used, join, loosest, new_layer, push_unique, retries, show, timeout,
+    NULL, Obj, as_int, default_used, join, loosest, new_layer, push_unique, retries, timeout,
 };
 use super::{GATEWAY, GATEWAY_X};
 use crate::layer::{Budget, InputError, Layer, Parsed, RetryOn, Tier, Tries, retried_codes};

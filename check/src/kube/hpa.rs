@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::objects::{NULL, Obj, get, join, quantity, show};
+use super::documents::show;
+use super::objects::{NULL, Obj, get, join, quantity};
 use crate::layer::{Autoscaler, InputError, Parsed, ScalingMetric, Sees, Target};
 
 const K8S: &str = "Kubernetes 1.36 (k8s.io/api v0.36)";

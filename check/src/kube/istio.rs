@@ -4,8 +4,9 @@
 use serde_json::Value;
 
 use super::ISTIO;
+use super::documents::show;
 use super::objects::{
-    NULL, Obj, default_used, get, join, loosest, new_layer, push_unique, retries, show, timeout,
+    NULL, Obj, default_used, get, join, loosest, new_layer, push_unique, retries, timeout,
 };
 use crate::layer::{
     Budget, DefaultUsed, ENVOY_RETRY_ON, InputError, Layer, Parsed, RetryOn, Skipped, Tier,

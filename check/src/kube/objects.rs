@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::documents::Located;
+use super::documents::{Located, cut, show};
 use crate::layer::{Budget, DefaultUsed, InputError, Layer, RetryOn, Skipped, Source, Tier, Tries};
 
 pub(super) static NULL: Value = Value::Null;
@@ -261,23 +261,6 @@ pub(super) fn as_int(v: &Value) -> Option<i64> {
             .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
             .map(|f| f as i64)
     })
-}
-
-/// A value as an error shows it: strings bare, anything else as JSON, long ones cut.
-pub(super) fn show(v: &Value) -> String {
-    match v {
-        Value::String(s) => cut(s.clone()),
-        other => cut(other.to_string()),
-    }
-}
-
-fn cut(s: String) -> String {
-    if s.chars().count() <= 80 {
-        return s;
-    }
-    let mut short: String = s.chars().take(77).collect();
-    short.push_str("...");
-    short
 }
 
 /// Seconds in a Go duration (`300ms`, `1m30s`, `1.5h`, `0`), the format of Istio's and Linkerd's
