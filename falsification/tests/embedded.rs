@@ -16,26 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{SERIAL, bin_dir, session_dir};
-
-/// `cargo test -p falsification` does not build the other crates' binaries: build them.
-fn ensure_binaries() {
-    let dir = bin_dir();
-    if ["service", "meter", "loadgen"]
-        .iter()
-        .all(|b| dir.join(b).is_file())
-    {
-        return;
-    }
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "service", "-p", "meter", "-p", "loadgen"])
-        .status()
-        .expect("running cargo build");
-    assert!(
-        status.success(),
-        "building service, meter and loadgen failed"
-    );
-}
+use common::{SERIAL, bin_dir, ensure_binaries, session_dir};
 
 fn kit_processes(dir: &Path) -> Vec<(u32, String)> {
     // The kernel names a process's binary by its real path: `target` may be a symlink (CI keeps
@@ -103,7 +84,7 @@ fn read_json(p: &Path) -> Value {
 }
 
 fn run_case(args: &[&str]) -> (tempfile::TempDir, PathBuf, Value) {
-    ensure_binaries();
+    ensure_binaries(&["service", "meter", "loadgen"]);
     let out = tempfile::tempdir().unwrap();
     let result = falsification(args, out.path()).output().unwrap();
     assert!(
@@ -488,7 +469,7 @@ fn f7_dropping_abandoned_work_reverses_the_trap_and_a_backoff_does_not() {
 #[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn ctrl_c_keeps_a_readable_partial_record() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    ensure_binaries();
+    ensure_binaries(&["service", "meter", "loadgen"]);
     let out = tempfile::tempdir().unwrap();
     let mut child = falsification(&["run", "F2", "--case", "rho-30"], out.path())
         .stdout(Stdio::null())
@@ -523,7 +504,7 @@ fn ctrl_c_keeps_a_readable_partial_record() {
 #[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
 fn failing_cases_side_by_side_are_each_reported_and_leave_nothing_behind() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    ensure_binaries();
+    ensure_binaries(&["service", "meter", "loadgen"]);
     // The real meter and loadgen, and a pod binary that exits at once (a crash loop): every
     // case fails to get its initial pods ready.
     let bins = tempfile::tempdir().unwrap();

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{SERIAL, bin_dir};
+use common::{SERIAL, bin_dir, ensure_binaries};
 
 /// The client: timeout per attempt and retries (A = 3 at the client).
 const TIMEOUT: &str = "800ms";
@@ -83,18 +83,6 @@ const TIMEOUT_EXPR_START: &str = "        expr: ";
 /// How long the trapped case goes on sending its base load after the trigger, waiting for the
 /// alert: the scaled windows refill (10 s) and the scaled `for:` passes (20 s), with room.
 const ALERT_WAIT: Duration = Duration::from_secs(60);
-
-/// `cargo test -p falsification` does not build the loadgen the trigger runs: build it.
-fn ensure_loadgen() {
-    if bin_dir().join("loadgen").is_file() {
-        return;
-    }
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "loadgen"])
-        .status()
-        .expect("running cargo build");
-    assert!(status.success(), "building loadgen failed");
-}
 
 fn python3_missing() -> bool {
     !Command::new("python3")
@@ -700,7 +688,7 @@ fn with_stack(f: impl FnOnce(&Stack)) {
         eprintln!("skipping: python3 is missing (the staging stack's app and exporter are Python)");
         return;
     }
-    ensure_loadgen();
+    ensure_binaries(&["loadgen"]);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stack = Stack::up();
     f(&stack);

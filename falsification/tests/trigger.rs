@@ -8,20 +8,7 @@ use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{SERIAL, bin_dir};
-
-/// `cargo test -p falsification` does not build the other crates' binaries: build them.
-fn ensure_binaries() {
-    let dir = bin_dir();
-    if ["service", "loadgen"].iter().all(|b| dir.join(b).is_file()) {
-        return;
-    }
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "service", "-p", "loadgen"])
-        .status()
-        .expect("running cargo build");
-    assert!(status.success(), "building service and loadgen failed");
-}
+use common::{SERIAL, bin_dir, ensure_binaries};
 
 fn trigger(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_falsification"))
@@ -156,7 +143,7 @@ fn record(dir: &Path) -> serde_json::Value {
 
 #[test]
 fn max_duration_stops_the_load() {
-    ensure_binaries();
+    ensure_binaries(&["service", "loadgen"]);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let pod = Pod::start();
     let out_dir = tempfile::tempdir().unwrap();
@@ -188,7 +175,7 @@ fn max_duration_stops_the_load() {
 fn a_target_that_does_not_answer_gets_no_spike() {
     // The base phase is the health check: a target that accepts connections and answers nothing
     // (a previous test's debt, a hung service) is left alone before the spike.
-    ensure_binaries();
+    ensure_binaries(&["service", "loadgen"]);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_listener, url) = silent_listener();
     let out_dir = tempfile::tempdir().unwrap();
@@ -231,7 +218,7 @@ fn live_on(
     rate: &str,
     extra: &[&str],
 ) -> (Output, tempfile::TempDir, serde_json::Value) {
-    ensure_binaries();
+    ensure_binaries(&["service", "loadgen"]);
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let pod = Pod::start_with(pod_args);
     let out_dir = tempfile::tempdir().unwrap();

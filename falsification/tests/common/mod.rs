@@ -14,6 +14,25 @@ pub fn bin_dir() -> PathBuf {
     exe.parent().expect("binary has a directory").to_path_buf()
 }
 
+/// `cargo test -p falsification` does not build the other crates' binaries: builds those of
+/// `names` that are missing, in the profile of this test (`--release` beside a release test).
+pub fn ensure_binaries(names: &[&str]) {
+    let dir = bin_dir();
+    if names.iter().all(|b| dir.join(b).is_file()) {
+        return;
+    }
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo.args(["build", "--locked"]);
+    if dir.ends_with("release") {
+        cargo.arg("--release");
+    }
+    for name in names {
+        cargo.args(["-p", name]);
+    }
+    let status = cargo.status().expect("running cargo build");
+    assert!(status.success(), "building {names:?} failed");
+}
+
 /// The single session directory a run wrote under `out`.
 pub fn session_dir(out: &Path) -> PathBuf {
     std::fs::read_dir(out)
