@@ -267,13 +267,10 @@ pub fn hpa_figure(hpa: &Autoscaler, pod_capacity: Option<f64>) -> Result<HpaFigu
                         }
                     },
                     Target::Value(v) => {
-                        return Err(InputError::Field {
-                            file: hpa.source.file.clone(),
-                            field: format!("{}.metrics[{}].target.value", hpa.name, m.name),
-                            value: v.to_string(),
-                            why: "a total target is not a per-pod utilization: use averageValue"
-                                .into(),
-                        });
+                        let field = format!("{}.metrics[{}].target.value", hpa.name, m.name);
+                        let why = "a total target is not a per-pod utilization: use averageValue";
+                        let file = &hpa.source.file;
+                        return Err(InputError::field(file, &field, &v.to_string(), why));
                     }
                 };
                 target = Some(target.map_or(u, |t: f64| t.min(u)));

@@ -6,7 +6,7 @@
 //! Field names may be snake_case or lowerCamelCase, as Envoy's JSON mapping takes both. Semantics
 //! read against envoyproxy/data-plane-api 84e84367 (January 2026) and Envoy's router source.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
@@ -306,15 +306,7 @@ impl<'a> Found<'a> {
     }
 
     fn skip(&mut self, file: &Path, node: &Node, what: String, why: &str) {
-        let line = node
-            .line
-            .map(|l| format!(" (line {l})"))
-            .unwrap_or_default();
-        self.skipped.push(Skipped {
-            file: file.to_path_buf(),
-            what: format!("{what}{line}"),
-            why: why.to_string(),
-        });
+        self.skipped.push(Skipped::new(file, what, node.line, why));
     }
 }
 
@@ -368,15 +360,9 @@ impl Cx<'_> {
                 None => format!("{prefix} route[{i}]"),
             };
             let Some(action) = route.get("route") else {
-                let line = route
-                    .line
-                    .map(|l| format!(" (line {l})"))
-                    .unwrap_or_default();
-                parsed.skipped.push(Skipped {
-                    file: self.file.to_path_buf(),
-                    what: format!("{locator}{line}"),
-                    why: "no route action (redirect, direct response): forwards nothing".into(),
-                });
+                let why = "no route action (redirect, direct response): forwards nothing";
+                let skipped = Skipped::new(self.file, locator, route.line, why);
+                parsed.skipped.push(skipped);
                 continue;
             };
             let hedge = |n: &Node| {
@@ -435,21 +421,18 @@ impl Cx<'_> {
                 .into(),
         );
         Ok(Layer {
-            software: "envoy".into(),
-            tier: Tier::Edge,
-            source: Source {
-                file: PathBuf::from(self.file),
-                line: route.line,
-                locator,
-            },
             tries: Tries::AtMost(retry.tries),
             retry_on: retry.on,
             per_try_timeout_s: retry.per_try_s,
             overall_timeout_s,
             budget,
-            aborts_on_close: true,
             defaults,
             notes,
+            ..Layer::new(
+                "envoy",
+                Tier::Edge,
+                Source::new(self.file, route.line, locator),
+            )
         })
     }
 }
@@ -475,12 +458,7 @@ fn used(setting: &str, value: &str, proto_field: &str) -> DefaultUsed {
     } else {
         ROUTE_PROTO
     };
-    DefaultUsed {
-        setting: setting.into(),
-        value: value.into(),
-        version: VERSION.into(),
-        reference: format!("{proto} {proto_field}"),
-    }
+    DefaultUsed::new(setting, value, VERSION, format!("{proto} {proto_field}"))
 }
 
 impl Cx<'_> {
@@ -699,7 +677,6 @@ impl Cx<'_> {
     /// A cluster in a file with no route: its retry limit, for the report.
     fn lone_cluster(&self, c: &Node) -> Result<Skipped, InputError> {
         let name = c.get("name").and_then(Node::str).unwrap_or("?");
-        let line = c.line.map(|l| format!(" (line {l})")).unwrap_or_default();
         let mut defaults = Vec::new();
         // What the budget means is said where a route uses it.
         let mut notes = Vec::new();
@@ -729,11 +706,13 @@ impl Cx<'_> {
         } else {
             format!("{limit} (built-in {})", built_in.join(", "))
         };
-        Ok(Skipped {
-            file: self.file.to_path_buf(),
-            what: format!("cluster {name}{line}"),
-            why: format!("{limit}; no route in this file sends to it"),
-        })
+        let why = format!("{limit}; no route in this file sends to it");
+        Ok(Skipped::new(
+            self.file,
+            format!("cluster {name}"),
+            c.line,
+            why,
+        ))
     }
 }
 

@@ -5,7 +5,7 @@
 //! `defaults` section without `from` starts again from HAProxy's built-in values. Conditional
 //! blocks (`.if`) are refused: which branch holds depends on the machine that loads the file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::layer::{
     DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries, retried_codes,
@@ -93,11 +93,7 @@ impl Section {
 }
 
 fn skip(file: &Path, s: &Section, why: &str) -> Skipped {
-    Skipped {
-        file: file.to_path_buf(),
-        what: format!("{} (line {})", s.locator(), s.line),
-        why: why.to_string(),
-    }
+    Skipped::new(file, s.locator(), Some(s.line), why)
 }
 
 /// Cuts the file into sections; refuses what HAProxy would refuse before any section starts.
@@ -540,21 +536,17 @@ fn layer(file: &Path, s: &Section, set: &Settings, proxy: &Proxy) -> Layer {
     }
     notes.extend(policy_notes(set, proxy, &keywords, http, retrying));
     Layer {
-        software: "haproxy".into(),
-        tier: Tier::Edge,
-        source: Source {
-            file: PathBuf::from(file),
-            line: Some(s.line),
-            locator: s.locator(),
-        },
         tries: Tries::AtMost(if retrying { retries + 1 } else { 1 }),
         retry_on,
         per_try_timeout_s,
-        overall_timeout_s: None,
-        budget: None,
         aborts_on_close: set.abortonclose.unwrap_or(false),
         defaults: defaults_used(set),
         notes,
+        ..Layer::new(
+            "haproxy",
+            Tier::Edge,
+            Source::new(file, Some(s.line), s.locator()),
+        )
     }
 }
 
@@ -644,11 +636,8 @@ fn policy_notes(
 
 /// The built-in values this proxy's figures rest on.
 fn defaults_used(set: &Settings) -> Vec<DefaultUsed> {
-    let used = |setting: &str, value: &str, reference: &str| DefaultUsed {
-        setting: setting.into(),
-        value: value.into(),
-        version: VERSION.into(),
-        reference: format!("{DOC} {reference}"),
+    let used = |setting: &str, value: &str, reference: &str| {
+        DefaultUsed::new(setting, value, VERSION, format!("{DOC} {reference}"))
     };
     let mut out = Vec::new();
     if set.http.is_none() {

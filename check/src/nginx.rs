@@ -6,7 +6,7 @@
 //! snippet). `include` is not followed, `if` blocks are not evaluated: both are listed as skipped.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::layer::{
     DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries,
@@ -497,15 +497,12 @@ struct Cx<'a> {
 
 impl Cx<'_> {
     fn skip(&mut self, d: &Directive, why: &str) {
-        let what = match d.args.first() {
-            Some(a) => format!("{} {a} (line {})", d.name, d.line),
-            None => format!("{} (line {})", d.name, d.line),
-        };
-        self.parsed.skipped.push(Skipped {
-            file: self.file.to_path_buf(),
-            what,
-            why: why.to_string(),
-        });
+        let what = d
+            .args
+            .first()
+            .map_or(d.name.clone(), |a| format!("{} {a}", d.name));
+        let skipped = Skipped::new(self.file, what, Some(d.line), why);
+        self.parsed.skipped.push(skipped);
     }
 
     fn http(&mut self, block: &[Directive]) -> Result<(), InputError> {
@@ -787,22 +784,16 @@ impl Cx<'_> {
         notes.extend(self.snippet.map(String::from));
         // 0 was refused when read (`nginx_read_timeout_s`).
         let read = p.read_timeout_s.unwrap_or(60.0);
+        let source = Source::new(self.file, Some(loc.line), locator);
         Layer {
-            software: "nginx".into(),
-            tier: Tier::Edge,
-            source: Source {
-                file: PathBuf::from(self.file),
-                line: Some(loc.line),
-                locator: locator.to_string(),
-            },
             tries,
             retry_on,
             per_try_timeout_s: Some(read),
             overall_timeout_s: p.next_upstream_timeout_s.filter(|t| *t > 0.0),
-            budget: None,
             aborts_on_close: !p.ignore_client_abort.unwrap_or(false),
             defaults: defaults_used(p, off),
             notes,
+            ..Layer::new("nginx", Tier::Edge, source)
         }
     }
 }
@@ -862,13 +853,14 @@ fn retry_notes(p: &Proxy, words: &[String], limit: u32, target: &Target) -> Vec<
 
 /// The built-in values this location's figures rest on.
 fn defaults_used(p: &Proxy, off: bool) -> Vec<DefaultUsed> {
-    let used = |setting: &str, value: &str| DefaultUsed {
-        setting: setting.into(),
-        value: value.into(),
-        version: VERSION.into(),
-        reference: format!(
-            "{PROXY_DOC}#{setting}; src/http/modules/ngx_http_proxy_module.c (release-1.22.1)"
-        ),
+    let used = |setting: &str, value: &str| {
+        let source = "src/http/modules/ngx_http_proxy_module.c (release-1.22.1)";
+        DefaultUsed::new(
+            setting,
+            value,
+            VERSION,
+            format!("{PROXY_DOC}#{setting}; {source}"),
+        )
     };
     let mut out = Vec::new();
     if p.next_upstream.is_none() {

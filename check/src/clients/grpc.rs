@@ -251,10 +251,12 @@ fn grpc_class(code: &str) -> RetryOn {
 /// is noted and left out; a config it would reject (a wrong type, an unknown status code, bad
 /// `retryThrottling`) is an error naming the field.
 pub fn parse_grpc_service_config(file: &Path, text: &str) -> Result<GrpcServiceConfig, InputError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| InputError::Syntax {
-        file: file.to_path_buf(),
-        line: u32::try_from(e.line()).unwrap_or(u32::MAX),
-        why: e.to_string(),
+    let root: Value = serde_json::from_str(text).map_err(|e| {
+        InputError::syntax(
+            file,
+            u32::try_from(e.line()).unwrap_or(u32::MAX),
+            e.to_string(),
+        )
     })?;
     let mut json = Json {
         file,

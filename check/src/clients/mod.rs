@@ -104,7 +104,7 @@ struct RawClient {
     service_config: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawService {
     abandoned: Option<String>,
@@ -126,10 +126,7 @@ pub fn parse_stack(
         .enumerate()
         .map(|(i, c)| client_layer(file, i, lines.get(i).copied(), c, read))
         .collect::<Result<Vec<_>, _>>()?;
-    let service = raw.service.unwrap_or(RawService {
-        abandoned: None,
-        pod_capacity: None,
-    });
+    let service = raw.service.unwrap_or_default();
     let abandoned = match service.abandoned.as_deref() {
         None => None,
         Some("served") => Some(Abandoned::Served),
@@ -196,11 +193,7 @@ fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> InputError {
     } else {
         format!("{} (in `{source}`)", e.message())
     };
-    InputError::Syntax {
-        file: file.to_path_buf(),
-        line: u32::try_from(line).unwrap_or(u32::MAX),
-        why,
-    }
+    InputError::syntax(file, u32::try_from(line).unwrap_or(u32::MAX), why)
 }
 
 /// The 1-based line of each `[[client]]` header, in order (TOML allows blanks inside the brackets;
@@ -253,15 +246,8 @@ impl Settings {
         version: &str,
         reference: &str,
     ) -> Settings {
-        self.defaults.push((
-            about,
-            DefaultUsed {
-                setting: setting.to_string(),
-                value: value.to_string(),
-                version: version.to_string(),
-                reference: reference.to_string(),
-            },
-        ));
+        self.defaults
+            .push((about, DefaultUsed::new(setting, value, version, reference)));
         self
     }
 
@@ -454,14 +440,8 @@ fn finish(
             EVERY_CLASS
         }
     };
+    let source = Source::new(file, line, format!("client {}", raw.name));
     Ok(Layer {
-        software: "client".to_string(),
-        tier: Tier::Client,
-        source: Source {
-            file: file.to_path_buf(),
-            line,
-            locator: format!("client {}", raw.name),
-        },
         tries: Tries::AtMost(tries),
         retry_on,
         per_try_timeout_s: s.per_try_timeout_s,
@@ -470,6 +450,7 @@ fn finish(
         aborts_on_close: false,
         defaults: s.defaults.into_iter().map(|(_, d)| d).collect(),
         notes: s.notes.into_iter().map(|(_, n)| n).collect(),
+        ..Layer::new("client", Tier::Client, source)
     })
 }
 

@@ -7,9 +7,10 @@ use std::fmt;
 use serde_json::Value;
 
 use super::NO_COUNT_LIMIT;
-use super::objects::{NULL, Obj, default_used, get, new_layer, timeout};
+use super::objects::{NULL, Obj, get, timeout};
 use crate::layer::{
-    InputError, Layer, Parsed, RetryOn, Tier, Tries, nginx_read_timeout_s, retried_codes,
+    DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, Tries, nginx_read_timeout_s,
+    retried_codes,
 };
 
 const NGINX_DEFAULTS: &str = "ingress-nginx controller v1.15.1 (the project retired in March 2026)";
@@ -43,7 +44,7 @@ pub(super) fn ingress(o: &Obj, config: Option<&Obj>, out: &mut Parsed) -> Result
         out.skipped.push(o.skip(why));
         return Ok(());
     }
-    let mut layer = new_layer(
+    let mut layer = Layer::new(
         "ingress-nginx",
         Tier::Edge,
         o.source(format!("Ingress {}", o.name)),
@@ -53,7 +54,7 @@ pub(super) fn ingress(o: &Obj, config: Option<&Obj>, out: &mut Parsed) -> Result
         let setting = nginx_setting(o, &annotations, config, key, default)?;
         match &setting.1 {
             Origin::Default(..) => {
-                let d = default_used(key, default, NGINX_DEFAULTS, NGINX_REF);
+                let d = DefaultUsed::new(key, default, NGINX_DEFAULTS, NGINX_REF);
                 layer.defaults.push(d);
             }
             Origin::Config(cm, _) => from_config.push(format!("{key} from ConfigMap {}", cm.name)),

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::NO_COUNT_LIMIT;
-use super::objects::{
-    NULL, Obj, default_used, get, go_duration, join, new_layer, retries, timeout,
+use super::objects::{NULL, Obj, get, go_duration, join, retries, timeout};
+use crate::layer::{
+    Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, retried_statuses,
 };
-use crate::layer::{Budget, InputError, Layer, Parsed, RetryOn, Tier, retried_statuses};
 
 const LINKERD_HTTP: &str = "retry.linkerd.io/http";
 const LINKERD_GRPC: &str = "retry.linkerd.io/grpc";
@@ -103,7 +103,7 @@ fn linkerd_layer(
     request_timeout: Option<f64>,
     proto: Proto,
 ) -> Result<Layer, InputError> {
-    let mut layer = new_layer("linkerd", Tier::Mesh, o.source(locator));
+    let mut layer = Layer::new("linkerd", Tier::Mesh, o.source(locator));
     linkerd_retries(o, annotations, proto, &mut layer)?;
     let request = match o.annotation(annotations, LINKERD_REQUEST)? {
         Some(v) => Some(go_duration(v).ok_or_else(|| {
@@ -186,12 +186,12 @@ fn linkerd_retries(
         return Ok(());
     }
     if limit == 0 {
-        let d = default_used(LINKERD_LIMIT, "1", LINKERD_DEFAULTS, LINKERD_REF);
+        let d = DefaultUsed::new(LINKERD_LIMIT, "1", LINKERD_DEFAULTS, LINKERD_REF);
         layer.defaults.push(d);
     }
     if http.is_none() && proto != Proto::Grpc {
         let value = "absent: no HTTP status is retried";
-        let d = default_used(LINKERD_HTTP, value, LINKERD_DEFAULTS, LINKERD_REF);
+        let d = DefaultUsed::new(LINKERD_HTTP, value, LINKERD_DEFAULTS, LINKERD_REF);
         layer.defaults.push(d);
     }
     let (status_5xx, status_note) = retried_statuses(http.as_deref().unwrap_or_default());
@@ -319,13 +319,13 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
         let at = format!("routes[{i}]");
         let name = o.string(route, &at, "name")?.unwrap_or("?");
         let locator = format!("ServiceProfile {} {at} ({name})", o.name);
-        let mut layer = new_layer("linkerd", Tier::Mesh, o.source(locator));
+        let mut layer = Layer::new("linkerd", Tier::Mesh, o.source(locator));
         layer.overall_timeout_s = timeout(o.duration(route, &at, "timeout")?);
         if get(route, "timeout").is_none() {
             let value = "none (since Linkerd 2.9, linkerd/linkerd2#4958)";
             layer
                 .defaults
-                .push(default_used("timeout", value, version, reference));
+                .push(DefaultUsed::new("timeout", value, version, reference));
         }
         if o.boolean(route, &at, "isRetryable")? == Some(true) {
             layer.tries = NO_COUNT_LIMIT;
@@ -334,11 +334,12 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
                 ratio: ratio.unwrap_or(0.2),
             });
             if ratio.is_none() {
-                let d = default_used("retryBudget.retryRatio", "0.2", version, reference);
+                let d = DefaultUsed::new("retryBudget.retryRatio", "0.2", version, reference);
                 layer.defaults.push(d);
             }
             if per_second.is_none() {
-                let d = default_used("retryBudget.minRetriesPerSecond", "10", version, reference);
+                let d =
+                    DefaultUsed::new("retryBudget.minRetriesPerSecond", "10", version, reference);
                 layer.defaults.push(d);
             }
             layer.notes.push(format!(

@@ -1,5 +1,5 @@
 //! An object and its fields: typed reads that name the field and the value when they refuse it,
-//! and the helpers the readers share (Go durations, quantities, a new layer, a default used).
+//! and the helpers the readers share (Go durations, quantities, budgets).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::documents::{Located, cut, show};
-use crate::layer::{Budget, DefaultUsed, InputError, Layer, RetryOn, Skipped, Source, Tier, Tries};
+use crate::layer::{Budget, InputError, Skipped, Source, Tries};
 
 pub(super) static NULL: Value = Value::Null;
 
@@ -53,19 +53,12 @@ impl<'a> Obj<'a> {
     }
 
     pub(super) fn source(&self, locator: String) -> Source {
-        Source {
-            file: self.file.to_path_buf(),
-            line: Some(self.line),
-            locator,
-        }
+        Source::new(self.file, Some(self.line), locator)
     }
 
     pub(super) fn skip(&self, why: impl Into<String>) -> Skipped {
-        Skipped {
-            file: self.file.to_path_buf(),
-            what: format!("{} {} (line {})", self.shown_kind(), self.name, self.line),
-            why: why.into(),
-        }
+        let what = format!("{} {}", self.shown_kind(), self.name);
+        Skipped::new(self.file, what, Some(self.line), why)
     }
 
     /// A field with a value the kit will not read: the object, the field's path, the value.
@@ -331,36 +324,6 @@ pub(super) fn quantity(v: &Value) -> Option<f64> {
         }
     };
     Some(number * scale).filter(|x| x.is_finite())
-}
-
-pub(super) fn new_layer(software: &str, tier: Tier, source: Source) -> Layer {
-    Layer {
-        software: software.to_string(),
-        tier,
-        source,
-        tries: Tries::AtMost(1),
-        retry_on: RetryOn::NOTHING,
-        per_try_timeout_s: None,
-        overall_timeout_s: None,
-        budget: None,
-        aborts_on_close: true,
-        defaults: Vec::new(),
-        notes: Vec::new(),
-    }
-}
-
-pub(super) fn default_used(
-    setting: &str,
-    value: &str,
-    version: &str,
-    reference: &str,
-) -> DefaultUsed {
-    DefaultUsed {
-        setting: setting.to_string(),
-        value: value.to_string(),
-        version: version.to_string(),
-        reference: reference.to_string(),
-    }
 }
 
 /// Tries from a retry count, saturating.
