@@ -69,6 +69,16 @@ impl Directive {
     fn children(&self) -> &[Directive] {
         self.block.as_deref().unwrap_or(&[])
     }
+
+    /// This directive's `value` refused, at its line.
+    fn bad(&self, file: &Path, value: &str, why: impl std::fmt::Display) -> InputError {
+        InputError::field(
+            file,
+            &self.name,
+            value,
+            format!("line {}: {why}", self.line),
+        )
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -299,10 +309,8 @@ impl Proxy {
                     dup(slot.is_some())?;
                     let mut secs = seconds(file, d)?;
                     if name == "proxy_read_timeout" {
-                        secs = nginx_read_timeout_s(secs).map_err(|why| {
-                            let why = format!("line {}: {why}", d.line);
-                            InputError::field(file, name, &d.args.join(" "), why)
-                        })?;
+                        secs = nginx_read_timeout_s(secs)
+                            .map_err(|why| d.bad(file, &d.args.join(" "), why))?;
                     }
                     *slot = Some(secs);
                 }
@@ -339,12 +347,7 @@ impl Proxy {
 fn one_arg<'a>(file: &Path, d: &'a Directive) -> Result<&'a str, InputError> {
     match d.args.as_slice() {
         [a] => Ok(a),
-        _ => Err(InputError::field(
-            file,
-            &d.name,
-            &d.args.join(" "),
-            format!("line {}: takes one value", d.line),
-        )),
+        _ => Err(d.bad(file, &d.args.join(" "), "takes one value")),
     }
 }
 
@@ -367,8 +370,7 @@ const NEXT_UPSTREAM: [&str; 13] = [
 
 fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> {
     if d.args.is_empty() {
-        let why = format!("line {}: needs at least one value", d.line);
-        return Err(InputError::field(file, &d.name, "", why));
+        return Err(d.bad(file, "", "needs at least one value"));
     }
     d.args
         .iter()
@@ -377,8 +379,7 @@ fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> 
             if NEXT_UPSTREAM.contains(&lower.as_str()) {
                 Ok(lower)
             } else {
-                let why = format!("line {}: not a value nginx 1.22 takes here", d.line);
-                Err(InputError::field(file, &d.name, a, why))
+                Err(d.bad(file, a, "not a value nginx 1.22 takes here"))
             }
         })
         .collect()
@@ -388,17 +389,10 @@ fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> 
 fn count(file: &Path, d: &Directive) -> Result<u32, InputError> {
     let a = one_arg(file, d)?;
     if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(InputError::field(
-            file,
-            &d.name,
-            a,
-            format!("line {}: invalid number", d.line),
-        ));
+        return Err(d.bad(file, a, "invalid number"));
     }
-    a.parse().map_err(|_| {
-        let why = format!("line {}: more tries than check counts (2^32 - 1)", d.line);
-        InputError::field(file, &d.name, a, why)
-    })
+    a.parse()
+        .map_err(|_| d.bad(file, a, "more tries than check counts (2^32 - 1)"))
 }
 
 fn flag(file: &Path, d: &Directive) -> Result<bool, InputError> {
@@ -406,24 +400,14 @@ fn flag(file: &Path, d: &Directive) -> Result<bool, InputError> {
     match a.to_ascii_lowercase().as_str() {
         "on" => Ok(true),
         "off" => Ok(false),
-        _ => Err(InputError::field(
-            file,
-            &d.name,
-            a,
-            format!("line {}: it must be \"on\" or \"off\"", d.line),
-        )),
+        _ => Err(d.bad(file, a, "it must be \"on\" or \"off\"")),
     }
 }
 
 fn seconds(file: &Path, d: &Directive) -> Result<f64, InputError> {
     let a = one_arg(file, d)?;
-    let ms = time_ms(a).ok_or_else(|| {
-        let why = format!(
-            "line {}: not an nginx time (a number with ms, s, m, h, d, w, M, y, largest first)",
-            d.line
-        );
-        InputError::field(file, &d.name, a, why)
-    })?;
+    let why = "not an nginx time (a number with ms, s, m, h, d, w, M, y, largest first)";
+    let ms = time_ms(a).ok_or_else(|| d.bad(file, a, why))?;
     Ok(ms as f64 / 1000.0)
 }
 
@@ -652,11 +636,8 @@ impl Cx<'_> {
             .strip_prefix("http://")
             .or_else(|| lower.strip_prefix("https://"))
         else {
-            let why = format!(
-                "line {}: invalid URL prefix (http:// or https://)",
-                pass.line
-            );
-            return Err(InputError::field(self.file, "proxy_pass", url, why));
+            let why = "invalid URL prefix (http:// or https://)";
+            return Err(pass.bad(self.file, url, why));
         };
         if rest.starts_with("unix:") {
             return Ok(Target {
@@ -687,11 +668,8 @@ impl Cx<'_> {
             });
         };
         if port.is_some() {
-            let why = format!(
-                "line {}: upstream \"{}\" may not have a port",
-                pass.line, group.name
-            );
-            return Err(InputError::field(self.file, "proxy_pass", url, why));
+            let why = format!("upstream \"{}\" may not have a port", group.name);
+            return Err(pass.bad(self.file, url, why));
         }
         Ok(group_target(group))
     }
