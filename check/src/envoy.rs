@@ -229,22 +229,23 @@ impl Node {
     fn at(&self) -> String {
         self.line.map(|l| format!("line {l}: ")).unwrap_or_default()
     }
+
+    /// This value of `field` refused, at its line.
+    fn bad(&self, file: &Path, field: &str, why: &str) -> InputError {
+        InputError::field(file, field, &self.summary(), format!("{}{why}", self.at()))
+    }
 }
 
 fn list<'a>(file: &Path, node: &'a Node, key: &str) -> Result<&'a [Node], InputError> {
-    match node.get(key).map(|n| &n.val) {
-        None => Ok(&[]),
-        Some(Val::Seq(items)) => Ok(items),
-        Some(_) => {
-            let v = node.get(key).map(Node::summary).unwrap_or_default();
-            Err(InputError::field(
-                file,
-                key,
-                &v,
-                format!("{}expected a list", node.at()),
-            ))
-        }
-    }
+    let Some(v) = node.get(key) else {
+        return Ok(&[]);
+    };
+    let Val::Seq(items) = &v.val else {
+        // At the line of the mapping that holds it.
+        let why = format!("{}expected a list", node.at());
+        return Err(InputError::field(file, key, &v.summary(), why));
+    };
+    Ok(items)
 }
 
 /// Route configurations, bare virtual hosts and clusters, wherever they are in the file.
@@ -539,7 +540,7 @@ fn status_codes(file: &Path, p: &Node) -> Result<Vec<u32>, InputError> {
 
 /// A uint32 (protobuf JSON takes a number or a string of digits).
 fn whole(file: &Path, name: &str, n: &Node) -> Result<u32, InputError> {
-    let bad = |why: &str| InputError::field(file, name, &n.summary(), format!("{}{why}", n.at()));
+    let bad = |why: &str| n.bad(file, name, why);
     match &n.val {
         Val::Num(x) if x.fract() == 0.0 && *x >= 0.0 && *x <= f64::from(u32::MAX) => Ok(*x as u32),
         Val::Num(_) => Err(bad("not a whole number from 0 to 4294967295")),
@@ -552,7 +553,7 @@ fn whole(file: &Path, name: &str, n: &Node) -> Result<u32, InputError> {
 
 /// A protobuf JSON Duration ([`protobuf_duration_s`]): "0.25s".
 fn duration(file: &Path, name: &str, n: &Node) -> Result<f64, InputError> {
-    let bad = |why: &str| InputError::field(file, name, &n.summary(), format!("{}{why}", n.at()));
+    let bad = |why: &str| n.bad(file, name, why);
     let s = n
         .str()
         .ok_or_else(|| bad("not a duration like \"0.25s\" (a string: seconds, with an s)"))?;
@@ -633,20 +634,12 @@ fn retry_budget(
 ) -> Result<f64, InputError> {
     let percent = match rb.get("budget_percent") {
         Some(p) => {
-            let v = p.get("value").ok_or_else(|| {
-                InputError::field(
-                    file,
-                    "budget_percent",
-                    &p.summary(),
-                    format!("{}expected {{value: PERCENT}}", p.at()),
-                )
-            })?;
+            let v = p
+                .get("value")
+                .ok_or_else(|| p.bad(file, "budget_percent", "expected {value: PERCENT}"))?;
             match v.val {
                 Val::Num(x) if (0.0..=100.0).contains(&x) => x,
-                _ => {
-                    let why = format!("{}a percentage from 0 to 100", v.at());
-                    return Err(InputError::field(file, "budget_percent", &v.summary(), why));
-                }
+                _ => return Err(v.bad(file, "budget_percent", "a percentage from 0 to 100")),
             }
         }
         None => {

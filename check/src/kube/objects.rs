@@ -12,6 +12,9 @@ use crate::layer::{Budget, InputError, Skipped, Source, Tries};
 
 pub(super) static NULL: Value = Value::Null;
 
+/// A field that may be absent, or an error naming it.
+type Read<T> = Result<Option<T>, InputError>;
+
 /// An object being read, and where it is: for sources, skips and errors.
 pub(super) struct Obj<'a> {
     pub(super) file: &'a Path,
@@ -68,27 +71,32 @@ impl<'a> Obj<'a> {
         value: impl Into<String>,
         why: impl fmt::Display,
     ) -> InputError {
-        InputError::Field {
-            file: self.file.to_path_buf(),
-            field: format!("{} {} {path}", self.shown_kind(), self.name),
-            value: cut(value.into()),
-            why: format!("{why} (object at line {})", self.line),
-        }
+        let field = format!("{} {} {path}", self.shown_kind(), self.name);
+        let why = format!("{why} (object at line {})", self.line);
+        InputError::field(self.file, &field, &cut(value.into()), why)
     }
 
-    /// `v.key` that must be a mapping when present.
-    pub(super) fn mapping(
+    /// `v.key` when present, as `read` takes it; refused, naming the field, when `read` cannot.
+    fn field<T>(
         &self,
         v: &'a Value,
         at: &str,
         key: &str,
-    ) -> Result<Option<&'a Value>, InputError> {
-        match get(v, key) {
-            Some(m) if !m.is_object() => {
-                Err(self.bad(&join(at, key), show(m), "expected a mapping"))
-            }
-            m => Ok(m),
-        }
+        expected: &str,
+        read: impl Fn(&'a Value) -> Option<T>,
+    ) -> Read<T> {
+        let Some(x) = get(v, key) else {
+            return Ok(None);
+        };
+        let bad = || self.bad(&join(at, key), show(x), expected);
+        read(x).map(Some).ok_or_else(bad)
+    }
+
+    /// `v.key` that must be a mapping when present.
+    pub(super) fn mapping(&self, v: &'a Value, at: &str, key: &str) -> Read<&'a Value> {
+        self.field(v, at, key, "expected a mapping", |m| {
+            m.is_object().then_some(m)
+        })
     }
 
     /// `v.key` that must be a sequence when present; absent reads as empty.
@@ -98,100 +106,47 @@ impl<'a> Obj<'a> {
         at: &str,
         key: &str,
     ) -> Result<&'a [Value], InputError> {
-        match get(v, key) {
-            None => Ok(&[]),
-            Some(Value::Array(items)) => Ok(items),
-            Some(other) => Err(self.bad(&join(at, key), show(other), "expected a sequence")),
-        }
+        let items = self.field(v, at, key, "expected a sequence", Value::as_array)?;
+        Ok(items.map_or(&[], Vec::as_slice))
     }
 
-    pub(super) fn string(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<&'a str>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(self.bad(&join(at, key), show(other), "expected a string")),
-        }
+    pub(super) fn string(&self, v: &'a Value, at: &str, key: &str) -> Read<&'a str> {
+        self.field(v, at, key, "expected a string", Value::as_str)
     }
 
-    pub(super) fn int(&self, v: &'a Value, at: &str, key: &str) -> Result<Option<i64>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(x) => as_int(x)
-                .map(Some)
-                .ok_or_else(|| self.bad(&join(at, key), show(x), "expected an integer")),
-        }
+    pub(super) fn int(&self, v: &'a Value, at: &str, key: &str) -> Read<i64> {
+        self.field(v, at, key, "expected an integer", as_int)
     }
 
     /// A count: an integer from 0 to 2^32-1.
-    pub(super) fn count(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<u32>, InputError> {
-        match self.int(v, at, key)? {
-            None => Ok(None),
-            Some(n) => u32::try_from(n).map(Some).map_err(|_| {
-                self.bad(
-                    &join(at, key),
-                    n.to_string(),
-                    "expected a count from 0 to 2^32-1",
-                )
-            }),
-        }
+    pub(super) fn count(&self, v: &'a Value, at: &str, key: &str) -> Read<u32> {
+        let bad = |n: i64| {
+            self.bad(
+                &join(at, key),
+                n.to_string(),
+                "expected a count from 0 to 2^32-1",
+            )
+        };
+        let n = self.int(v, at, key)?;
+        n.map(|n| u32::try_from(n).map_err(|_| bad(n))).transpose()
     }
 
-    pub(super) fn number(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<f64>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(x) => x
-                .as_f64()
-                .filter(|f| f.is_finite())
-                .map(Some)
-                .ok_or_else(|| self.bad(&join(at, key), show(x), "expected a number")),
-        }
+    pub(super) fn number(&self, v: &'a Value, at: &str, key: &str) -> Read<f64> {
+        self.field(v, at, key, "expected a number", |x| {
+            x.as_f64().filter(|f| f.is_finite())
+        })
     }
 
-    pub(super) fn boolean(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<bool>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(self.bad(&join(at, key), show(other), "expected true or false")),
-        }
+    pub(super) fn boolean(&self, v: &'a Value, at: &str, key: &str) -> Read<bool> {
+        self.field(v, at, key, "expected true or false", Value::as_bool)
     }
 
     /// A Go-style duration (`2s`, `300ms`, `1m30s`) in seconds.
-    pub(super) fn duration(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<f64>, InputError> {
-        match self.string(v, at, key)? {
-            None => Ok(None),
-            Some(s) => go_duration(s).map(Some).ok_or_else(|| {
-                self.bad(
-                    &join(at, key),
-                    s,
-                    "expected a duration like 2s, 300ms or 1m30s",
-                )
-            }),
-        }
+    pub(super) fn duration(&self, v: &'a Value, at: &str, key: &str) -> Read<f64> {
+        let why = "expected a duration like 2s, 300ms or 1m30s";
+        let s = self.string(v, at, key)?;
+        s.map(|s| go_duration(s).ok_or_else(|| self.bad(&join(at, key), s, why)))
+            .transpose()
     }
 
     pub(super) fn required<T>(
