@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::documents::show;
 use super::istio::PolicyRead;
 use super::linkerd::{Proto, is_linkerd, linkerd_route};
-use super::objects::{NULL, Obj, as_int, join, loosest, push_unique, retries, timeout};
+use super::objects::{NULL, Obj, as_int, join, loosest, retries, timeout};
 use super::{GATEWAY, GATEWAY_X};
 use crate::layer::{
     Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, Tries, retried_codes,
@@ -233,21 +233,9 @@ impl<'o> BackendPolicies<'o> {
             };
             policy.used = true;
             budgets.push(policy.budget);
-            for d in &policy.read.defaults {
-                if !layer.defaults.contains(d) {
-                    layer.defaults.push(d.clone());
-                }
-            }
-            for note in &policy.read.notes {
-                push_unique(&mut layer.notes, note.clone());
-            }
+            policy.read.add_to(layer);
         }
-        let (budget, differ) = loosest(&budgets);
-        layer.budget = budget;
-        if differ {
-            let note = "the rule's backends differ in retry budget: the loosest is used";
-            push_unique(&mut layer.notes, note.into());
-        }
+        loosest(&budgets, "the rule's backends", layer);
     }
 
     pub(super) fn unused(&self, out: &mut Parsed) {

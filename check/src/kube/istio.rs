@@ -294,21 +294,9 @@ impl<'o> DestinationRules<'o> {
             *used = true;
             let read = dr_policy(dr, subset)?;
             budgets.push(read.budget);
-            for d in read.defaults {
-                if !layer.defaults.contains(&d) {
-                    layer.defaults.push(d);
-                }
-            }
-            for note in read.notes {
-                push_unique(&mut layer.notes, note);
-            }
+            read.add_to(layer);
         }
-        let (budget, differ) = loosest(&budgets);
-        layer.budget = budget;
-        if differ {
-            let note = "the route's destinations differ in retry budget: the loosest is used";
-            push_unique(&mut layer.notes, note.into());
-        }
+        loosest(&budgets, "the route's destinations", layer);
         Ok(())
     }
 
@@ -351,6 +339,20 @@ pub(super) struct PolicyRead {
     pub(super) budget: Option<Budget>,
     pub(super) defaults: Vec<DefaultUsed>,
     pub(super) notes: Vec<String>,
+}
+
+impl PolicyRead {
+    /// Adds the defaults and notes to the layer of a route that sends to this destination.
+    pub(super) fn add_to(&self, layer: &mut Layer) {
+        for d in &self.defaults {
+            if !layer.defaults.contains(d) {
+                layer.defaults.push(d.clone());
+            }
+        }
+        for note in &self.notes {
+            push_unique(&mut layer.notes, note.clone());
+        }
+    }
 }
 
 /// A DestinationRule's retry settings for a subset: a field of the subset's own

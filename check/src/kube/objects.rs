@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::documents::{Located, cut, show};
-use crate::layer::{Budget, InputError, Skipped, Source, Tries};
+use crate::layer::{Budget, InputError, Layer, Skipped, Source, Tries};
 
 pub(super) static NULL: Value = Value::Null;
 
@@ -297,21 +297,20 @@ pub(super) fn push_unique(notes: &mut Vec<String>, note: String) {
     }
 }
 
-/// The budget that lets the most retries through (none beats any ratio), and whether the
-/// destinations' budgets differ.
-pub(super) fn loosest(budgets: &[Option<Budget>]) -> (Option<Budget>, bool) {
-    let differ = budgets.windows(2).any(|w| w[0] != w[1]);
+/// Gives a route's layer the budget of its destinations that lets the most retries through (none
+/// beats any ratio), with a note when the `destinations` differ.
+pub(super) fn loosest(budgets: &[Option<Budget>], destinations: &str, layer: &mut Layer) {
+    if budgets.windows(2).any(|w| w[0] != w[1]) {
+        let note = format!("{destinations} differ in retry budget: the loosest is used");
+        push_unique(&mut layer.notes, note);
+    }
     let ratio = |b: &Option<Budget>| match b {
         Some(Budget::Ratio { ratio }) => *ratio,
         Some(Budget::Quota { .. }) => 0.0,
         None => f64::INFINITY,
     };
-    let loosest = budgets
-        .iter()
-        .copied()
-        .max_by(|a, b| ratio(a).total_cmp(&ratio(b)))
-        .flatten();
-    (loosest, differ)
+    let loosest = budgets.iter().max_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+    layer.budget = loosest.copied().flatten();
 }
 
 #[cfg(test)]
