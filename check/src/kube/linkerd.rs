@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::NO_COUNT_LIMIT;
 use super::objects::{NULL, Obj, get, go_duration, join, retries, timeout};
 use crate::layer::{
-    Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, retried_statuses,
+    Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, Tries, retried_statuses,
 };
 
 const LINKERD_HTTP: &str = "retry.linkerd.io/http";
@@ -328,7 +327,7 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
                 .push(DefaultUsed::new("timeout", value, version, reference));
         }
         if o.boolean(route, &at, "isRetryable")? == Some(true) {
-            layer.tries = NO_COUNT_LIMIT;
+            layer.tries = Tries::Unlimited;
             layer.retry_on.status_5xx = true;
             layer.budget = Some(Budget::Ratio {
                 ratio: ratio.unwrap_or(0.2),
@@ -410,7 +409,7 @@ mod tests {
         let [head, get, put] = parsed.layers.as_slice() else {
             panic!()
         };
-        assert_eq!(head.tries, NO_COUNT_LIMIT);
+        assert_eq!(head.tries, Tries::Unlimited);
         assert_eq!(head.retry_on, on(false, false, true));
         assert_eq!(head.budget, Some(Budget::Ratio { ratio: 0.2 }));
         assert_eq!(settings(head), ["timeout"]);

@@ -20,7 +20,7 @@ mod objects;
 
 use std::path::Path;
 
-use crate::layer::{InputError, Parsed, Tries};
+use crate::layer::{InputError, Parsed};
 use documents::read;
 use gateway_api::{BackendPolicies, http_route};
 use hpa::hpa;
@@ -96,14 +96,10 @@ pub(super) const ISTIO: &str = "networking.istio.io";
 pub(super) const GATEWAY: &str = "gateway.networking.k8s.io";
 pub(super) const GATEWAY_X: &str = "gateway.networking.x-k8s.io";
 
-/// Tries with no count limit (an nginx `tries 0`, a Linkerd ServiceProfile): only time and a
-/// budget bound them.
-pub(super) const NO_COUNT_LIMIT: Tries = Tries::Unlimited;
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::{Layer, RetryOn, Sees, Target};
+    use crate::layer::{Layer, RetryOn, Sees, Target, Tries};
 
     macro_rules! data {
         ($name:literal) => {
