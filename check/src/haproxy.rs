@@ -596,46 +596,42 @@ fn policy_notes(
 
 /// The built-in values this proxy's figures rest on.
 fn defaults_used(set: &Settings) -> Vec<DefaultUsed> {
-    let used = |setting: &str, value: &str, reference: &str| {
-        DefaultUsed::new(setting, value, VERSION, format!("{DOC} {reference}"))
-    };
-    let mut out = Vec::new();
-    if set.http.is_none() {
-        out.push(used(
+    let unset = [
+        (
+            set.http.is_none(),
             "mode",
             "tcp",
             "4.2 `mode`: \"This is the default mode\"",
-        ));
-    }
-    if set.retries.is_none() {
-        out.push(used(
+        ),
+        (
+            set.retries.is_none(),
             "retries",
             "3",
             "4.2 `retries`; CONN_RETRIES in include/haproxy/defaults.h",
-        ));
-    }
-    if set.retry_on.is_none() {
-        out.push(used(
+        ),
+        (
+            set.retry_on.is_none(),
             "retry-on",
             "conn-failure",
             "4.2 `retry-on`: \"The default is conn-failure\"",
-        ));
-    }
-    if set.server_timeout_ms.is_none() {
-        out.push(used(
+        ),
+        (
+            set.server_timeout_ms.is_none(),
             "timeout server",
             "none (HAProxy warns at start-up)",
             "4.2 `timeout server`",
-        ));
-    }
-    if set.abortonclose.is_none() {
-        out.push(used(
+        ),
+        (
+            set.abortonclose.is_none(),
             "option abortonclose",
             "off",
             "4.2 `option abortonclose`",
-        ));
-    }
-    out
+        ),
+    ];
+    let used = |(_, setting, value, reference): (bool, &str, &str, &str)| {
+        DefaultUsed::new(setting, value, VERSION, format!("{DOC} {reference}"))
+    };
+    unset.into_iter().filter(|d| d.0).map(used).collect()
 }
 
 #[cfg(test)]

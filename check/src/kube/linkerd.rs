@@ -104,16 +104,9 @@ fn linkerd_layer(
 ) -> Result<Layer, InputError> {
     let mut layer = Layer::new("linkerd", Tier::Mesh, o.source(locator));
     linkerd_retries(o, annotations, proto, &mut layer)?;
-    let request = match o.annotation(annotations, LINKERD_REQUEST)? {
-        Some(v) => Some(go_duration(v).ok_or_else(|| {
-            o.bad(
-                &format!("annotations[{LINKERD_REQUEST:?}]"),
-                v,
-                "expected a duration with a unit, like 5s",
-            )
-        })?),
-        None => request_timeout,
-    };
+    let expected = "expected a duration with a unit, like 5s";
+    let request = o.annotation_as(annotations, LINKERD_REQUEST, expected, go_duration)?;
+    let request = request.or(request_timeout);
     layer.overall_timeout_s = timeout(request);
     for key in ["timeout.linkerd.io/response", "timeout.linkerd.io/idle"] {
         if let Some(v) = o.annotation(annotations, key)? {
@@ -142,28 +135,15 @@ fn linkerd_retries(
     proto: Proto,
     layer: &mut Layer,
 ) -> Result<(), InputError> {
-    let at = |key: &str| format!("annotations[{key:?}]");
+    let expected = "expected a whole number of retries up to 65535";
+    let limit = o.annotation_as(annotations, LINKERD_LIMIT, expected, |v| {
+        v.trim().parse().ok()
+    })?;
     // `limit: 0` reads as unset, as the policy controller does.
-    let limit = match o.annotation(annotations, LINKERD_LIMIT)? {
-        Some(v) => v.trim().parse::<u16>().map_err(|_| {
-            o.bad(
-                &at(LINKERD_LIMIT),
-                v,
-                "expected a whole number of retries up to 65535",
-            )
-        })?,
-        None => 0,
-    };
-    let retry_timeout = match o.annotation(annotations, LINKERD_TIMEOUT)? {
-        Some(v) => timeout(Some(go_duration(v).ok_or_else(|| {
-            o.bad(
-                &at(LINKERD_TIMEOUT),
-                v,
-                "expected a duration with a unit, like 300ms",
-            )
-        })?)),
-        None => None,
-    };
+    let limit: u16 = limit.unwrap_or(0);
+    let expected = "expected a duration with a unit, like 300ms";
+    let retry_timeout = o.annotation_as(annotations, LINKERD_TIMEOUT, expected, go_duration)?;
+    let retry_timeout = timeout(retry_timeout);
     let http = match o.annotation(annotations, LINKERD_HTTP)? {
         Some(v) if proto == Proto::Grpc => {
             layer
@@ -171,14 +151,10 @@ fn linkerd_retries(
                 .push(format!("{LINKERD_HTTP} {v} is ignored on a GRPCRoute"));
             None
         }
-        Some(v) => Some(linkerd_statuses(v).ok_or_else(|| {
-            o.bad(
-                &at(LINKERD_HTTP),
-                v,
-                "expected status codes, ranges, 5xx or gateway-error",
-            )
-        })?),
-        None => None,
+        _ => {
+            let expected = "expected status codes, ranges, 5xx or gateway-error";
+            o.annotation_as(annotations, LINKERD_HTTP, expected, linkerd_statuses)?
+        }
     };
     let grpc = linkerd_grpc(o, annotations, proto, layer)?;
     if !(limit > 0 || retry_timeout.is_some() || http.is_some() || grpc) {

@@ -186,6 +186,21 @@ impl<'a> Obj<'a> {
             )),
         }
     }
+
+    /// An annotation read by `read` when present; refused, naming it, when `read` cannot.
+    pub(super) fn annotation_as<T>(
+        &self,
+        annotations: &BTreeMap<&'a str, &'a Value>,
+        key: &str,
+        expected: &str,
+        read: impl Fn(&'a str) -> Option<T>,
+    ) -> Read<T> {
+        let Some(v) = self.annotation(annotations, key)? else {
+            return Ok(None);
+        };
+        let bad = || self.bad(&format!("annotations[{key:?}]"), v, expected);
+        read(v).map(Some).ok_or_else(bad)
+    }
 }
 
 /// `v.key`, null read as absent.
