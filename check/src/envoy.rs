@@ -493,10 +493,9 @@ impl Cx<'_> {
             let why = "more retries than check counts".to_string();
             InputError::field(self.file, "num_retries", &retries.to_string(), why)
         })?;
-        let mut per_try_s = match p.get("per_try_timeout") {
-            Some(t) => Some(duration(self.file, "per_try_timeout", t)?).filter(|s| *s > 0.0),
-            None => None,
-        };
+        let per_try = p.get("per_try_timeout");
+        let per_try = per_try.map(|t| duration(self.file, "per_try_timeout", t));
+        let mut per_try_s = per_try.transpose()?.filter(|s| *s > 0.0);
         if let (Some(t), Some(o)) = (per_try_s, overall)
             && t >= o
         {

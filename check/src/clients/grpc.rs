@@ -274,10 +274,8 @@ pub fn parse_grpc_service_config(file: &Path, text: &str) -> Result<GrpcServiceC
             }
         }
     }
-    let retry_throttling = match json.key(root, "", "retryThrottling") {
-        None => None,
-        Some(v) => Some(json.throttling(v)?),
-    };
+    let throttling = json.key(root, "", "retryThrottling");
+    let retry_throttling = throttling.map(|v| json.throttling(v)).transpose()?;
     Ok(GrpcServiceConfig {
         methods,
         retry_throttling,
@@ -325,10 +323,10 @@ impl Json<'_> {
             return Ok(None);
         };
         let names = self.names(&format!("{path}.name"), names)?;
-        let timeout_s = match self.key(obj, path, "timeout") {
-            None => None,
-            Some(t) => Some(self.duration(&format!("{path}.timeout"), t)?),
-        };
+        let timeout = self.key(obj, path, "timeout");
+        let timeout_s = timeout
+            .map(|t| self.duration(&format!("{path}.timeout"), t))
+            .transpose()?;
         let retry = match self.key(obj, path, "retryPolicy") {
             None => None,
             Some(p) => self.retry_policy(&format!("{path}.retryPolicy"), p)?,

@@ -205,10 +205,10 @@ impl<'o> BackendPolicies<'o> {
                 }
             }
             let mut read = PolicyRead::default();
-            let budget = match o.mapping(o.spec(), "", "retryConstraint")? {
-                Some(c) => Some(retry_constraint(o, c, &mut read)?),
-                None => None,
-            };
+            let constraint = o.mapping(o.spec(), "", "retryConstraint")?;
+            let budget = constraint
+                .map(|c| retry_constraint(o, c, &mut read))
+                .transpose()?;
             policies.push(BackendPolicy {
                 obj: o,
                 services,
@@ -277,11 +277,8 @@ fn retry_constraint(o: &Obj, c: &Value, read: &mut PolicyRead) -> Result<Budget,
         }
     };
     o.duration(budget, "retryConstraint.budget", "interval")?;
-    let rate = o.mapping(c, at, "minRetryRate")?;
-    let count = match rate {
-        Some(r) => o.count(r, "retryConstraint.minRetryRate", "count")?,
-        None => None,
-    };
+    let rate = o.mapping(c, at, "minRetryRate")?.unwrap_or(&NULL);
+    let count = o.count(rate, "retryConstraint.minRetryRate", "count")?;
     if count.is_none() {
         let setting = "retryConstraint.minRetryRate";
         read.defaults

@@ -271,11 +271,8 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
     let spec = o.spec();
     let reference = "linkerd/linkerd2 controller/api/destination/profile_translator.go";
     let version = "Linkerd 2.20 (ServiceProfile)";
-    let budget = o.mapping(spec, "", "retryBudget")?;
-    let ratio = match budget {
-        Some(b) => o.number(b, "retryBudget", "retryRatio")?,
-        None => None,
-    };
+    let budget = o.mapping(spec, "", "retryBudget")?.unwrap_or(&NULL);
+    let ratio = o.number(budget, "retryBudget", "retryRatio")?;
     if let Some(r) = ratio.filter(|r| *r < 0.0) {
         return Err(o.bad(
             "retryBudget.retryRatio",
@@ -283,13 +280,8 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
             "must not be negative",
         ));
     }
-    let per_second = match budget {
-        Some(b) => o.count(b, "retryBudget", "minRetriesPerSecond")?,
-        None => None,
-    };
-    if let Some(b) = budget {
-        o.duration(b, "retryBudget", "ttl")?;
-    }
+    let per_second = o.count(budget, "retryBudget", "minRetriesPerSecond")?;
+    o.duration(budget, "retryBudget", "ttl")?;
     for (i, route) in o.list(spec, "", "routes")?.iter().enumerate() {
         let at = format!("routes[{i}]");
         let name = o.string(route, &at, "name")?.unwrap_or("?");
