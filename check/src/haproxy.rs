@@ -133,16 +133,13 @@ fn header(file: &Path, n: u32, w: Vec<String>) -> Result<Section, InputError> {
     let mut rest = w.into_iter().skip(1).peekable();
     let name = rest.next_if(|word| word != "from");
     let from = match rest.next().as_deref() {
-        Some("from") => match rest.next() {
-            Some(d) => Some(d),
-            None => {
-                return Err(InputError::syntax(
-                    file,
-                    n,
-                    "`from` needs the name of a defaults section",
-                ));
-            }
-        },
+        Some("from") => {
+            let why = "`from` needs the name of a defaults section";
+            Some(
+                rest.next()
+                    .ok_or_else(|| InputError::syntax(file, n, why))?,
+            )
+        }
         _ => None,
     };
     let named = matches!(keyword.as_str(), "frontend" | "backend" | "listen");
@@ -256,24 +253,17 @@ fn named<'a>(
     name: &str,
 ) -> Result<&'a Settings, InputError> {
     let mut found = defaults.iter().filter(|(n, _)| n.as_deref() == Some(name));
-    match (found.next(), found.next()) {
-        (Some((_, settings)), None) => Ok(settings),
-        (Some(_), Some(_)) => Err(InputError::field(
-            file,
-            "from",
-            name,
-            format!("line {}: two defaults sections have that name", s.line),
-        )),
-        (None, _) => Err(InputError::field(
-            file,
-            "from",
-            name,
-            format!(
-                "line {}: no defaults section of that name before it",
-                s.line
-            ),
-        )),
-    }
+    let why = match (found.next(), found.next()) {
+        (Some((_, settings)), None) => return Ok(settings),
+        (Some(_), Some(_)) => "two defaults sections have that name",
+        (None, _) => "no defaults section of that name before it",
+    };
+    Err(InputError::field(
+        file,
+        "from",
+        name,
+        format!("line {}: {why}", s.line),
+    ))
 }
 
 /// The settings a proxy starts from.

@@ -243,23 +243,17 @@ fn read_config_maps(file: &Path, text: &str, into: &mut Parsed) {
 
 /// The autoscaler in front of this path: the only one, or the one `--hpa` names.
 fn pick_hpa(all: Vec<Autoscaler>, name: Option<&str>) -> Result<Option<Autoscaler>, InputError> {
-    let names = || {
-        all.iter()
-            .map(|h| h.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    let names = || match all.iter().map(|h| h.name.as_str()).collect::<Vec<_>>() {
+        empty if empty.is_empty() => "none".to_string(),
+        names => names.join(", "),
     };
     match name {
-        Some(n) => match all.iter().position(|h| h.name == n) {
-            Some(i) => Ok(Some(all[i].clone())),
+        Some(n) => match all.iter().find(|h| h.name == n) {
+            Some(h) => Ok(Some(h.clone())),
             None => Err(InputError::Question {
                 question: format!(
                     "--hpa {n}: no HorizontalPodAutoscaler of that name in the files (they hold: {})",
-                    if all.is_empty() {
-                        "none".into()
-                    } else {
-                        names()
-                    }
+                    names()
                 ),
             }),
         },
