@@ -121,6 +121,8 @@ pub struct Report {
     /// judged; `--route` picks one).
     pub other_routes: Vec<String>,
     pub skipped: Vec<Skipped>,
+    /// The files read (not in the JSON: its layers and skips name them).
+    #[serde(skip)]
     pub files: Vec<PathBuf>,
 }
 

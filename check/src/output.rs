@@ -271,21 +271,9 @@ fn trigger_text(out: &mut String, t: &super::TriggerFigure) {
     }
 }
 
-/// The JSON contract.
+/// The JSON contract: the report's fields.
 pub fn json(r: &Report) -> Value {
-    json!({
-        "layers": r.layers,
-        "classes": r.classes,
-        "hpa": r.hpa,
-        "service": r.service,
-        "tau_out_s": r.tau_out_s,
-        "second_state": r.second_state,
-        "reasons": r.reasons,
-        "fixes": r.fixes,
-        "trigger": r.trigger,
-        "other_routes": r.other_routes,
-        "skipped": r.skipped,
-    })
+    json!(r)
 }
 
 fn location(s: &Source) -> Value {
