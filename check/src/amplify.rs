@@ -111,11 +111,7 @@ fn chain(layers: &[Layer], class: FailureClass, leave_s: f64, tries: &mut Vec<f6
         attempts,
         gives_up_s,
         // A proxy that has given up answers a gateway error; silence stays silence.
-        answers: if gives_up_s.is_finite() {
-            Some(FailureClass::Status5xx)
-        } else {
-            None
-        },
+        answers: gives_up_s.is_finite().then_some(FailureClass::Status5xx),
     }
 }
 

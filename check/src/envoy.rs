@@ -272,12 +272,9 @@ impl<'a> Found<'a> {
                         .get("route_config_name")
                         .and_then(Node::str)
                         .unwrap_or("");
-                    self.skip(
-                        file,
-                        node,
-                        format!("rds {name}"),
-                        "routes come from RDS, not this file",
-                    );
+                    let why = "routes come from RDS, not this file";
+                    self.skipped
+                        .push(Skipped::new(file, format!("rds {name}"), node.line, why));
                 } else if node
                     .get("route_config")
                     .is_some_and(|r| r.get("virtual_hosts").is_none())
@@ -285,12 +282,9 @@ impl<'a> Found<'a> {
                     // An HTTP connection manager whose route configuration has no virtual host.
                     let name = node.get("route_config").and_then(|r| r.get("name"));
                     let name = name.and_then(Node::str).unwrap_or("");
-                    self.skip(
-                        file,
-                        node,
-                        format!("route_config {name}"),
-                        "no virtual_hosts: routes nothing",
-                    );
+                    let what = format!("route_config {name}");
+                    let why = "no virtual_hosts: routes nothing";
+                    self.skipped.push(Skipped::new(file, what, node.line, why));
                 } else {
                     for (k, v) in entries {
                         self.walk(file, v, Some(k));
@@ -304,10 +298,6 @@ impl<'a> Found<'a> {
             }
             _ => {}
         }
-    }
-
-    fn skip(&mut self, file: &Path, node: &Node, what: String, why: &str) {
-        self.skipped.push(Skipped::new(file, what, node.line, why));
     }
 }
 

@@ -170,6 +170,7 @@ impl<'de> Visitor<'de> for BodyVisitor {
 }
 
 /// A mapping's `items`: a sequence keeps each element's line; anything else reads as null.
+#[derive(Default)]
 struct Items {
     value: Value,
     lines: Vec<u32>,
@@ -209,10 +210,7 @@ impl<'de> Visitor<'de> for ItemsVisitor {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Items, E> {
-        Ok(Items {
-            value: Value::Null,
-            lines: Vec::new(),
-        })
+        Ok(Items::default())
     }
 
     fn visit_none<E: de::Error>(self) -> Result<Items, E> {
@@ -226,7 +224,7 @@ impl Items {
     fn not_a_sequence() -> Self {
         Items {
             value: Value::String("(not a sequence)".into()),
-            lines: Vec::new(),
+            ..Items::default()
         }
     }
 }

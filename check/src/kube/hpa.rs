@@ -172,11 +172,8 @@ fn selector(o: &Obj, metric: &Value, at: &str) -> Result<Vec<(String, String)>, 
             labels.push((key.clone(), format!("={value}")));
         }
     }
-    for (i, e) in o
-        .list(selector, &at, "matchExpressions")?
-        .iter()
-        .enumerate()
-    {
+    let expressions = o.list(selector, &at, "matchExpressions")?;
+    for (i, e) in expressions.iter().enumerate() {
         let at = format!("{at}.matchExpressions[{i}]");
         let key = o.required(o.string(e, &at, "key")?, &at, "key")?;
         let op = o.required(o.string(e, &at, "operator")?, &at, "operator")?;
