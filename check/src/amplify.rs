@@ -111,11 +111,7 @@ fn chain(layers: &[Layer], class: FailureClass, leave_s: f64, tries: &mut Vec<f6
         attempts,
         gives_up_s,
         // A proxy that has given up answers a gateway error; silence stays silence.
-        answers: if gives_up_s.is_finite() {
-            Some(FailureClass::Status5xx)
-        } else {
-            None
-        },
+        answers: gives_up_s.is_finite().then_some(FailureClass::Status5xx),
     }
 }
 
@@ -267,13 +263,10 @@ pub fn hpa_figure(hpa: &Autoscaler, pod_capacity: Option<f64>) -> Result<HpaFigu
                         }
                     },
                     Target::Value(v) => {
-                        return Err(InputError::Field {
-                            file: hpa.source.file.clone(),
-                            field: format!("{}.metrics[{}].target.value", hpa.name, m.name),
-                            value: v.to_string(),
-                            why: "a total target is not a per-pod utilization: use averageValue"
-                                .into(),
-                        });
+                        let field = format!("{}.metrics[{}].target.value", hpa.name, m.name);
+                        let why = "a total target is not a per-pod utilization: use averageValue";
+                        let file = &hpa.source.file;
+                        return Err(InputError::field(file, &field, &v.to_string(), why));
                     }
                 };
                 target = Some(target.map_or(u, |t: f64| t.min(u)));
@@ -309,22 +302,14 @@ pub struct Diagnosis {
     pub reasons: Vec<String>,
 }
 
-fn fmt_fraction(x: f64) -> String {
-    format!("{x:.2}")
-}
-
 /// `what is at or above 1/A = ...` or `... below ...`, as the publication says it.
 fn against(what: &str, value: f64, threshold: f64) -> String {
-    format!(
-        "{what} {} is {} 1/A = {} for timeouts",
-        fmt_fraction(value),
-        if value >= threshold {
-            "at or above"
-        } else {
-            "below"
-        },
-        fmt_fraction(threshold)
-    )
+    let side = if value >= threshold {
+        "at or above"
+    } else {
+        "below"
+    };
+    format!("{what} {value:.2} is {side} 1/A = {threshold:.2} for timeouts")
 }
 
 /// The scaler trap: a first-attempt signal holds `rho` at `u*`; any signal that sees retries or
@@ -372,8 +357,7 @@ fn fixed_diagnosis(rho: Option<f64>, threshold: f64) -> (bool, String) {
         Some(rho) if rho >= 1.0 => (
             false,
             format!(
-                "utilization {} is at or above capacity: the service fails without a trigger",
-                fmt_fraction(rho)
+                "utilization {rho:.2} is at or above capacity: the service fails without a trigger"
             ),
         ),
         Some(rho) if rho >= threshold => (
@@ -394,8 +378,7 @@ fn fixed_diagnosis(rho: Option<f64>, threshold: f64) -> (bool, String) {
             true,
             format!(
                 "second state exists at fixed capacity whenever utilization is at or above 1/A = \
-                 {} (no autoscaler given; give --rho to check today's utilization)",
-                fmt_fraction(threshold)
+                 {threshold:.2} (no autoscaler given; give --rho to check today's utilization)"
             ),
         ),
     }
@@ -541,42 +524,35 @@ pub fn fixes(stack: &Stack, timeout: &ClassFigure) -> Vec<Fix> {
     if !diagnose(stack, timeout).second_state {
         return Vec::new();
     }
-    let mut out = vec![Fix {
-        change: "drop abandoned work at the service (cancel on client disconnect, or propagate \
-                 deadlines): no debt"
-            .into(),
+    // What leaves `A` as it is and removes the second state.
+    let removes = |change: String| Fix {
+        change,
         layer: None,
         a: timeout.a,
         removes_second_state: true,
-    }];
+    };
+    let mut out = vec![removes(
+        "drop abandoned work at the service (cancel on client disconnect, or propagate \
+         deadlines): no debt"
+            .into(),
+    )];
     let mut layers = layer_fixes(stack, timeout);
     let fewer = layers.pop_if(|f| f.change.starts_with("no retries"));
     out.append(&mut layers);
     if let Some(h) = &stack.hpa
         && let (SignalSees::FirstAttempts, Some(u)) = (h.signal_sees, h.target)
     {
-        out.push(Fix {
-            change: format!(
-                "pair the first-attempt metric of {} with one that sees retries (ingress): the \
-                 HPA takes the larger recommendation",
-                h.name
-            ),
-            layer: None,
-            a: timeout.a,
-            removes_second_state: true,
-        });
+        out.push(removes(format!(
+            "pair the first-attempt metric of {} with one that sees retries (ingress): the HPA \
+             takes the larger recommendation",
+            h.name
+        )));
         // No target is below 1/A when A is unbounded.
         if timeout.a.is_finite() {
-            out.push(Fix {
-                change: format!(
-                    "lower the target u* from {} to below 1/A = {}",
-                    fmt_fraction(u),
-                    fmt_fraction(timeout.threshold)
-                ),
-                layer: None,
-                a: timeout.a,
-                removes_second_state: true,
-            });
+            let threshold = timeout.threshold;
+            out.push(removes(format!(
+                "lower the target u* from {u:.2} to below 1/A = {threshold:.2}"
+            )));
         }
     }
     out.extend(fewer);

@@ -6,7 +6,7 @@
 //! Field names may be snake_case or lowerCamelCase, as Envoy's JSON mapping takes both. Semantics
 //! read against envoyproxy/data-plane-api 84e84367 (January 2026) and Envoy's router source.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
@@ -229,22 +229,23 @@ impl Node {
     fn at(&self) -> String {
         self.line.map(|l| format!("line {l}: ")).unwrap_or_default()
     }
+
+    /// This value of `field` refused, at its line.
+    fn bad(&self, file: &Path, field: &str, why: &str) -> InputError {
+        InputError::field(file, field, &self.summary(), format!("{}{why}", self.at()))
+    }
 }
 
 fn list<'a>(file: &Path, node: &'a Node, key: &str) -> Result<&'a [Node], InputError> {
-    match node.get(key).map(|n| &n.val) {
-        None => Ok(&[]),
-        Some(Val::Seq(items)) => Ok(items),
-        Some(_) => {
-            let v = node.get(key).map(Node::summary).unwrap_or_default();
-            Err(InputError::field(
-                file,
-                key,
-                &v,
-                format!("{}expected a list", node.at()),
-            ))
-        }
-    }
+    let Some(v) = node.get(key) else {
+        return Ok(&[]);
+    };
+    let Val::Seq(items) = &v.val else {
+        // At the line of the mapping that holds it.
+        let why = format!("{}expected a list", node.at());
+        return Err(InputError::field(file, key, &v.summary(), why));
+    };
+    Ok(items)
 }
 
 /// Route configurations, bare virtual hosts and clusters, wherever they are in the file.
@@ -271,12 +272,9 @@ impl<'a> Found<'a> {
                         .get("route_config_name")
                         .and_then(Node::str)
                         .unwrap_or("");
-                    self.skip(
-                        file,
-                        node,
-                        format!("rds {name}"),
-                        "routes come from RDS, not this file",
-                    );
+                    let why = "routes come from RDS, not this file";
+                    self.skipped
+                        .push(Skipped::new(file, format!("rds {name}"), node.line, why));
                 } else if node
                     .get("route_config")
                     .is_some_and(|r| r.get("virtual_hosts").is_none())
@@ -284,12 +282,9 @@ impl<'a> Found<'a> {
                     // An HTTP connection manager whose route configuration has no virtual host.
                     let name = node.get("route_config").and_then(|r| r.get("name"));
                     let name = name.and_then(Node::str).unwrap_or("");
-                    self.skip(
-                        file,
-                        node,
-                        format!("route_config {name}"),
-                        "no virtual_hosts: routes nothing",
-                    );
+                    let what = format!("route_config {name}");
+                    let why = "no virtual_hosts: routes nothing";
+                    self.skipped.push(Skipped::new(file, what, node.line, why));
                 } else {
                     for (k, v) in entries {
                         self.walk(file, v, Some(k));
@@ -303,18 +298,6 @@ impl<'a> Found<'a> {
             }
             _ => {}
         }
-    }
-
-    fn skip(&mut self, file: &Path, node: &Node, what: String, why: &str) {
-        let line = node
-            .line
-            .map(|l| format!(" (line {l})"))
-            .unwrap_or_default();
-        self.skipped.push(Skipped {
-            file: file.to_path_buf(),
-            what: format!("{what}{line}"),
-            why: why.to_string(),
-        });
     }
 }
 
@@ -368,15 +351,9 @@ impl Cx<'_> {
                 None => format!("{prefix} route[{i}]"),
             };
             let Some(action) = route.get("route") else {
-                let line = route
-                    .line
-                    .map(|l| format!(" (line {l})"))
-                    .unwrap_or_default();
-                parsed.skipped.push(Skipped {
-                    file: self.file.to_path_buf(),
-                    what: format!("{locator}{line}"),
-                    why: "no route action (redirect, direct response): forwards nothing".into(),
-                });
+                let why = "no route action (redirect, direct response): forwards nothing";
+                let skipped = Skipped::new(self.file, locator, route.line, why);
+                parsed.skipped.push(skipped);
                 continue;
             };
             let hedge = |n: &Node| {
@@ -435,21 +412,18 @@ impl Cx<'_> {
                 .into(),
         );
         Ok(Layer {
-            software: "envoy".into(),
-            tier: Tier::Edge,
-            source: Source {
-                file: PathBuf::from(self.file),
-                line: route.line,
-                locator,
-            },
             tries: Tries::AtMost(retry.tries),
             retry_on: retry.on,
             per_try_timeout_s: retry.per_try_s,
             overall_timeout_s,
             budget,
-            aborts_on_close: true,
             defaults,
             notes,
+            ..Layer::new(
+                "envoy",
+                Tier::Edge,
+                Source::new(self.file, route.line, locator),
+            )
         })
     }
 }
@@ -475,12 +449,7 @@ fn used(setting: &str, value: &str, proto_field: &str) -> DefaultUsed {
     } else {
         ROUTE_PROTO
     };
-    DefaultUsed {
-        setting: setting.into(),
-        value: value.into(),
-        version: VERSION.into(),
-        reference: format!("{proto} {proto_field}"),
-    }
+    DefaultUsed::new(setting, value, VERSION, format!("{proto} {proto_field}"))
 }
 
 impl Cx<'_> {
@@ -514,10 +483,9 @@ impl Cx<'_> {
             let why = "more retries than check counts".to_string();
             InputError::field(self.file, "num_retries", &retries.to_string(), why)
         })?;
-        let mut per_try_s = match p.get("per_try_timeout") {
-            Some(t) => Some(duration(self.file, "per_try_timeout", t)?).filter(|s| *s > 0.0),
-            None => None,
-        };
+        let per_try = p.get("per_try_timeout");
+        let per_try = per_try.map(|t| duration(self.file, "per_try_timeout", t));
+        let mut per_try_s = per_try.transpose()?.filter(|s| *s > 0.0);
         if let (Some(t), Some(o)) = (per_try_s, overall)
             && t >= o
         {
@@ -561,7 +529,7 @@ fn status_codes(file: &Path, p: &Node) -> Result<Vec<u32>, InputError> {
 
 /// A uint32 (protobuf JSON takes a number or a string of digits).
 fn whole(file: &Path, name: &str, n: &Node) -> Result<u32, InputError> {
-    let bad = |why: &str| InputError::field(file, name, &n.summary(), format!("{}{why}", n.at()));
+    let bad = |why: &str| n.bad(file, name, why);
     match &n.val {
         Val::Num(x) if x.fract() == 0.0 && *x >= 0.0 && *x <= f64::from(u32::MAX) => Ok(*x as u32),
         Val::Num(_) => Err(bad("not a whole number from 0 to 4294967295")),
@@ -574,7 +542,7 @@ fn whole(file: &Path, name: &str, n: &Node) -> Result<u32, InputError> {
 
 /// A protobuf JSON Duration ([`protobuf_duration_s`]): "0.25s".
 fn duration(file: &Path, name: &str, n: &Node) -> Result<f64, InputError> {
-    let bad = |why: &str| InputError::field(file, name, &n.summary(), format!("{}{why}", n.at()));
+    let bad = |why: &str| n.bad(file, name, why);
     let s = n
         .str()
         .ok_or_else(|| bad("not a duration like \"0.25s\" (a string: seconds, with an s)"))?;
@@ -655,20 +623,12 @@ fn retry_budget(
 ) -> Result<f64, InputError> {
     let percent = match rb.get("budget_percent") {
         Some(p) => {
-            let v = p.get("value").ok_or_else(|| {
-                InputError::field(
-                    file,
-                    "budget_percent",
-                    &p.summary(),
-                    format!("{}expected {{value: PERCENT}}", p.at()),
-                )
-            })?;
+            let v = p
+                .get("value")
+                .ok_or_else(|| p.bad(file, "budget_percent", "expected {value: PERCENT}"))?;
             match v.val {
                 Val::Num(x) if (0.0..=100.0).contains(&x) => x,
-                _ => {
-                    let why = format!("{}a percentage from 0 to 100", v.at());
-                    return Err(InputError::field(file, "budget_percent", &v.summary(), why));
-                }
+                _ => return Err(v.bad(file, "budget_percent", "a percentage from 0 to 100")),
             }
         }
         None => {
@@ -699,7 +659,6 @@ impl Cx<'_> {
     /// A cluster in a file with no route: its retry limit, for the report.
     fn lone_cluster(&self, c: &Node) -> Result<Skipped, InputError> {
         let name = c.get("name").and_then(Node::str).unwrap_or("?");
-        let line = c.line.map(|l| format!(" (line {l})")).unwrap_or_default();
         let mut defaults = Vec::new();
         // What the budget means is said where a route uses it.
         let mut notes = Vec::new();
@@ -729,11 +688,13 @@ impl Cx<'_> {
         } else {
             format!("{limit} (built-in {})", built_in.join(", "))
         };
-        Ok(Skipped {
-            file: self.file.to_path_buf(),
-            what: format!("cluster {name}{line}"),
-            why: format!("{limit}; no route in this file sends to it"),
-        })
+        let why = format!("{limit}; no route in this file sends to it");
+        Ok(Skipped::new(
+            self.file,
+            format!("cluster {name}"),
+            c.line,
+            why,
+        ))
     }
 }
 

@@ -5,7 +5,7 @@
 //! `defaults` section without `from` starts again from HAProxy's built-in values. Conditional
 //! blocks (`.if`) are refused: which branch holds depends on the machine that loads the file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::layer::{
     DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries, retried_codes,
@@ -93,11 +93,7 @@ impl Section {
 }
 
 fn skip(file: &Path, s: &Section, why: &str) -> Skipped {
-    Skipped {
-        file: file.to_path_buf(),
-        what: format!("{} (line {})", s.locator(), s.line),
-        why: why.to_string(),
-    }
+    Skipped::new(file, s.locator(), Some(s.line), why)
 }
 
 /// Cuts the file into sections; refuses what HAProxy would refuse before any section starts.
@@ -137,16 +133,13 @@ fn header(file: &Path, n: u32, w: Vec<String>) -> Result<Section, InputError> {
     let mut rest = w.into_iter().skip(1).peekable();
     let name = rest.next_if(|word| word != "from");
     let from = match rest.next().as_deref() {
-        Some("from") => match rest.next() {
-            Some(d) => Some(d),
-            None => {
-                return Err(InputError::syntax(
-                    file,
-                    n,
-                    "`from` needs the name of a defaults section",
-                ));
-            }
-        },
+        Some("from") => {
+            let why = "`from` needs the name of a defaults section";
+            Some(
+                rest.next()
+                    .ok_or_else(|| InputError::syntax(file, n, why))?,
+            )
+        }
         _ => None,
     };
     let named = matches!(keyword.as_str(), "frontend" | "backend" | "listen");
@@ -260,24 +253,17 @@ fn named<'a>(
     name: &str,
 ) -> Result<&'a Settings, InputError> {
     let mut found = defaults.iter().filter(|(n, _)| n.as_deref() == Some(name));
-    match (found.next(), found.next()) {
-        (Some((_, settings)), None) => Ok(settings),
-        (Some(_), Some(_)) => Err(InputError::field(
-            file,
-            "from",
-            name,
-            format!("line {}: two defaults sections have that name", s.line),
-        )),
-        (None, _) => Err(InputError::field(
-            file,
-            "from",
-            name,
-            format!(
-                "line {}: no defaults section of that name before it",
-                s.line
-            ),
-        )),
-    }
+    let why = match (found.next(), found.next()) {
+        (Some((_, settings)), None) => return Ok(settings),
+        (Some(_), Some(_)) => "two defaults sections have that name",
+        (None, _) => "no defaults section of that name before it",
+    };
+    Err(InputError::field(
+        file,
+        "from",
+        name,
+        format!("line {}: {why}", s.line),
+    ))
 }
 
 /// The settings a proxy starts from.
@@ -299,36 +285,36 @@ fn read_body(
 ) -> Result<(Settings, Proxy), InputError> {
     let mut proxy = Proxy::default();
     for (n, w) in &s.body {
-        let at = |what: &str| format!("line {n} ({}): {what}", s.locator());
+        let bad = |field: &str, value: &str, why: &str| {
+            InputError::field(
+                file,
+                field,
+                value,
+                format!("line {n} ({}): {why}", s.locator()),
+            )
+        };
         let arg = |i: usize| w.get(i).map(String::as_str).unwrap_or("");
         match (arg(0), arg(1)) {
             ("mode", m) => {
                 settings.http = Some(match m {
                     "http" => true,
                     "tcp" => false,
-                    _ => {
-                        return Err(InputError::field(
-                            file,
-                            "mode",
-                            m,
-                            at("HAProxy 2.6 knows tcp and http"),
-                        ));
-                    }
+                    _ => return Err(bad("mode", m, "HAProxy 2.6 knows tcp and http")),
                 })
             }
-            ("retries", r) => settings.retries = Some(retries(file, r, &at)?),
-            ("retry-on", _) => settings.retry_on = Some(retry_on(file, &w[1..], &at)?),
+            ("retries", r) => settings.retries = Some(retries(r, &bad)?),
+            ("retry-on", _) => settings.retry_on = Some(retry_on(&w[1..], &bad)?),
             ("timeout", "server") => {
-                settings.server_timeout_ms = Some(duration_ms(file, "timeout server", arg(2), &at)?)
+                settings.server_timeout_ms = Some(duration_ms("timeout server", arg(2), &bad)?)
             }
             ("srvtimeout" | "contimeout" | "clitimeout", _) => {
-                let why = at("removed in HAProxy 2.1; write `timeout server` and the like");
-                return Err(InputError::field(file, arg(0), arg(1), why));
+                let why = "removed in HAProxy 2.1; write `timeout server` and the like";
+                return Err(bad(arg(0), arg(1), why));
             }
             ("option" | "no" | "default", _) => option(&mut settings, w),
             ("server" | "dispatch", _) => proxy.servers += 1,
             ("server-template", _) => {
-                let n = template_count(file, arg(2), &at)?;
+                let n = template_count(arg(2), &bad)?;
                 proxy.servers = proxy.servers.saturating_add(n);
             }
             ("http-request", "disable-l7-retry") => proxy.disable_l7_retry = true,
@@ -353,28 +339,24 @@ fn option(settings: &mut Settings, w: &[String]) {
     }
 }
 
+/// A field of a section's line refused: the field, the value and why (the line is added).
+type Bad<'a> = &'a dyn Fn(&str, &str, &str) -> InputError;
+
 /// `retries N`: digits only (HAProxy's `atol` would read `3x` as 3), kept in an `int`.
-fn retries(file: &Path, value: &str, at: &dyn Fn(&str) -> String) -> Result<u32, InputError> {
+fn retries(value: &str, bad: Bad) -> Result<u32, InputError> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
         let why = if value.contains('$') {
             "an environment variable, which check does not expand"
         } else {
             "not a whole number"
         };
-        return Err(InputError::field(file, "retries", value, at(why)));
+        return Err(bad("retries", value, why));
     }
     value
         .parse::<i32>()
         .ok()
         .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| {
-            InputError::field(
-                file,
-                "retries",
-                value,
-                at("more than HAProxy counts (2^31 - 1)"),
-            )
-        })
+        .ok_or_else(|| bad("retries", value, "more than HAProxy counts (2^31 - 1)"))
 }
 
 /// The keywords `retry-on` accepts in 2.6 (`proxy_parse_retry_on`).
@@ -398,37 +380,17 @@ const RETRY_ON: [&str; 17] = [
     "all-retryable-errors",
 ];
 
-fn retry_on(
-    file: &Path,
-    words: &[String],
-    at: &dyn Fn(&str) -> String,
-) -> Result<Vec<String>, InputError> {
-    let all = words.join(" ");
+fn retry_on(words: &[String], bad: Bad) -> Result<Vec<String>, InputError> {
     if words.is_empty() {
-        return Err(InputError::field(
-            file,
-            "retry-on",
-            "",
-            at("needs at least one keyword"),
-        ));
+        return Err(bad("retry-on", "", "needs at least one keyword"));
     }
     for w in words {
         if !RETRY_ON.contains(&w.as_str()) {
-            return Err(InputError::field(
-                file,
-                "retry-on",
-                w,
-                at("not a retry-on keyword of HAProxy 2.6"),
-            ));
+            return Err(bad("retry-on", w, "not a retry-on keyword of HAProxy 2.6"));
         }
     }
     if words.iter().any(|w| w == "none") && words.len() > 1 {
-        return Err(InputError::field(
-            file,
-            "retry-on",
-            &all,
-            at("`none` must stand alone"),
-        ));
+        return Err(bad("retry-on", &words.join(" "), "`none` must stand alone"));
     }
     // `all-retryable-errors` as `proxy_parse_retry_on` expands it.
     let mut out = Vec::new();
@@ -456,19 +418,8 @@ fn retry_on(
 }
 
 /// `server-template PREFIX NUM|LOW-HIGH ...`: how many servers it declares.
-fn template_count(
-    file: &Path,
-    range: &str,
-    at: &dyn Fn(&str) -> String,
-) -> Result<u64, InputError> {
-    let bad = || {
-        InputError::field(
-            file,
-            "server-template",
-            range,
-            at("expects NUM or LOW-HIGH"),
-        )
-    };
+fn template_count(range: &str, bad: Bad) -> Result<u64, InputError> {
+    let bad = || bad("server-template", range, "expects NUM or LOW-HIGH");
     let number = |s: &str| s.parse::<u64>().map_err(|_| bad());
     match range.split_once('-') {
         Some((low, high)) => {
@@ -484,15 +435,10 @@ fn template_count(
 
 /// An HAProxy time (`parse_time_err`, unit ms by default): `us`, `ms`, `s`, `m`, `h`, `d`, whole
 /// numbers only, rounded up to ms, below 2^31 ms; 0 is no timeout.
-fn duration_ms(
-    file: &Path,
-    name: &str,
-    value: &str,
-    at: &dyn Fn(&str) -> String,
-) -> Result<u64, InputError> {
+fn duration_ms(name: &str, value: &str, bad: Bad) -> Result<u64, InputError> {
     let digits = value.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = value.split_at(digits);
-    let bad = |why: &str| InputError::field(file, name, value, at(why));
+    let bad = |why: &str| bad(name, value, why);
     if number.is_empty() {
         let why = if value.contains('$') {
             "an environment variable, which check does not expand"
@@ -540,21 +486,17 @@ fn layer(file: &Path, s: &Section, set: &Settings, proxy: &Proxy) -> Layer {
     }
     notes.extend(policy_notes(set, proxy, &keywords, http, retrying));
     Layer {
-        software: "haproxy".into(),
-        tier: Tier::Edge,
-        source: Source {
-            file: PathBuf::from(file),
-            line: Some(s.line),
-            locator: s.locator(),
-        },
         tries: Tries::AtMost(if retrying { retries + 1 } else { 1 }),
         retry_on,
         per_try_timeout_s,
-        overall_timeout_s: None,
-        budget: None,
         aborts_on_close: set.abortonclose.unwrap_or(false),
         defaults: defaults_used(set),
         notes,
+        ..Layer::new(
+            "haproxy",
+            Tier::Edge,
+            Source::new(file, Some(s.line), s.locator()),
+        )
     }
 }
 
@@ -644,49 +586,42 @@ fn policy_notes(
 
 /// The built-in values this proxy's figures rest on.
 fn defaults_used(set: &Settings) -> Vec<DefaultUsed> {
-    let used = |setting: &str, value: &str, reference: &str| DefaultUsed {
-        setting: setting.into(),
-        value: value.into(),
-        version: VERSION.into(),
-        reference: format!("{DOC} {reference}"),
-    };
-    let mut out = Vec::new();
-    if set.http.is_none() {
-        out.push(used(
+    let unset = [
+        (
+            set.http.is_none(),
             "mode",
             "tcp",
             "4.2 `mode`: \"This is the default mode\"",
-        ));
-    }
-    if set.retries.is_none() {
-        out.push(used(
+        ),
+        (
+            set.retries.is_none(),
             "retries",
             "3",
             "4.2 `retries`; CONN_RETRIES in include/haproxy/defaults.h",
-        ));
-    }
-    if set.retry_on.is_none() {
-        out.push(used(
+        ),
+        (
+            set.retry_on.is_none(),
             "retry-on",
             "conn-failure",
             "4.2 `retry-on`: \"The default is conn-failure\"",
-        ));
-    }
-    if set.server_timeout_ms.is_none() {
-        out.push(used(
+        ),
+        (
+            set.server_timeout_ms.is_none(),
             "timeout server",
             "none (HAProxy warns at start-up)",
             "4.2 `timeout server`",
-        ));
-    }
-    if set.abortonclose.is_none() {
-        out.push(used(
+        ),
+        (
+            set.abortonclose.is_none(),
             "option abortonclose",
             "off",
             "4.2 `option abortonclose`",
-        ));
-    }
-    out
+        ),
+    ];
+    let used = |(_, setting, value, reference): (bool, &str, &str, &str)| {
+        DefaultUsed::new(setting, value, VERSION, format!("{DOC} {reference}"))
+    };
+    unset.into_iter().filter(|d| d.0).map(used).collect()
 }
 
 #[cfg(test)]
@@ -898,8 +833,10 @@ listen c
 
     #[test]
     fn times_take_haproxys_units() {
-        let at = |w: &str| w.to_string();
-        let ms = |v: &str| duration_ms(Path::new("t"), "timeout server", v, &at);
+        let bad = |field: &str, value: &str, why: &str| {
+            InputError::field(Path::new("t"), field, value, why)
+        };
+        let ms = |v: &str| duration_ms("timeout server", v, &bad);
         for (v, want) in [
             ("3000", 3000),
             ("3000ms", 3000),

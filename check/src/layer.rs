@@ -3,6 +3,7 @@
 //! parser (`haproxy`, `nginx`, `envoy`, `kube`, `clients`) produces these; `amplify` computes on
 //! them. Nothing here does I/O.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -116,6 +117,16 @@ pub struct Source {
     pub locator: String,
 }
 
+impl Source {
+    pub fn new(file: &Path, line: Option<u32>, locator: impl Into<String>) -> Source {
+        Source {
+            file: file.to_path_buf(),
+            line,
+            locator: locator.into(),
+        }
+    }
+}
+
 /// A built-in default the layer's figures depend on (the file did not say).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DefaultUsed {
@@ -125,6 +136,17 @@ pub struct DefaultUsed {
     /// Which version of the software this default is for, and where it is written down.
     pub version: String,
     pub reference: String,
+}
+
+impl DefaultUsed {
+    pub fn new(setting: &str, value: &str, version: &str, reference: impl Into<String>) -> Self {
+        DefaultUsed {
+            setting: setting.into(),
+            value: value.into(),
+            version: version.into(),
+            reference: reference.into(),
+        }
+    }
 }
 
 /// Which tier a layer sits in; layers are ordered outermost first by tier, then as given.
@@ -164,6 +186,24 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// A layer that makes one try with no timeout and stops when its caller goes; each reader
+    /// sets what its file says.
+    pub fn new(software: &str, tier: Tier, source: Source) -> Layer {
+        Layer {
+            software: software.to_string(),
+            tier,
+            source,
+            tries: Tries::AtMost(1),
+            retry_on: RetryOn::NOTHING,
+            per_try_timeout_s: None,
+            overall_timeout_s: None,
+            budget: None,
+            aborts_on_close: true,
+            defaults: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
     /// The layer as the report names it: `haproxy backend pods`, `client web`.
     pub fn name(&self) -> String {
         if self.source.locator.starts_with(&self.software) {
@@ -237,6 +277,23 @@ pub struct Skipped {
     pub file: PathBuf,
     pub what: String,
     pub why: String,
+}
+
+impl Skipped {
+    /// `what` at its line, when the format gives one.
+    pub fn new(
+        file: &Path,
+        what: impl fmt::Display,
+        line: Option<u32>,
+        why: impl Into<String>,
+    ) -> Self {
+        let line = line.map(|l| format!(" (line {l})")).unwrap_or_default();
+        Skipped {
+            file: file.to_path_buf(),
+            what: format!("{what}{line}"),
+            why: why.into(),
+        }
+    }
 }
 
 /// Everything read from one file.

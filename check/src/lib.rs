@@ -121,6 +121,8 @@ pub struct Report {
     /// judged; `--route` picks one).
     pub other_routes: Vec<String>,
     pub skipped: Vec<Skipped>,
+    /// The files read (not in the JSON: its layers and skips name them).
+    #[serde(skip)]
     pub files: Vec<PathBuf>,
 }
 
@@ -211,36 +213,10 @@ fn read_all(input: &CheckInput) -> Result<Inputs, InputError> {
     Ok(r)
 }
 
-/// A proxy's file kept in a ConfigMap (the kit's own HAProxy is): `(name, key, text)`.
-fn config_map_files(text: &str) -> Vec<(String, String, String)> {
-    let Ok(docs) = serde_saphyr::from_multiple::<serde_json::Value>(text) else {
-        return Vec::new();
-    };
-    let objects = docs.iter().flat_map(|d| match d["items"].as_array() {
-        Some(items) if d["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {
-            items.iter().collect()
-        }
-        _ => vec![d],
-    });
-    let mut out = Vec::new();
-    for o in objects.filter(|o| o["kind"] == "ConfigMap") {
-        let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let Some(data) = o["data"].as_object() else {
-            continue;
-        };
-        for (key, value) in data {
-            if let Some(v) = value.as_str() {
-                out.push((name.clone(), key.clone(), v.to_string()));
-            }
-        }
-    }
-    out
-}
-
 /// Reads the HAProxy, nginx and Envoy files that ConfigMaps of `file` hold, as files named
 /// `FILE#ConfigMap/NAME/KEY`, in place of the ConfigMap's line in `skipped`.
 fn read_config_maps(file: &Path, text: &str, into: &mut Parsed) {
-    for (name, key, body) in config_map_files(text) {
+    for (name, key, body) in kube::config_map_files(file, text) {
         let inner = PathBuf::from(format!("{}#ConfigMap/{name}/{key}", file.display()));
         let parsed = match detect::detect(&body) {
             Ok(FileKind::Haproxy) => haproxy::parse(&inner, &body),
@@ -253,11 +229,9 @@ fn read_config_maps(file: &Path, text: &str, into: &mut Parsed) {
         let parsed = match parsed {
             Ok(p) => p,
             Err(e) => {
-                into.skipped.push(Skipped {
-                    file: inner,
-                    what: format!("ConfigMap {name} key {key}"),
-                    why: format!("not read as a proxy's file: {e}"),
-                });
+                let why = format!("not read as a proxy's file: {e}");
+                let what = format!("ConfigMap {name} key {key}");
+                into.skipped.push(Skipped::new(&inner, what, None, why));
                 continue;
             }
         };
@@ -271,23 +245,17 @@ fn read_config_maps(file: &Path, text: &str, into: &mut Parsed) {
 
 /// The autoscaler in front of this path: the only one, or the one `--hpa` names.
 fn pick_hpa(all: Vec<Autoscaler>, name: Option<&str>) -> Result<Option<Autoscaler>, InputError> {
-    let names = || {
-        all.iter()
-            .map(|h| h.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    let names = || match all.iter().map(|h| h.name.as_str()).collect::<Vec<_>>() {
+        empty if empty.is_empty() => "none".to_string(),
+        names => names.join(", "),
     };
     match name {
-        Some(n) => match all.iter().position(|h| h.name == n) {
-            Some(i) => Ok(Some(all[i].clone())),
+        Some(n) => match all.iter().find(|h| h.name == n) {
+            Some(h) => Ok(Some(h.clone())),
             None => Err(InputError::Question {
                 question: format!(
                     "--hpa {n}: no HorizontalPodAutoscaler of that name in the files (they hold: {})",
-                    if all.is_empty() {
-                        "none".into()
-                    } else {
-                        names()
-                    }
+                    names()
                 ),
             }),
         },
@@ -361,11 +329,9 @@ fn judged_path(
 
 /// Checks the numbers given on the command line.
 fn check_input(input: &CheckInput) -> Result<(), InputError> {
-    let bad = |field: &str, value: f64, why: &str| InputError::Field {
-        file: PathBuf::from("(command line)"),
-        field: field.into(),
-        value: value.to_string(),
-        why: why.into(),
+    let command_line = Path::new("(command line)");
+    let bad = |field: &str, value: f64, why: &str| {
+        InputError::field(command_line, field, &value.to_string(), why)
     };
     if let Some(r) = input.rho
         && !(r > 0.0 && r.is_finite())

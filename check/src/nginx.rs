@@ -6,7 +6,7 @@
 //! snippet). `include` is not followed, `if` blocks are not evaluated: both are listed as skipped.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::layer::{
     DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries,
@@ -68,6 +68,16 @@ struct Directive {
 impl Directive {
     fn children(&self) -> &[Directive] {
         self.block.as_deref().unwrap_or(&[])
+    }
+
+    /// This directive's `value` refused, at its line.
+    fn bad(&self, file: &Path, value: &str, why: impl std::fmt::Display) -> InputError {
+        InputError::field(
+            file,
+            &self.name,
+            value,
+            format!("line {}: {why}", self.line),
+        )
     }
 }
 
@@ -299,10 +309,8 @@ impl Proxy {
                     dup(slot.is_some())?;
                     let mut secs = seconds(file, d)?;
                     if name == "proxy_read_timeout" {
-                        secs = nginx_read_timeout_s(secs).map_err(|why| {
-                            let why = format!("line {}: {why}", d.line);
-                            InputError::field(file, name, &d.args.join(" "), why)
-                        })?;
+                        secs = nginx_read_timeout_s(secs)
+                            .map_err(|why| d.bad(file, &d.args.join(" "), why))?;
                     }
                     *slot = Some(secs);
                 }
@@ -339,12 +347,7 @@ impl Proxy {
 fn one_arg<'a>(file: &Path, d: &'a Directive) -> Result<&'a str, InputError> {
     match d.args.as_slice() {
         [a] => Ok(a),
-        _ => Err(InputError::field(
-            file,
-            &d.name,
-            &d.args.join(" "),
-            format!("line {}: takes one value", d.line),
-        )),
+        _ => Err(d.bad(file, &d.args.join(" "), "takes one value")),
     }
 }
 
@@ -367,8 +370,7 @@ const NEXT_UPSTREAM: [&str; 13] = [
 
 fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> {
     if d.args.is_empty() {
-        let why = format!("line {}: needs at least one value", d.line);
-        return Err(InputError::field(file, &d.name, "", why));
+        return Err(d.bad(file, "", "needs at least one value"));
     }
     d.args
         .iter()
@@ -377,8 +379,7 @@ fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> 
             if NEXT_UPSTREAM.contains(&lower.as_str()) {
                 Ok(lower)
             } else {
-                let why = format!("line {}: not a value nginx 1.22 takes here", d.line);
-                Err(InputError::field(file, &d.name, a, why))
+                Err(d.bad(file, a, "not a value nginx 1.22 takes here"))
             }
         })
         .collect()
@@ -388,17 +389,10 @@ fn next_upstream(file: &Path, d: &Directive) -> Result<Vec<String>, InputError> 
 fn count(file: &Path, d: &Directive) -> Result<u32, InputError> {
     let a = one_arg(file, d)?;
     if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(InputError::field(
-            file,
-            &d.name,
-            a,
-            format!("line {}: invalid number", d.line),
-        ));
+        return Err(d.bad(file, a, "invalid number"));
     }
-    a.parse().map_err(|_| {
-        let why = format!("line {}: more tries than check counts (2^32 - 1)", d.line);
-        InputError::field(file, &d.name, a, why)
-    })
+    a.parse()
+        .map_err(|_| d.bad(file, a, "more tries than check counts (2^32 - 1)"))
 }
 
 fn flag(file: &Path, d: &Directive) -> Result<bool, InputError> {
@@ -406,24 +400,14 @@ fn flag(file: &Path, d: &Directive) -> Result<bool, InputError> {
     match a.to_ascii_lowercase().as_str() {
         "on" => Ok(true),
         "off" => Ok(false),
-        _ => Err(InputError::field(
-            file,
-            &d.name,
-            a,
-            format!("line {}: it must be \"on\" or \"off\"", d.line),
-        )),
+        _ => Err(d.bad(file, a, "it must be \"on\" or \"off\"")),
     }
 }
 
 fn seconds(file: &Path, d: &Directive) -> Result<f64, InputError> {
     let a = one_arg(file, d)?;
-    let ms = time_ms(a).ok_or_else(|| {
-        let why = format!(
-            "line {}: not an nginx time (a number with ms, s, m, h, d, w, M, y, largest first)",
-            d.line
-        );
-        InputError::field(file, &d.name, a, why)
-    })?;
+    let why = "not an nginx time (a number with ms, s, m, h, d, w, M, y, largest first)";
+    let ms = time_ms(a).ok_or_else(|| d.bad(file, a, why))?;
     Ok(ms as f64 / 1000.0)
 }
 
@@ -497,15 +481,12 @@ struct Cx<'a> {
 
 impl Cx<'_> {
     fn skip(&mut self, d: &Directive, why: &str) {
-        let what = match d.args.first() {
-            Some(a) => format!("{} {a} (line {})", d.name, d.line),
-            None => format!("{} (line {})", d.name, d.line),
-        };
-        self.parsed.skipped.push(Skipped {
-            file: self.file.to_path_buf(),
-            what,
-            why: why.to_string(),
-        });
+        let what = d
+            .args
+            .first()
+            .map_or(d.name.clone(), |a| format!("{} {a}", d.name));
+        let skipped = Skipped::new(self.file, what, Some(d.line), why);
+        self.parsed.skipped.push(skipped);
     }
 
     fn http(&mut self, block: &[Directive]) -> Result<(), InputError> {
@@ -655,11 +636,8 @@ impl Cx<'_> {
             .strip_prefix("http://")
             .or_else(|| lower.strip_prefix("https://"))
         else {
-            let why = format!(
-                "line {}: invalid URL prefix (http:// or https://)",
-                pass.line
-            );
-            return Err(InputError::field(self.file, "proxy_pass", url, why));
+            let why = "invalid URL prefix (http:// or https://)";
+            return Err(pass.bad(self.file, url, why));
         };
         if rest.starts_with("unix:") {
             return Ok(Target {
@@ -690,11 +668,8 @@ impl Cx<'_> {
             });
         };
         if port.is_some() {
-            let why = format!(
-                "line {}: upstream \"{}\" may not have a port",
-                pass.line, group.name
-            );
-            return Err(InputError::field(self.file, "proxy_pass", url, why));
+            let why = format!("upstream \"{}\" may not have a port", group.name);
+            return Err(pass.bad(self.file, url, why));
         }
         Ok(group_target(group))
     }
@@ -787,22 +762,16 @@ impl Cx<'_> {
         notes.extend(self.snippet.map(String::from));
         // 0 was refused when read (`nginx_read_timeout_s`).
         let read = p.read_timeout_s.unwrap_or(60.0);
+        let source = Source::new(self.file, Some(loc.line), locator);
         Layer {
-            software: "nginx".into(),
-            tier: Tier::Edge,
-            source: Source {
-                file: PathBuf::from(self.file),
-                line: Some(loc.line),
-                locator: locator.to_string(),
-            },
             tries,
             retry_on,
             per_try_timeout_s: Some(read),
             overall_timeout_s: p.next_upstream_timeout_s.filter(|t| *t > 0.0),
-            budget: None,
             aborts_on_close: !p.ignore_client_abort.unwrap_or(false),
             defaults: defaults_used(p, off),
             notes,
+            ..Layer::new("nginx", Tier::Edge, source)
         }
     }
 }
@@ -862,13 +831,14 @@ fn retry_notes(p: &Proxy, words: &[String], limit: u32, target: &Target) -> Vec<
 
 /// The built-in values this location's figures rest on.
 fn defaults_used(p: &Proxy, off: bool) -> Vec<DefaultUsed> {
-    let used = |setting: &str, value: &str| DefaultUsed {
-        setting: setting.into(),
-        value: value.into(),
-        version: VERSION.into(),
-        reference: format!(
-            "{PROXY_DOC}#{setting}; src/http/modules/ngx_http_proxy_module.c (release-1.22.1)"
-        ),
+    let used = |setting: &str, value: &str| {
+        let source = "src/http/modules/ngx_http_proxy_module.c (release-1.22.1)";
+        DefaultUsed::new(
+            setting,
+            value,
+            VERSION,
+            format!("{PROXY_DOC}#{setting}; {source}"),
+        )
     };
     let mut out = Vec::new();
     if p.next_upstream.is_none() {

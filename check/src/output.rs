@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use falsification_model::State;
 use serde_json::{Value, json};
 
 use super::Report;
@@ -249,40 +250,30 @@ fn trigger_text(out: &mut String, t: &super::TriggerFigure) {
         let _ = writeln!(out, "  shortest spikes that trigger: {}", spikes.join(", "));
     }
     if let Some(s) = &t.spike {
-        let outcome = match (s.triggers, s.trapped, s.recovery_closed_s) {
-            (false, _, _) => "does not trigger".to_string(),
-            (true, true, _) => "triggers, and the service never recovers (A rho >= 1)".to_string(),
-            (true, false, Some(r)) => {
-                format!("triggers; recovers {r:.0} s after it ends (closed form)")
-            }
-            (true, false, None) => "triggers".to_string(),
+        let state = if s.triggers {
+            State::of_trap(s.trapped)
+        } else {
+            State::NotTriggered
+        };
+        let closed = match (state, s.recovery_closed_s) {
+            (State::Trapped, _) => " (A rho >= 1: it never recovers)".to_string(),
+            (_, Some(r)) => format!(" {r:.0} s after it ends (closed form)"),
+            _ => String::new(),
         };
         let fluid = s
             .recovery_fluid_s
             .map_or(String::new(), |r| format!("; pooled fluid model: {r:.0} s"));
         let _ = writeln!(
             out,
-            "  a {}x spike for {} s {outcome}{fluid}",
+            "  a {}x spike for {} s: {state}{closed}{fluid}",
             s.k, s.length_s
         );
     }
 }
 
-/// The JSON contract.
+/// The JSON contract: the report's fields.
 pub fn json(r: &Report) -> Value {
-    json!({
-        "layers": r.layers,
-        "classes": r.classes,
-        "hpa": r.hpa,
-        "service": r.service,
-        "tau_out_s": r.tau_out_s,
-        "second_state": r.second_state,
-        "reasons": r.reasons,
-        "fixes": r.fixes,
-        "trigger": r.trigger,
-        "other_routes": r.other_routes,
-        "skipped": r.skipped,
-    })
+    json!(r)
 }
 
 fn location(s: &Source) -> Value {

@@ -189,7 +189,7 @@ fn text_and_sarif_name_the_verdict_and_the_layers() {
         "{t}"
     );
     assert!(
-        t.contains("a 5x spike for 60 s triggers, and the service never recovers"),
+        t.contains("a 5x spike for 60 s: trapped (A rho >= 1: it never recovers)"),
         "{t}"
     );
     let sarif = check(&[&base[..], &["--format", "sarif"]].concat(), dir.path());

@@ -251,10 +251,12 @@ fn grpc_class(code: &str) -> RetryOn {
 /// is noted and left out; a config it would reject (a wrong type, an unknown status code, bad
 /// `retryThrottling`) is an error naming the field.
 pub fn parse_grpc_service_config(file: &Path, text: &str) -> Result<GrpcServiceConfig, InputError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| InputError::Syntax {
-        file: file.to_path_buf(),
-        line: u32::try_from(e.line()).unwrap_or(u32::MAX),
-        why: e.to_string(),
+    let root: Value = serde_json::from_str(text).map_err(|e| {
+        InputError::syntax(
+            file,
+            u32::try_from(e.line()).unwrap_or(u32::MAX),
+            e.to_string(),
+        )
     })?;
     let mut json = Json {
         file,
@@ -272,10 +274,8 @@ pub fn parse_grpc_service_config(file: &Path, text: &str) -> Result<GrpcServiceC
             }
         }
     }
-    let retry_throttling = match json.key(root, "", "retryThrottling") {
-        None => None,
-        Some(v) => Some(json.throttling(v)?),
-    };
+    let throttling = json.key(root, "", "retryThrottling");
+    let retry_throttling = throttling.map(|v| json.throttling(v)).transpose()?;
     Ok(GrpcServiceConfig {
         methods,
         retry_throttling,
@@ -323,10 +323,10 @@ impl Json<'_> {
             return Ok(None);
         };
         let names = self.names(&format!("{path}.name"), names)?;
-        let timeout_s = match self.key(obj, path, "timeout") {
-            None => None,
-            Some(t) => Some(self.duration(&format!("{path}.timeout"), t)?),
-        };
+        let timeout = self.key(obj, path, "timeout");
+        let timeout_s = timeout
+            .map(|t| self.duration(&format!("{path}.timeout"), t))
+            .transpose()?;
         let retry = match self.key(obj, path, "retryPolicy") {
             None => None,
             Some(p) => self.retry_policy(&format!("{path}.retryPolicy"), p)?,

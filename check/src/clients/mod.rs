@@ -104,7 +104,7 @@ struct RawClient {
     service_config: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawService {
     abandoned: Option<String>,
@@ -126,10 +126,7 @@ pub fn parse_stack(
         .enumerate()
         .map(|(i, c)| client_layer(file, i, lines.get(i).copied(), c, read))
         .collect::<Result<Vec<_>, _>>()?;
-    let service = raw.service.unwrap_or(RawService {
-        abandoned: None,
-        pod_capacity: None,
-    });
+    let service = raw.service.unwrap_or_default();
     let abandoned = match service.abandoned.as_deref() {
         None => None,
         Some("served") => Some(Abandoned::Served),
@@ -196,11 +193,7 @@ fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> InputError {
     } else {
         format!("{} (in `{source}`)", e.message())
     };
-    InputError::Syntax {
-        file: file.to_path_buf(),
-        line: u32::try_from(line).unwrap_or(u32::MAX),
-        why,
-    }
+    InputError::syntax(file, u32::try_from(line).unwrap_or(u32::MAX), why)
 }
 
 /// The 1-based line of each `[[client]]` header, in order (TOML allows blanks inside the brackets;
@@ -253,15 +246,8 @@ impl Settings {
         version: &str,
         reference: &str,
     ) -> Settings {
-        self.defaults.push((
-            about,
-            DefaultUsed {
-                setting: setting.to_string(),
-                value: value.to_string(),
-                version: version.to_string(),
-                reference: reference.to_string(),
-            },
-        ));
+        self.defaults
+            .push((about, DefaultUsed::new(setting, value, version, reference)));
         self
     }
 
@@ -285,12 +271,14 @@ fn client_layer(
     read: &dyn Fn(&Path) -> Result<String, InputError>,
 ) -> Result<Layer, InputError> {
     let at = format!("client[{index}]");
+    let bad = |key: &str, value: &str, why: &str| {
+        InputError::field(file, &format!("{at}.{key}"), value, why)
+    };
     let library = raw.library.as_deref();
     if raw.args.is_some() && library != Some("kit-loadgen") {
         let value = raw.args.as_ref().map(|a| a.join(" ")).unwrap_or_default();
-        return Err(InputError::field(
-            file,
-            &format!("{at}.args"),
+        return Err(bad(
+            "args",
             &value,
             "args are read only with library = \"kit-loadgen\"",
         ));
@@ -298,12 +286,8 @@ fn client_layer(
     if let Some(path) = &raw.service_config
         && library != Some("grpc")
     {
-        return Err(InputError::field(
-            file,
-            &format!("{at}.service_config"),
-            path,
-            "a service config is read only with library = \"grpc\"",
-        ));
+        let why = "a service config is read only with library = \"grpc\"";
+        return Err(bad("service_config", path, why));
     }
     let mut s = match library {
         None => Settings::default(),
@@ -320,46 +304,33 @@ fn client_layer(
             }
         },
         Some(name) => library_settings(name).ok_or_else(|| {
-            InputError::field(
-                file,
-                &format!("{at}.library"),
-                name,
-                format!("not a built-in library; known: {}", LIBRARIES.join(", ")),
-            )
+            let why = format!("not a built-in library; known: {}", LIBRARIES.join(", "));
+            bad("library", name, &why)
         })?,
     };
-    apply_fields(file, &at, raw, &mut s)?;
-    finish(file, &at, line, raw, s)
+    apply_fields(raw, &mut s, &bad)?;
+    finish(file, line, raw, s, &bad)
 }
 
+/// A client's field refused: its key, the value and why.
+type Bad<'a> = &'a dyn Fn(&str, &str, &str) -> InputError;
+
 /// The file's own fields, over the library's defaults.
-fn apply_fields(
-    file: &Path,
-    at: &str,
-    raw: &RawClient,
-    s: &mut Settings,
-) -> Result<(), InputError> {
+fn apply_fields(raw: &RawClient, s: &mut Settings, bad: Bad) -> Result<(), InputError> {
     let tries = match (raw.attempts, raw.retries) {
         (Some(_), Some(r)) => {
-            return Err(InputError::field(
-                file,
-                &format!("{at}.retries"),
-                &r.to_string(),
-                "give attempts (total tries) or retries (attempts - 1), not both",
-            ));
+            let why = "give attempts (total tries) or retries (attempts - 1), not both";
+            return Err(bad("retries", &r.to_string(), why));
         }
         (Some(0), None) => {
-            return Err(InputError::field(
-                file,
-                &format!("{at}.attempts"),
-                "0",
-                "total tries, the first included: at least 1",
-            ));
+            let why = "total tries, the first included: at least 1";
+            return Err(bad("attempts", "0", why));
         }
         (Some(a), None) => Some(a),
-        (None, Some(r)) => Some(r.checked_add(1).ok_or_else(|| {
-            InputError::field(file, &format!("{at}.retries"), &r.to_string(), "too many")
-        })?),
+        (None, Some(r)) => Some(
+            r.checked_add(1)
+                .ok_or_else(|| bad("retries", &r.to_string(), "too many"))?,
+        ),
         (None, None) => None,
     };
     if let Some(t) = tries {
@@ -368,32 +339,28 @@ fn apply_fields(
     }
     if let Some(t) = &raw.timeout {
         s.given(Setting::Timeout);
-        s.per_try_timeout_s = Some(duration(file, &format!("{at}.timeout"), t)?);
+        s.per_try_timeout_s = Some(duration("timeout", t, bad)?);
     }
     if let Some(t) = &raw.overall_timeout {
         s.given(Setting::OverallTimeout);
-        s.overall_timeout_s = Some(duration(file, &format!("{at}.overall_timeout"), t)?);
+        s.overall_timeout_s = Some(duration("overall_timeout", t, bad)?);
     }
     if let Some(ratio) = raw.budget {
         if !(ratio.is_finite() && (0.0..=1000.0).contains(&ratio)) {
-            return Err(InputError::field(
-                file,
-                &format!("{at}.budget"),
-                &ratio.to_string(),
-                "retries per request, e.g. 0.2: a number from 0 to 1000",
-            ));
+            let why = "retries per request, e.g. 0.2: a number from 0 to 1000";
+            return Err(bad("budget", &ratio.to_string(), why));
         }
         s.given(Setting::Budget);
         s.budget = Some(Budget::Ratio { ratio });
     }
     if let Some(classes) = &raw.retry_on {
         s.given(Setting::RetryOn);
-        s.retry_on = Some(retry_on(file, at, classes)?);
+        s.retry_on = Some(retry_on(classes, bad)?);
     }
     Ok(())
 }
 
-fn retry_on(file: &Path, at: &str, classes: &[String]) -> Result<RetryOn, InputError> {
+fn retry_on(classes: &[String], bad: Bad) -> Result<RetryOn, InputError> {
     let mut on = RetryOn::NOTHING;
     for (i, class) in classes.iter().enumerate() {
         match class.as_str() {
@@ -401,27 +368,22 @@ fn retry_on(file: &Path, at: &str, classes: &[String]) -> Result<RetryOn, InputE
             "connect-failure" => on.connect_failure = true,
             "5xx" => on.status_5xx = true,
             _ => {
-                return Err(InputError::field(
-                    file,
-                    &format!("{at}.retry_on[{i}]"),
-                    class,
-                    "expected \"timeout\", \"connect-failure\" or \"5xx\"",
-                ));
+                let why = "expected \"timeout\", \"connect-failure\" or \"5xx\"";
+                return Err(bad(&format!("retry_on[{i}]"), class, why));
             }
         }
     }
     Ok(on)
 }
 
-fn duration(file: &Path, path: &str, text: &str) -> Result<f64, InputError> {
+fn duration(key: &str, text: &str, bad: Bad) -> Result<f64, InputError> {
     match humantime::parse_duration(text) {
         Ok(d) if !d.is_zero() => Ok(d.as_secs_f64()),
-        Ok(_) => Err(InputError::field(file, path, text, "must be more than 0")),
-        Err(e) => Err(InputError::field(
-            file,
-            path,
+        Ok(_) => Err(bad(key, text, "must be more than 0")),
+        Err(e) => Err(bad(
+            key,
             text,
-            format!("a duration such as \"10s\" or \"250ms\" ({e})"),
+            &format!("a duration such as \"10s\" or \"250ms\" ({e})"),
         )),
     }
 }
@@ -429,17 +391,17 @@ fn duration(file: &Path, path: &str, text: &str) -> Result<f64, InputError> {
 /// The layer, once every figure is known. A client has no caller: it never aborts on close.
 fn finish(
     file: &Path,
-    at: &str,
     line: Option<u32>,
     raw: &RawClient,
     mut s: Settings,
+    bad: Bad,
 ) -> Result<Layer, InputError> {
     let Some(tries) = s.tries else {
         let why = match raw.library.as_deref() {
             Some(lib) => format!("library {lib} has no attempt count of its own: give attempts"),
             None => format!("give library (one of {}) or attempts", LIBRARIES.join(", ")),
         };
-        return Err(InputError::field(file, &format!("{at}.attempts"), "", &why));
+        return Err(bad("attempts", "", &why));
     };
     let retry_on = match s.retry_on {
         Some(on) => on,
@@ -454,14 +416,8 @@ fn finish(
             EVERY_CLASS
         }
     };
+    let source = Source::new(file, line, format!("client {}", raw.name));
     Ok(Layer {
-        software: "client".to_string(),
-        tier: Tier::Client,
-        source: Source {
-            file: file.to_path_buf(),
-            line,
-            locator: format!("client {}", raw.name),
-        },
         tries: Tries::AtMost(tries),
         retry_on,
         per_try_timeout_s: s.per_try_timeout_s,
@@ -470,6 +426,7 @@ fn finish(
         aborts_on_close: false,
         defaults: s.defaults.into_iter().map(|(_, d)| d).collect(),
         notes: s.notes.into_iter().map(|(_, n)| n).collect(),
+        ..Layer::new("client", Tier::Client, source)
     })
 }
 

@@ -45,12 +45,9 @@ pub(super) fn read(file: &Path, text: &str) -> Result<(Vec<Located>, Vec<Skipped
                     Value::Array(items) => items,
                     Value::Null => Vec::new(),
                     other => {
-                        return Err(InputError::Field {
-                            file: file.to_path_buf(),
-                            field: format!("List (line {line}) items"),
-                            value: show(&other),
-                            why: "a List's items must be a sequence of objects".into(),
-                        });
+                        let field = format!("List (line {line}) items");
+                        let why = "a List's items must be a sequence of objects";
+                        return Err(InputError::field(file, &field, &show(&other), why));
                     }
                 };
                 for (i, item) in items.into_iter().enumerate() {
@@ -86,11 +83,7 @@ fn syntax(file: &Path, e: &serde_saphyr::Error) -> InputError {
         .unwrap_or(&message)
         .to_string();
     match e.location() {
-        Some(location) => InputError::Syntax {
-            file: file.to_path_buf(),
-            line: line_of(&location),
-            why,
-        },
+        Some(location) => InputError::syntax(file, line_of(&location), why),
         None => InputError::Unreadable {
             file: file.to_path_buf(),
             why,
@@ -177,6 +170,7 @@ impl<'de> Visitor<'de> for BodyVisitor {
 }
 
 /// A mapping's `items`: a sequence keeps each element's line; anything else reads as null.
+#[derive(Default)]
 struct Items {
     value: Value,
     lines: Vec<u32>,
@@ -216,10 +210,7 @@ impl<'de> Visitor<'de> for ItemsVisitor {
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Items, E> {
-        Ok(Items {
-            value: Value::Null,
-            lines: Vec::new(),
-        })
+        Ok(Items::default())
     }
 
     fn visit_none<E: de::Error>(self) -> Result<Items, E> {
@@ -233,7 +224,7 @@ impl Items {
     fn not_a_sequence() -> Self {
         Items {
             value: Value::String("(not a sequence)".into()),
-            lines: Vec::new(),
+            ..Items::default()
         }
     }
 }

@@ -6,11 +6,11 @@ use serde_json::Value;
 use super::documents::show;
 use super::istio::PolicyRead;
 use super::linkerd::{Proto, is_linkerd, linkerd_route};
-use super::objects::{
-    NULL, Obj, as_int, default_used, join, loosest, new_layer, push_unique, retries, timeout,
-};
+use super::objects::{NULL, Obj, as_int, join, loosest, retries, timeout};
 use super::{GATEWAY, GATEWAY_X};
-use crate::layer::{Budget, InputError, Layer, Parsed, RetryOn, Tier, Tries, retried_codes};
+use crate::layer::{
+    Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, Tries, retried_codes,
+};
 
 const GATEWAY_SPEC: &str = "Gateway API v1.6: implementation-specific";
 const GATEWAY_REF: &str = "kubernetes-sigs/gateway-api apis/v1/httproute_types.go";
@@ -39,10 +39,10 @@ pub(super) fn http_route(
     for (i, rule) in rules.iter().enumerate() {
         let at = format!("rules[{i}]");
         let locator = format!("HTTPRoute {} {at}", o.name);
-        let mut layer = new_layer("gateway-api", tier, o.source(locator));
+        let mut layer = Layer::new("gateway-api", tier, o.source(locator));
         match o.mapping(rule, &at, "retry")? {
             Some(r) => gateway_retry(o, r, &join(&at, "retry"), &mut layer)?,
-            None => layer.defaults.push(default_used(
+            None => layer.defaults.push(DefaultUsed::new(
                 "rules[].retry",
                 "absent: no retries (Istio 1.30 applies its own default instead: 2 retries on \
                  connect-failure, refused-stream)",
@@ -52,7 +52,7 @@ pub(super) fn http_route(
         }
         gateway_timeouts(o, rule, &at, &mut layer)?;
         policies.attach(&backend_services(o, rule, &at)?, &mut layer);
-        layer.defaults.push(default_used(
+        layer.defaults.push(DefaultUsed::new(
             "aborts on close",
             "yes",
             "Envoy- and nginx-based implementations",
@@ -79,7 +79,7 @@ fn gateway_retry(o: &Obj, r: &Value, at: &str, layer: &mut Layer) -> Result<(), 
         Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
         Some(n) => return Err(o.bad(&join(at, "attempts"), n.to_string(), "must be at least 1")),
         None => {
-            layer.defaults.push(default_used(
+            layer.defaults.push(DefaultUsed::new(
                 "retry.attempts",
                 "2 (as Istio 1.30 does)",
                 GATEWAY_SPEC,
@@ -141,12 +141,12 @@ fn gateway_timeouts(o: &Obj, rule: &Value, at: &str, layer: &mut Layer) -> Resul
     layer.per_try_timeout_s = timeout(backend);
     let reference = "kubernetes-sigs/gateway-api apis/v1/httproute_types.go HTTPRouteTimeouts";
     if request.is_none() {
-        let d = default_used("timeouts.request", "none assumed", GATEWAY_SPEC, reference);
+        let d = DefaultUsed::new("timeouts.request", "none assumed", GATEWAY_SPEC, reference);
         layer.defaults.push(d);
     }
     if backend.is_none() && layer.tries != Tries::AtMost(1) {
         let value = "none assumed: a try waits as long as the request";
-        layer.defaults.push(default_used(
+        layer.defaults.push(DefaultUsed::new(
             "timeouts.backendRequest",
             value,
             GATEWAY_SPEC,
@@ -205,10 +205,10 @@ impl<'o> BackendPolicies<'o> {
                 }
             }
             let mut read = PolicyRead::default();
-            let budget = match o.mapping(o.spec(), "", "retryConstraint")? {
-                Some(c) => Some(retry_constraint(o, c, &mut read)?),
-                None => None,
-            };
+            let constraint = o.mapping(o.spec(), "", "retryConstraint")?;
+            let budget = constraint
+                .map(|c| retry_constraint(o, c, &mut read))
+                .transpose()?;
             policies.push(BackendPolicy {
                 obj: o,
                 services,
@@ -233,21 +233,9 @@ impl<'o> BackendPolicies<'o> {
             };
             policy.used = true;
             budgets.push(policy.budget);
-            for d in &policy.read.defaults {
-                if !layer.defaults.contains(d) {
-                    layer.defaults.push(d.clone());
-                }
-            }
-            for note in &policy.read.notes {
-                push_unique(&mut layer.notes, note.clone());
-            }
+            policy.read.add_to(layer);
         }
-        let (budget, differ) = loosest(&budgets);
-        layer.budget = budget;
-        if differ {
-            let note = "the rule's backends differ in retry budget: the loosest is used";
-            push_unique(&mut layer.notes, note.into());
-        }
+        loosest(&budgets, "the rule's backends", layer);
     }
 
     pub(super) fn unused(&self, out: &mut Parsed) {
@@ -279,7 +267,7 @@ fn retry_constraint(o: &Obj, c: &Value, read: &mut PolicyRead) -> Result<Budget,
             return Err(o.bad(path, p.to_string(), "must be from 0 to 100"));
         }
         None => {
-            read.defaults.push(default_used(
+            read.defaults.push(DefaultUsed::new(
                 "retryConstraint.budget.percent",
                 "20",
                 version,
@@ -289,15 +277,12 @@ fn retry_constraint(o: &Obj, c: &Value, read: &mut PolicyRead) -> Result<Budget,
         }
     };
     o.duration(budget, "retryConstraint.budget", "interval")?;
-    let rate = o.mapping(c, at, "minRetryRate")?;
-    let count = match rate {
-        Some(r) => o.count(r, "retryConstraint.minRetryRate", "count")?,
-        None => None,
-    };
+    let rate = o.mapping(c, at, "minRetryRate")?.unwrap_or(&NULL);
+    let count = o.count(rate, "retryConstraint.minRetryRate", "count")?;
     if count.is_none() {
         let setting = "retryConstraint.minRetryRate";
         read.defaults
-            .push(default_used(setting, "10 per 1s", version, reference));
+            .push(DefaultUsed::new(setting, "10 per 1s", version, reference));
     }
     read.notes.push(format!(
         "retry budget: retries may be {percent}% of the requests to the Service over the \

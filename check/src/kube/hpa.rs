@@ -56,12 +56,11 @@ pub(super) fn hpa(o: &Obj, out: &mut Parsed) -> Result<(), InputError> {
                 .collect::<Result<_, _>>()?
         }
     };
-    let behavior = o.mapping(spec, "", "behavior")?;
-    let down = behavior.map(|b| o.mapping(b, "behavior", "scaleDown"));
-    let window = match down.transpose()?.flatten() {
-        Some(d) => o.int(d, "behavior.scaleDown", "stabilizationWindowSeconds")?,
-        None => None,
-    };
+    let behavior = o.mapping(spec, "", "behavior")?.unwrap_or(&NULL);
+    let down = o
+        .mapping(behavior, "behavior", "scaleDown")?
+        .unwrap_or(&NULL);
+    let window = o.int(down, "behavior.scaleDown", "stabilizationWindowSeconds")?;
     if let Some(w) = window.filter(|w| !(0..=3600).contains(w)) {
         let path = "behavior.scaleDown.stabilizationWindowSeconds";
         return Err(o.bad(path, w.to_string(), "must be from 0 to 3600"));
@@ -173,11 +172,8 @@ fn selector(o: &Obj, metric: &Value, at: &str) -> Result<Vec<(String, String)>, 
             labels.push((key.clone(), format!("={value}")));
         }
     }
-    for (i, e) in o
-        .list(selector, &at, "matchExpressions")?
-        .iter()
-        .enumerate()
-    {
+    let expressions = o.list(selector, &at, "matchExpressions")?;
+    for (i, e) in expressions.iter().enumerate() {
         let at = format!("{at}.matchExpressions[{i}]");
         let key = o.required(o.string(e, &at, "key")?, &at, "key")?;
         let op = o.required(o.string(e, &at, "operator")?, &at, "operator")?;

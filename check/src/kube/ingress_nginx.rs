@@ -6,10 +6,10 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::NO_COUNT_LIMIT;
-use super::objects::{NULL, Obj, default_used, get, new_layer, timeout};
+use super::objects::{NULL, Obj, get, timeout};
 use crate::layer::{
-    InputError, Layer, Parsed, RetryOn, Tier, Tries, nginx_read_timeout_s, retried_codes,
+    DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, Tries, nginx_read_timeout_s,
+    retried_codes,
 };
 
 const NGINX_DEFAULTS: &str = "ingress-nginx controller v1.15.1 (the project retired in March 2026)";
@@ -43,17 +43,14 @@ pub(super) fn ingress(o: &Obj, config: Option<&Obj>, out: &mut Parsed) -> Result
         out.skipped.push(o.skip(why));
         return Ok(());
     }
-    let mut layer = new_layer(
-        "ingress-nginx",
-        Tier::Edge,
-        o.source(format!("Ingress {}", o.name)),
-    );
+    let source = o.source(format!("Ingress {}", o.name));
+    let mut layer = Layer::new("ingress-nginx", Tier::Edge, source);
     let mut from_config = Vec::new();
     let mut read = |key: &str, default: &str| {
         let setting = nginx_setting(o, &annotations, config, key, default)?;
         match &setting.1 {
             Origin::Default(..) => {
-                let d = default_used(key, default, NGINX_DEFAULTS, NGINX_REF);
+                let d = DefaultUsed::new(key, default, NGINX_DEFAULTS, NGINX_REF);
                 layer.defaults.push(d);
             }
             Origin::Config(cm, _) => from_config.push(format!("{key} from ConfigMap {}", cm.name)),
@@ -74,7 +71,7 @@ pub(super) fn ingress(o: &Obj, config: Option<&Obj>, out: &mut Parsed) -> Result
             layer
                 .notes
                 .push("proxy-next-upstream-tries 0: no count limit".into());
-            NO_COUNT_LIMIT
+            Tries::Unlimited
         }
         n => Tries::AtMost(u32::try_from(n).unwrap_or(u32::MAX)),
     };
@@ -278,7 +275,7 @@ mod tests {
         };
         let key = "nginx.ingress.kubernetes.io/proxy-next-upstream-tries";
         let unlimited = ingress(&format!("{key}: '0'"), "ingressClassName: nginx").unwrap();
-        assert_eq!(unlimited.layers[0].tries, NO_COUNT_LIMIT);
+        assert_eq!(unlimited.layers[0].tries, Tries::Unlimited);
         let (field, value) = field_error(ingress(&format!("{key}: 3s"), ""));
         assert_eq!(field, format!("Ingress i annotations[{key:?}]"));
         assert_eq!(value, "3s");

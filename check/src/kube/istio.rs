@@ -5,9 +5,7 @@ use serde_json::Value;
 
 use super::ISTIO;
 use super::documents::show;
-use super::objects::{
-    NULL, Obj, default_used, get, join, loosest, new_layer, push_unique, retries, timeout,
-};
+use super::objects::{NULL, Obj, get, join, loosest, push_unique, retries, timeout};
 use crate::layer::{
     Budget, DefaultUsed, ENVOY_RETRY_ON, InputError, Layer, Parsed, RetryOn, Skipped, Tier,
     envoy_retry_on,
@@ -51,18 +49,15 @@ pub(super) fn virtual_service(
         let at = format!("http[{i}]");
         let locator = format!("VirtualService {} {at}", o.name);
         if let Some(why) = no_upstream(o, route, &at)? {
-            out.skipped.push(Skipped {
-                file: o.file.to_path_buf(),
-                what: format!("{locator} (line {})", o.line),
-                why,
-            });
+            out.skipped
+                .push(Skipped::new(o.file, locator, Some(o.line), why));
             continue;
         }
-        let mut layer = new_layer("istio", tier, o.source(locator));
+        let mut layer = Layer::new("istio", tier, o.source(locator));
         istio_retries(o, route, &at, &mut layer)?;
         match o.duration(route, &at, "timeout")? {
             Some(t) => layer.overall_timeout_s = timeout(Some(t)),
-            None => layer.defaults.push(default_used(
+            None => layer.defaults.push(DefaultUsed::new(
                 "timeout",
                 "none (disabled)",
                 "Istio 1.30",
@@ -134,7 +129,7 @@ fn no_upstream(o: &Obj, route: &Value, at: &str) -> Result<Option<String>, Input
 fn istio_retries(o: &Obj, route: &Value, at: &str, layer: &mut Layer) -> Result<(), InputError> {
     let Some(r) = o.mapping(route, at, "retries")? else {
         layer.tries = retries(2);
-        let d = default_used("retries.attempts", "2", ISTIO_DEFAULTS, ISTIO_RETRY_REF);
+        let d = DefaultUsed::new("retries.attempts", "2", ISTIO_DEFAULTS, ISTIO_RETRY_REF);
         layer.defaults.push(d);
         istio_default_retry_on(layer);
         layer
@@ -180,13 +175,13 @@ fn istio_retries(o: &Obj, route: &Value, at: &str, layer: &mut Layer) -> Result<
 /// status codes are none in 1.30, so the 5xx class is not retried; up to 1.23 it was (503).
 fn istio_default_retry_on(layer: &mut Layer) {
     apply_istio_retry_on(ISTIO_RETRY_ON, layer);
-    layer.defaults.push(default_used(
+    layer.defaults.push(DefaultUsed::new(
         "retries.retryOn",
         ISTIO_RETRY_ON,
         ISTIO_DEFAULTS,
         ISTIO_RETRY_REF,
     ));
-    layer.defaults.push(default_used(
+    layer.defaults.push(DefaultUsed::new(
         "retriable_status_codes (Envoy's, set by Istio)",
         ISTIO_DEFAULT_CODES,
         ISTIO_DEFAULTS,
@@ -299,21 +294,9 @@ impl<'o> DestinationRules<'o> {
             *used = true;
             let read = dr_policy(dr, subset)?;
             budgets.push(read.budget);
-            for d in read.defaults {
-                if !layer.defaults.contains(&d) {
-                    layer.defaults.push(d);
-                }
-            }
-            for note in read.notes {
-                push_unique(&mut layer.notes, note);
-            }
+            read.add_to(layer);
         }
-        let (budget, differ) = loosest(&budgets);
-        layer.budget = budget;
-        if differ {
-            let note = "the route's destinations differ in retry budget: the loosest is used";
-            push_unique(&mut layer.notes, note.into());
-        }
+        loosest(&budgets, "the route's destinations", layer);
         Ok(())
     }
 
@@ -356,6 +339,20 @@ pub(super) struct PolicyRead {
     pub(super) budget: Option<Budget>,
     pub(super) defaults: Vec<DefaultUsed>,
     pub(super) notes: Vec<String>,
+}
+
+impl PolicyRead {
+    /// Adds the defaults and notes to the layer of a route that sends to this destination.
+    pub(super) fn add_to(&self, layer: &mut Layer) {
+        for d in &self.defaults {
+            if !layer.defaults.contains(d) {
+                layer.defaults.push(d.clone());
+            }
+        }
+        for note in &self.notes {
+            push_unique(&mut layer.notes, note.clone());
+        }
+    }
 }
 
 /// A DestinationRule's retry settings for a subset: a field of the subset's own
@@ -413,7 +410,7 @@ fn istio_budget(o: &Obj, b: &Value, at: &str, read: &mut PolicyRead) -> Result<(
         Some(p) if (0.0..=100.0).contains(&p) => p,
         Some(p) => return Err(o.bad(&join(at, "percent"), p.to_string(), "must be from 0 to 100")),
         None => {
-            read.defaults.push(default_used(
+            read.defaults.push(DefaultUsed::new(
                 "retryBudget.percent",
                 "20",
                 version,
@@ -430,7 +427,7 @@ fn istio_budget(o: &Obj, b: &Value, at: &str, read: &mut PolicyRead) -> Result<(
         None => {
             let setting = "retryBudget.minRetryConcurrency";
             read.defaults
-                .push(default_used(setting, "3", "Istio 1.27+", reference));
+                .push(DefaultUsed::new(setting, "3", "Istio 1.27+", reference));
             3
         }
     };

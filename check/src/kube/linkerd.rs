@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::NO_COUNT_LIMIT;
-use super::objects::{
-    NULL, Obj, default_used, get, go_duration, join, new_layer, retries, timeout,
+use super::objects::{NULL, Obj, get, go_duration, join, retries, timeout};
+use crate::layer::{
+    Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Tier, Tries, retried_statuses,
 };
-use crate::layer::{Budget, InputError, Layer, Parsed, RetryOn, Tier, retried_statuses};
 
 const LINKERD_HTTP: &str = "retry.linkerd.io/http";
 const LINKERD_GRPC: &str = "retry.linkerd.io/grpc";
@@ -103,18 +102,11 @@ fn linkerd_layer(
     request_timeout: Option<f64>,
     proto: Proto,
 ) -> Result<Layer, InputError> {
-    let mut layer = new_layer("linkerd", Tier::Mesh, o.source(locator));
+    let mut layer = Layer::new("linkerd", Tier::Mesh, o.source(locator));
     linkerd_retries(o, annotations, proto, &mut layer)?;
-    let request = match o.annotation(annotations, LINKERD_REQUEST)? {
-        Some(v) => Some(go_duration(v).ok_or_else(|| {
-            o.bad(
-                &format!("annotations[{LINKERD_REQUEST:?}]"),
-                v,
-                "expected a duration with a unit, like 5s",
-            )
-        })?),
-        None => request_timeout,
-    };
+    let expected = "expected a duration with a unit, like 5s";
+    let request = o.annotation_as(annotations, LINKERD_REQUEST, expected, go_duration)?;
+    let request = request.or(request_timeout);
     layer.overall_timeout_s = timeout(request);
     for key in ["timeout.linkerd.io/response", "timeout.linkerd.io/idle"] {
         if let Some(v) = o.annotation(annotations, key)? {
@@ -143,28 +135,15 @@ fn linkerd_retries(
     proto: Proto,
     layer: &mut Layer,
 ) -> Result<(), InputError> {
-    let at = |key: &str| format!("annotations[{key:?}]");
+    let expected = "expected a whole number of retries up to 65535";
+    let limit = o.annotation_as(annotations, LINKERD_LIMIT, expected, |v| {
+        v.trim().parse().ok()
+    })?;
     // `limit: 0` reads as unset, as the policy controller does.
-    let limit = match o.annotation(annotations, LINKERD_LIMIT)? {
-        Some(v) => v.trim().parse::<u16>().map_err(|_| {
-            o.bad(
-                &at(LINKERD_LIMIT),
-                v,
-                "expected a whole number of retries up to 65535",
-            )
-        })?,
-        None => 0,
-    };
-    let retry_timeout = match o.annotation(annotations, LINKERD_TIMEOUT)? {
-        Some(v) => timeout(Some(go_duration(v).ok_or_else(|| {
-            o.bad(
-                &at(LINKERD_TIMEOUT),
-                v,
-                "expected a duration with a unit, like 300ms",
-            )
-        })?)),
-        None => None,
-    };
+    let limit: u16 = limit.unwrap_or(0);
+    let expected = "expected a duration with a unit, like 300ms";
+    let retry_timeout = o.annotation_as(annotations, LINKERD_TIMEOUT, expected, go_duration)?;
+    let retry_timeout = timeout(retry_timeout);
     let http = match o.annotation(annotations, LINKERD_HTTP)? {
         Some(v) if proto == Proto::Grpc => {
             layer
@@ -172,26 +151,22 @@ fn linkerd_retries(
                 .push(format!("{LINKERD_HTTP} {v} is ignored on a GRPCRoute"));
             None
         }
-        Some(v) => Some(linkerd_statuses(v).ok_or_else(|| {
-            o.bad(
-                &at(LINKERD_HTTP),
-                v,
-                "expected status codes, ranges, 5xx or gateway-error",
-            )
-        })?),
-        None => None,
+        _ => {
+            let expected = "expected status codes, ranges, 5xx or gateway-error";
+            o.annotation_as(annotations, LINKERD_HTTP, expected, linkerd_statuses)?
+        }
     };
     let grpc = linkerd_grpc(o, annotations, proto, layer)?;
     if !(limit > 0 || retry_timeout.is_some() || http.is_some() || grpc) {
         return Ok(());
     }
     if limit == 0 {
-        let d = default_used(LINKERD_LIMIT, "1", LINKERD_DEFAULTS, LINKERD_REF);
+        let d = DefaultUsed::new(LINKERD_LIMIT, "1", LINKERD_DEFAULTS, LINKERD_REF);
         layer.defaults.push(d);
     }
     if http.is_none() && proto != Proto::Grpc {
         let value = "absent: no HTTP status is retried";
-        let d = default_used(LINKERD_HTTP, value, LINKERD_DEFAULTS, LINKERD_REF);
+        let d = DefaultUsed::new(LINKERD_HTTP, value, LINKERD_DEFAULTS, LINKERD_REF);
         layer.defaults.push(d);
     }
     let (status_5xx, status_note) = retried_statuses(http.as_deref().unwrap_or_default());
@@ -296,11 +271,8 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
     let spec = o.spec();
     let reference = "linkerd/linkerd2 controller/api/destination/profile_translator.go";
     let version = "Linkerd 2.20 (ServiceProfile)";
-    let budget = o.mapping(spec, "", "retryBudget")?;
-    let ratio = match budget {
-        Some(b) => o.number(b, "retryBudget", "retryRatio")?,
-        None => None,
-    };
+    let budget = o.mapping(spec, "", "retryBudget")?.unwrap_or(&NULL);
+    let ratio = o.number(budget, "retryBudget", "retryRatio")?;
     if let Some(r) = ratio.filter(|r| *r < 0.0) {
         return Err(o.bad(
             "retryBudget.retryRatio",
@@ -308,37 +280,33 @@ pub(super) fn service_profile(o: &Obj, out: &mut Parsed) -> Result<(), InputErro
             "must not be negative",
         ));
     }
-    let per_second = match budget {
-        Some(b) => o.count(b, "retryBudget", "minRetriesPerSecond")?,
-        None => None,
-    };
-    if let Some(b) = budget {
-        o.duration(b, "retryBudget", "ttl")?;
-    }
+    let per_second = o.count(budget, "retryBudget", "minRetriesPerSecond")?;
+    o.duration(budget, "retryBudget", "ttl")?;
     for (i, route) in o.list(spec, "", "routes")?.iter().enumerate() {
         let at = format!("routes[{i}]");
         let name = o.string(route, &at, "name")?.unwrap_or("?");
         let locator = format!("ServiceProfile {} {at} ({name})", o.name);
-        let mut layer = new_layer("linkerd", Tier::Mesh, o.source(locator));
+        let mut layer = Layer::new("linkerd", Tier::Mesh, o.source(locator));
         layer.overall_timeout_s = timeout(o.duration(route, &at, "timeout")?);
         if get(route, "timeout").is_none() {
             let value = "none (since Linkerd 2.9, linkerd/linkerd2#4958)";
             layer
                 .defaults
-                .push(default_used("timeout", value, version, reference));
+                .push(DefaultUsed::new("timeout", value, version, reference));
         }
         if o.boolean(route, &at, "isRetryable")? == Some(true) {
-            layer.tries = NO_COUNT_LIMIT;
+            layer.tries = Tries::Unlimited;
             layer.retry_on.status_5xx = true;
             layer.budget = Some(Budget::Ratio {
                 ratio: ratio.unwrap_or(0.2),
             });
             if ratio.is_none() {
-                let d = default_used("retryBudget.retryRatio", "0.2", version, reference);
+                let d = DefaultUsed::new("retryBudget.retryRatio", "0.2", version, reference);
                 layer.defaults.push(d);
             }
             if per_second.is_none() {
-                let d = default_used("retryBudget.minRetriesPerSecond", "10", version, reference);
+                let d =
+                    DefaultUsed::new("retryBudget.minRetriesPerSecond", "10", version, reference);
                 layer.defaults.push(d);
             }
             layer.notes.push(format!(
@@ -409,7 +377,7 @@ mod tests {
         let [head, get, put] = parsed.layers.as_slice() else {
             panic!()
         };
-        assert_eq!(head.tries, NO_COUNT_LIMIT);
+        assert_eq!(head.tries, Tries::Unlimited);
         assert_eq!(head.retry_on, on(false, false, true));
         assert_eq!(head.budget, Some(Budget::Ratio { ratio: 0.2 }));
         assert_eq!(settings(head), ["timeout"]);

@@ -20,7 +20,7 @@ mod objects;
 
 use std::path::Path;
 
-use crate::layer::{InputError, Parsed, Tries};
+use crate::layer::{InputError, Parsed};
 use documents::read;
 use gateway_api::{BackendPolicies, http_route};
 use hpa::hpa;
@@ -71,18 +71,35 @@ pub fn parse(file: &Path, text: &str) -> Result<Parsed, InputError> {
     Ok(out)
 }
 
+/// A proxy's file kept in a ConfigMap (the kit's own HAProxy is): `(name, key, text)`.
+pub fn config_map_files(file: &Path, text: &str) -> Vec<(String, String, String)> {
+    let objects = read(file, text)
+        .map(|(objects, _)| objects)
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for o in objects
+        .iter()
+        .map(|l| &l.value)
+        .filter(|o| o["kind"] == "ConfigMap")
+    {
+        let name = o["metadata"]["name"].as_str().unwrap_or("");
+        for (key, value) in o["data"].as_object().into_iter().flatten() {
+            if let Some(v) = value.as_str() {
+                out.push((name.to_string(), key.clone(), v.to_string()));
+            }
+        }
+    }
+    out
+}
+
 pub(super) const ISTIO: &str = "networking.istio.io";
 pub(super) const GATEWAY: &str = "gateway.networking.k8s.io";
 pub(super) const GATEWAY_X: &str = "gateway.networking.x-k8s.io";
 
-/// Tries with no count limit (an nginx `tries 0`, a Linkerd ServiceProfile): only time and a
-/// budget bound them.
-pub(super) const NO_COUNT_LIMIT: Tries = Tries::Unlimited;
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::{Layer, RetryOn, Sees, Target};
+    use crate::layer::{Layer, RetryOn, Sees, Target, Tries};
 
     macro_rules! data {
         ($name:literal) => {

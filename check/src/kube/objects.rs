@@ -1,5 +1,5 @@
 //! An object and its fields: typed reads that name the field and the value when they refuse it,
-//! and the helpers the readers share (Go durations, quantities, a new layer, a default used).
+//! and the helpers the readers share (Go durations, quantities, budgets).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,9 +8,12 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::documents::{Located, cut, show};
-use crate::layer::{Budget, DefaultUsed, InputError, Layer, RetryOn, Skipped, Source, Tier, Tries};
+use crate::layer::{Budget, InputError, Layer, Skipped, Source, Tries};
 
 pub(super) static NULL: Value = Value::Null;
+
+/// A field that may be absent, or an error naming it.
+type Read<T> = Result<Option<T>, InputError>;
 
 /// An object being read, and where it is: for sources, skips and errors.
 pub(super) struct Obj<'a> {
@@ -53,19 +56,12 @@ impl<'a> Obj<'a> {
     }
 
     pub(super) fn source(&self, locator: String) -> Source {
-        Source {
-            file: self.file.to_path_buf(),
-            line: Some(self.line),
-            locator,
-        }
+        Source::new(self.file, Some(self.line), locator)
     }
 
     pub(super) fn skip(&self, why: impl Into<String>) -> Skipped {
-        Skipped {
-            file: self.file.to_path_buf(),
-            what: format!("{} {} (line {})", self.shown_kind(), self.name, self.line),
-            why: why.into(),
-        }
+        let what = format!("{} {}", self.shown_kind(), self.name);
+        Skipped::new(self.file, what, Some(self.line), why)
     }
 
     /// A field with a value the kit will not read: the object, the field's path, the value.
@@ -75,27 +71,32 @@ impl<'a> Obj<'a> {
         value: impl Into<String>,
         why: impl fmt::Display,
     ) -> InputError {
-        InputError::Field {
-            file: self.file.to_path_buf(),
-            field: format!("{} {} {path}", self.shown_kind(), self.name),
-            value: cut(value.into()),
-            why: format!("{why} (object at line {})", self.line),
-        }
+        let field = format!("{} {} {path}", self.shown_kind(), self.name);
+        let why = format!("{why} (object at line {})", self.line);
+        InputError::field(self.file, &field, &cut(value.into()), why)
     }
 
-    /// `v.key` that must be a mapping when present.
-    pub(super) fn mapping(
+    /// `v.key` when present, as `read` takes it; refused, naming the field, when `read` cannot.
+    fn field<T>(
         &self,
         v: &'a Value,
         at: &str,
         key: &str,
-    ) -> Result<Option<&'a Value>, InputError> {
-        match get(v, key) {
-            Some(m) if !m.is_object() => {
-                Err(self.bad(&join(at, key), show(m), "expected a mapping"))
-            }
-            m => Ok(m),
-        }
+        expected: &str,
+        read: impl Fn(&'a Value) -> Option<T>,
+    ) -> Read<T> {
+        let Some(x) = get(v, key) else {
+            return Ok(None);
+        };
+        let bad = || self.bad(&join(at, key), show(x), expected);
+        read(x).map(Some).ok_or_else(bad)
+    }
+
+    /// `v.key` that must be a mapping when present.
+    pub(super) fn mapping(&self, v: &'a Value, at: &str, key: &str) -> Read<&'a Value> {
+        self.field(v, at, key, "expected a mapping", |m| {
+            m.is_object().then_some(m)
+        })
     }
 
     /// `v.key` that must be a sequence when present; absent reads as empty.
@@ -105,100 +106,47 @@ impl<'a> Obj<'a> {
         at: &str,
         key: &str,
     ) -> Result<&'a [Value], InputError> {
-        match get(v, key) {
-            None => Ok(&[]),
-            Some(Value::Array(items)) => Ok(items),
-            Some(other) => Err(self.bad(&join(at, key), show(other), "expected a sequence")),
-        }
+        let items = self.field(v, at, key, "expected a sequence", Value::as_array)?;
+        Ok(items.map_or(&[], Vec::as_slice))
     }
 
-    pub(super) fn string(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<&'a str>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(self.bad(&join(at, key), show(other), "expected a string")),
-        }
+    pub(super) fn string(&self, v: &'a Value, at: &str, key: &str) -> Read<&'a str> {
+        self.field(v, at, key, "expected a string", Value::as_str)
     }
 
-    pub(super) fn int(&self, v: &'a Value, at: &str, key: &str) -> Result<Option<i64>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(x) => as_int(x)
-                .map(Some)
-                .ok_or_else(|| self.bad(&join(at, key), show(x), "expected an integer")),
-        }
+    pub(super) fn int(&self, v: &'a Value, at: &str, key: &str) -> Read<i64> {
+        self.field(v, at, key, "expected an integer", as_int)
     }
 
     /// A count: an integer from 0 to 2^32-1.
-    pub(super) fn count(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<u32>, InputError> {
-        match self.int(v, at, key)? {
-            None => Ok(None),
-            Some(n) => u32::try_from(n).map(Some).map_err(|_| {
-                self.bad(
-                    &join(at, key),
-                    n.to_string(),
-                    "expected a count from 0 to 2^32-1",
-                )
-            }),
-        }
+    pub(super) fn count(&self, v: &'a Value, at: &str, key: &str) -> Read<u32> {
+        let bad = |n: i64| {
+            self.bad(
+                &join(at, key),
+                n.to_string(),
+                "expected a count from 0 to 2^32-1",
+            )
+        };
+        let n = self.int(v, at, key)?;
+        n.map(|n| u32::try_from(n).map_err(|_| bad(n))).transpose()
     }
 
-    pub(super) fn number(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<f64>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(x) => x
-                .as_f64()
-                .filter(|f| f.is_finite())
-                .map(Some)
-                .ok_or_else(|| self.bad(&join(at, key), show(x), "expected a number")),
-        }
+    pub(super) fn number(&self, v: &'a Value, at: &str, key: &str) -> Read<f64> {
+        self.field(v, at, key, "expected a number", |x| {
+            x.as_f64().filter(|f| f.is_finite())
+        })
     }
 
-    pub(super) fn boolean(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<bool>, InputError> {
-        match get(v, key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(self.bad(&join(at, key), show(other), "expected true or false")),
-        }
+    pub(super) fn boolean(&self, v: &'a Value, at: &str, key: &str) -> Read<bool> {
+        self.field(v, at, key, "expected true or false", Value::as_bool)
     }
 
     /// A Go-style duration (`2s`, `300ms`, `1m30s`) in seconds.
-    pub(super) fn duration(
-        &self,
-        v: &'a Value,
-        at: &str,
-        key: &str,
-    ) -> Result<Option<f64>, InputError> {
-        match self.string(v, at, key)? {
-            None => Ok(None),
-            Some(s) => go_duration(s).map(Some).ok_or_else(|| {
-                self.bad(
-                    &join(at, key),
-                    s,
-                    "expected a duration like 2s, 300ms or 1m30s",
-                )
-            }),
-        }
+    pub(super) fn duration(&self, v: &'a Value, at: &str, key: &str) -> Read<f64> {
+        let why = "expected a duration like 2s, 300ms or 1m30s";
+        let s = self.string(v, at, key)?;
+        s.map(|s| go_duration(s).ok_or_else(|| self.bad(&join(at, key), s, why)))
+            .transpose()
     }
 
     pub(super) fn required<T>(
@@ -237,6 +185,21 @@ impl<'a> Obj<'a> {
                 "annotation values must be strings: quote it",
             )),
         }
+    }
+
+    /// An annotation read by `read` when present; refused, naming it, when `read` cannot.
+    pub(super) fn annotation_as<T>(
+        &self,
+        annotations: &BTreeMap<&'a str, &'a Value>,
+        key: &str,
+        expected: &str,
+        read: impl Fn(&'a str) -> Option<T>,
+    ) -> Read<T> {
+        let Some(v) = self.annotation(annotations, key)? else {
+            return Ok(None);
+        };
+        let bad = || self.bad(&format!("annotations[{key:?}]"), v, expected);
+        read(v).map(Some).ok_or_else(bad)
     }
 }
 
@@ -333,36 +296,6 @@ pub(super) fn quantity(v: &Value) -> Option<f64> {
     Some(number * scale).filter(|x| x.is_finite())
 }
 
-pub(super) fn new_layer(software: &str, tier: Tier, source: Source) -> Layer {
-    Layer {
-        software: software.to_string(),
-        tier,
-        source,
-        tries: Tries::AtMost(1),
-        retry_on: RetryOn::NOTHING,
-        per_try_timeout_s: None,
-        overall_timeout_s: None,
-        budget: None,
-        aborts_on_close: true,
-        defaults: Vec::new(),
-        notes: Vec::new(),
-    }
-}
-
-pub(super) fn default_used(
-    setting: &str,
-    value: &str,
-    version: &str,
-    reference: &str,
-) -> DefaultUsed {
-    DefaultUsed {
-        setting: setting.to_string(),
-        value: value.to_string(),
-        version: version.to_string(),
-        reference: reference.to_string(),
-    }
-}
-
 /// Tries from a retry count, saturating.
 pub(super) fn retries(n: u32) -> Tries {
     Tries::AtMost(n.saturating_add(1))
@@ -379,21 +312,20 @@ pub(super) fn push_unique(notes: &mut Vec<String>, note: String) {
     }
 }
 
-/// The budget that lets the most retries through (none beats any ratio), and whether the
-/// destinations' budgets differ.
-pub(super) fn loosest(budgets: &[Option<Budget>]) -> (Option<Budget>, bool) {
-    let differ = budgets.windows(2).any(|w| w[0] != w[1]);
+/// Gives a route's layer the budget of its destinations that lets the most retries through (none
+/// beats any ratio), with a note when the `destinations` differ.
+pub(super) fn loosest(budgets: &[Option<Budget>], destinations: &str, layer: &mut Layer) {
+    if budgets.windows(2).any(|w| w[0] != w[1]) {
+        let note = format!("{destinations} differ in retry budget: the loosest is used");
+        push_unique(&mut layer.notes, note);
+    }
     let ratio = |b: &Option<Budget>| match b {
         Some(Budget::Ratio { ratio }) => *ratio,
         Some(Budget::Quota { .. }) => 0.0,
         None => f64::INFINITY,
     };
-    let loosest = budgets
-        .iter()
-        .copied()
-        .max_by(|a, b| ratio(a).total_cmp(&ratio(b)))
-        .flatten();
-    (loosest, differ)
+    let loosest = budgets.iter().max_by(|a, b| ratio(a).total_cmp(&ratio(b)));
+    layer.budget = loosest.copied().flatten();
 }
 
 #[cfg(test)]
