@@ -74,10 +74,10 @@ lc_purge_chains() {
   local ipt=$1 pattern=$2 table chains chain
   for table in raw mangle nat filter; do
     "$ipt" -w -t "$table" -S >/dev/null 2>&1 || continue
-    "$ipt" -w -t "$table" -S | grep -E "^-A (PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) .*-j ($pattern)( |$)" |
-      sed 's/^-A /-D /' | while read -r rule; do
-        echo "$rule" | xargs "$ipt" -w -t "$table" 2>/dev/null || true
-      done
+    # Not a pipeline: under the callers' pipefail a grep that finds nothing would end them.
+    while read -r rule; do
+      echo "${rule/-A/-D}" | xargs "$ipt" -w -t "$table" 2>/dev/null || true
+    done < <("$ipt" -w -t "$table" -S | grep -E "^-A (PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) .*-j ($pattern)( |$)")
     chains=$("$ipt" -w -t "$table" -S | awk -v p="^($pattern)$" '$1 == "-N" && $2 ~ p {print $2}')
     for chain in $chains; do "$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true; done
     for chain in $chains; do "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true; done
