@@ -21,6 +21,7 @@ mod pods;
 
 use crate::invocation::{self, run_duration};
 use crate::process::{self, Binaries, cpu_seconds, spawn, stop};
+use crate::runner::pacing;
 use crate::runner::probe::{LoadCounters, Probe};
 use crate::runner::{
     Cluster, Description, Ended, Environment, HpaSync, Observation, PodEvent, RunPlan,
@@ -94,6 +95,17 @@ struct Shard {
     child: Option<Child>,
     metrics: SocketAddr,
     last: LoadCounters,
+    /// Killed by the case's fault: it wrote no record of its seconds.
+    killed: bool,
+}
+
+/// Where shard `index` of `shards` writes its record, under the case's record.
+fn loadgen_out(index: u32, shards: u32) -> String {
+    if shards == 1 {
+        "loadgen".to_string()
+    } else {
+        format!("loadgen/shard-{index}")
+    }
 }
 
 impl Embedded {
@@ -277,13 +289,11 @@ impl Embedded {
             Some(g) => TargetSource::Urls(vec![g.url()]),
             None => TargetSource::File(self.routing.path().join("targets.txt")),
         };
-        let (out, args_file) = if shards == 1 {
-            ("loadgen".to_string(), "loadgen.args".to_string())
+        let out = loadgen_out(index, shards);
+        let args_file = if shards == 1 {
+            "loadgen.args".to_string()
         } else {
-            (
-                format!("loadgen/shard-{index}"),
-                format!("loadgen-shard-{index}.args"),
-            )
+            format!("loadgen-shard-{index}.args")
         };
         let loadgen = Invocation {
             metrics_listen: Some(metrics),
@@ -398,6 +408,7 @@ impl Cluster for Embedded {
                 child: Some(spawn(cmd, &self.bins.loadgen, &log)?),
                 metrics,
                 last: LoadCounters::default(),
+                killed: false,
             });
         }
         self.t0 = Instant::now();
@@ -536,6 +547,7 @@ impl Cluster for Embedded {
                     // `kill` waits for the exit: the child is reaped here.
                     let _ = child.kill().await;
                 }
+                shard.killed = true;
                 Ok(format!(
                     "loadgen shard {} of {} killed (SIGKILL), not restarted; it had counted {:.0} attempts, {:.0} answered",
                     shard.index, shards, shard.last.attempts, shard.last.successes
@@ -572,6 +584,21 @@ impl Cluster for Embedded {
         let meter_cpu_s = self.meter_cpu_s();
         self.teardown().await?;
         let origin = self.run_s(self.pods.started());
+        let n = self.shards.len() as u32;
+        let sent = self
+            .shards
+            .iter()
+            .filter(|s| !s.killed)
+            .map(|s| {
+                let path = self
+                    .dir
+                    .join(loadgen_out(s.index, n))
+                    .join("timeseries.csv");
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                pacing::read_csv(&text).with_context(|| format!("reading {}", path.display()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Ended {
             syncs: std::mem::take(&mut self.syncs),
             pod_events: self
@@ -584,6 +611,7 @@ impl Cluster for Embedded {
                 })
                 .collect(),
             load_rows: None,
+            sent,
             meter_cpu_s,
         })
     }

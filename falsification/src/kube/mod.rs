@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::gateway::GatewayCounters;
+use crate::runner::pacing::SentSecond;
 use crate::runner::probe::{MeterGauges, PodQueue};
 use crate::runner::record::write;
 use crate::runner::{
@@ -1165,6 +1166,10 @@ impl Cluster for KubeCluster {
             syncs: std::mem::take(&mut self.hpa_book.syncs),
             pod_events: std::mem::take(&mut self.pods.events),
             load_rows: Some(merged),
+            sent: logs
+                .iter()
+                .map(|l| l.rows.iter().map(|r| SentSecond::from(&r.row)).collect())
+                .collect(),
             meter_cpu_s: 0.0,
         })
     }

@@ -7,6 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::pacing::Pacing;
 use super::stack::{self, StackMeasure};
 use falsification_model::experiment::{Fault, Scenario};
 use falsification_model::outcome::{self, Evidence, Expect, Judgement, Outcome, State, Verdict};
@@ -100,6 +101,8 @@ pub struct Trial<'a> {
     pub stack: Option<&'a StackMeasure>,
     /// With a meter outage (F9): whether the HPA held its replicas while the meter was down.
     pub outage_held: Option<bool>,
+    /// Whether the clients sent the schedule; `None` where their seconds are not known.
+    pub pacing: Option<&'a Pacing>,
     pub completeness: Completeness,
 }
 
@@ -110,8 +113,8 @@ pub struct Judged {
     pub matches: Matches,
 }
 
-/// Judges a run: an interrupted run gets no verdict; a complete one the case's rule, and behind a
-/// gateway the layers' product at the pods.
+/// Judges a run: an interrupted run gets no verdict, nor one whose clients did not send the
+/// schedule; a complete one the case's rule, and behind a gateway the layers' product at the pods.
 pub fn judge(t: &Trial) -> Judged {
     let matches = matches(t.measured_run, &t.predicted, t.step);
     match t.completeness {
@@ -119,6 +122,13 @@ pub fn judge(t: &Trial) -> Judged {
             verdict: Verdict {
                 judgement: Judgement::Incomplete,
                 reason: format!("interrupted at {at_s:.0} s of experiment time; no verdict"),
+            },
+            matches,
+        },
+        Completeness::Complete if t.pacing.is_some_and(|p| !p.held()) => Judged {
+            verdict: Verdict {
+                judgement: Judgement::Inconclusive,
+                reason: t.pacing.map(|p| p.text(t.time_scale)).unwrap_or_default(),
             },
             matches,
         },
@@ -321,6 +331,7 @@ mod tests {
             pod_resolution: None,
             stack,
             outage_held: None,
+            pacing: None,
             completeness,
         })
     }
@@ -339,6 +350,54 @@ mod tests {
                 matches: Matches::Both,
             }
         );
+    }
+
+    #[test]
+    fn a_run_whose_clients_fell_behind_gets_no_verdict_whatever_it_measured() {
+        use crate::runner::pacing::{Bound, Pacing, SentSecond};
+        let run = load("F3").unwrap().cases[0].scenario.clone();
+        let bound = Bound::of(&run);
+        let late = |lag_p99_s| SentSecond {
+            scheduled: 1000,
+            sent: 1000,
+            lag_p99_s,
+        };
+        let on_time: Vec<SentSecond> = (0..300).map(|_| late(0.01)).collect();
+        // Kind, 2 cores: 38 seconds of the trapped phase with a p99 over 1 s, 7.7 s at worst.
+        let mut starved = on_time.clone();
+        for (i, s) in starved.iter_mut().enumerate().skip(100).take(38) {
+            *s = late(if i == 120 { 7.7 } else { 1.5 });
+        }
+        let recovered = outcome(Some(500.0), 50);
+        let trapped_expected = Expect {
+            recovers: Some(false),
+            ..Expect::default()
+        };
+        let judge_with = |sent: &[SentSecond]| {
+            let pacing = Pacing::of(&[sent.to_vec()], bound);
+            judge(&Trial {
+                expect: &trapped_expected,
+                run: &run,
+                time_scale: 1.0,
+                step: 1.0,
+                measured_run: &recovered,
+                measured: &recovered,
+                predicted: Predicted {
+                    closed_form: &recovered,
+                    fluid_pooled: &recovered,
+                    fluid_per_pod: &recovered,
+                },
+                pod_resolution: None,
+                stack: None,
+                outage_held: None,
+                pacing: Some(&pacing),
+                completeness: Completeness::Complete,
+            })
+        };
+        assert_eq!(judge_with(&on_time).verdict.judgement, Judgement::Refuted);
+        let v = judge_with(&starved).verdict;
+        assert_eq!(v.judgement, Judgement::Inconclusive, "{}", v.reason);
+        assert!(v.reason.contains("in 38 of 300 seconds, at worst 7.70 s"), "{}", v.reason);
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod http_cpu;
 pub mod intervention;
 pub mod judge;
 mod lag;
+pub mod pacing;
 mod plan;
 pub mod plot;
 pub mod probe;
@@ -255,6 +256,8 @@ pub struct Measured {
     pub wall_s: f64,
     pub runner_cpu_s: f64,
     pub meter_cpu_s: f64,
+    /// Each loadgen shard's seconds as sent.
+    pub sent: Vec<Vec<pacing::SentSecond>>,
     /// Row length, run seconds.
     pub step: f64,
     /// Per row, every pod scraped at its end (`pods.csv`).
@@ -454,6 +457,7 @@ async fn drive<C: Cluster>(
         wall_s,
         runner_cpu_s,
         meter_cpu_s: ended.meter_cpu_s,
+        sent: ended.sent,
         step,
         pods,
     })

@@ -11,6 +11,7 @@ use super::http_cpu::HttpCpu;
 use super::intervention::{self, Interventions};
 use super::judge::{self, BAND, Completeness, Judged, Matches, Trial};
 use super::lag::{self, Distribution, Lag};
+use super::pacing::{Bound, Pacing};
 use super::record::{self, Sample};
 use super::stack::StackMeasure;
 use super::{CaseResult, Description, Measured, PodEventKind, RunPlan};
@@ -202,6 +203,15 @@ struct Summary<'a> {
     interventions: Option<&'a Interventions>,
     /// The pods' HTTP path's CPU against a request's budget (the CPU signal, pods that spin).
     http_cpu: Option<HttpCpu>,
+    /// Whether the clients sent the schedule, run seconds (`held`: the verdict could stand).
+    pacing: Option<PacingJson>,
+}
+
+#[derive(Serialize)]
+struct PacingJson {
+    held: bool,
+    #[serde(flatten)]
+    pacing: Pacing,
 }
 
 #[derive(Serialize)]
@@ -278,6 +288,8 @@ struct Assessment {
     dead_time_effect: Option<DeadTimeEffect>,
     interventions: Option<Interventions>,
     http_cpu: Option<HttpCpu>,
+    /// Whether the clients sent the schedule (`None`: no loadgen seconds known).
+    pacing: Option<Pacing>,
 }
 
 /// Evaluates the run, predicts the configuration that ran, judges it, writes every file.
@@ -348,6 +360,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
         }
     };
     let interventions = intervention::report(plan, &m.actions, &m.syncs, &m.samples, m.step);
+    let pacing = (!m.sent.is_empty()).then(|| Pacing::of(&m.sent, Bound::of(rs)));
     let judged = judge::judge(&Trial {
         expect: &case.expect,
         run: rs,
@@ -362,6 +375,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
             .as_ref()
             .and_then(|i| i.outage)
             .map(|o| o.held),
+        pacing: pacing.as_ref(),
         completeness,
     });
     let lags = lag::lags(&m.samples, &m.syncs, rs, m.step)
@@ -371,6 +385,7 @@ fn assess(e: &Experiment, case: &Case, plan: &RunPlan, m: &Measured) -> anyhow::
     Ok(Assessment {
         interventions,
         http_cpu,
+        pacing,
         record,
         criteria,
         measured_run,
@@ -523,6 +538,10 @@ fn summary<'a>(
         dead_time_effect: a.dead_time_effect,
         interventions: a.interventions.as_ref(),
         http_cpu: a.http_cpu,
+        pacing: a.pacing.map(|p| PacingJson {
+            held: p.held(),
+            pacing: p,
+        }),
     }
 }
 
@@ -740,6 +759,9 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     }
     if let (Some(l), Some(h)) = (&summary.lag, &rs.hpa) {
         lag_section(&mut o, l, h.signal);
+    }
+    if let Some(p) = &summary.pacing {
+        let _ = writeln!(o, "\n{}", p.pacing.summary_line(summary.time_scale));
     }
     let _ = writeln!(
         o,

@@ -5,6 +5,7 @@
 use tokio::time::Instant;
 
 use super::RunPlan;
+use super::pacing::SentSecond;
 use super::probe::{LoadCounters, MeterGauges, PodQueue};
 use crate::gateway::GatewayCounters;
 use falsification_model::experiment::{Action, Scenario};
@@ -73,6 +74,8 @@ pub struct Ended {
     /// The loadgen's counts per row, when they are known exactly only now; they replace the
     /// rows' live counts (rows past the record, the loadgen's drain, are left out).
     pub load_rows: Option<Vec<LoadCounters>>,
+    /// Each loadgen shard's closed seconds, as it sent them: whether the schedule was held.
+    pub sent: Vec<Vec<SentSecond>>,
     /// CPU seconds the meter used, where the runner can see it.
     pub meter_cpu_s: f64,
 }
