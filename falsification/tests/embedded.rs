@@ -188,6 +188,7 @@ fn f3_first_attempt_stays_trapped_at_twenty_pods() {
     let p = &s["predicted_experiment_time"]["fluid_per_pod"];
     assert_eq!(s["complete"], true);
     assert_eq!(s["verdict"], "held", "{s}");
+    assert_eq!(s["pacing"]["held"], true, "{}", s["pacing"]);
     assert_eq!(m["trapped"], p["trapped"]);
     assert_eq!(m["trapped"], true);
     for f in ["peak_pods", "final_pods"] {
@@ -198,6 +199,62 @@ fn f3_first_attempt_stays_trapped_at_twenty_pods() {
     let dead = m["dead_time_s"].as_f64().unwrap();
     assert!((88.0..100.0).contains(&dead), "dead time {dead}");
     assert!(s["predicted"]["cases"][0]["fluid_per_pod"].is_object());
+}
+
+/// The same trap with the loadgen held to a tenth of one CPU, as a CFS quota holds a container
+/// (stopped for the rest of each 100 ms period), far below what the trapped phase's attempts
+/// need: its clients fall behind the schedule, and the run gets no verdict, the lag named.
+#[test]
+#[ignore = "slow: minutes of real processes; scripts/verify.sh embedded"]
+fn a_loadgen_starved_of_cpu_gives_no_verdict_and_names_its_lag() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    ensure_binaries(&["service", "meter", "loadgen"]);
+    let bins = tempfile::tempdir().unwrap();
+    for b in ["service", "meter"] {
+        std::os::unix::fs::symlink(bin_dir().join(b), bins.path().join(b)).unwrap();
+    }
+    let starved = bins.path().join("loadgen");
+    std::fs::write(
+        &starved,
+        format!(
+            r#"#!/usr/bin/env bash
+# The real loadgen, run 10 ms of every 100 ms.
+"{}" "$@" &
+child=$!
+stopping=
+trap 'stopping=1; kill -CONT "$child"; kill -TERM "$child"' TERM INT
+while [ -z "$stopping" ] && kill -0 "$child" 2>/dev/null; do
+  sleep 0.01; [ -z "$stopping" ] && kill -STOP "$child" 2>/dev/null
+  sleep 0.09; kill -CONT "$child" 2>/dev/null
+done
+while kill -0 "$child" 2>/dev/null; do wait "$child"; done
+"#,
+            bin_dir().join("loadgen").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&starved, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let result = falsification(
+        &["run", "F3", "--signal", "first", "--horizon", "300s"],
+        out.path(),
+    )
+    .env("FALSIFICATION_BIN_DIR", bins.path())
+    .output()
+    .unwrap();
+    assert!(
+        result.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert_no_process_left();
+    let s = read_json(&case_dir(out.path()).join("summary.json"));
+    assert_eq!(s["pacing"]["held"], false, "{}", s["pacing"]);
+    assert_eq!(s["verdict"], "inconclusive", "{s}");
+    let reason = s["reason"].as_str().unwrap();
+    assert!(reason.contains("did not send the schedule"), "{reason}");
+    assert!(reason.contains("send-lag p99"), "{reason}");
 }
 
 /// F9: the trapped first-attempt HPA loses its meter for 120 s and keeps its pods (upstream's

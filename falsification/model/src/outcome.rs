@@ -84,7 +84,13 @@ pub struct Criteria {
     /// Accounting window `[from, to)` for lost demand, peak pods and "triggered".
     pub from: f64,
     pub to: f64,
+    /// The backlog has drained once the wait is at most this above the steady wait.
     pub drained_wait_s: f64,
+    /// The steady wait: what a busy pod keeps queued once the debt is served, for the
+    /// configuration that ran. `None`: the record's own ([`steady_wait`], a model's); a measured
+    /// run is given its per-pod prediction's, so that drained means back within the band of
+    /// what the model settles at, whatever the time scale.
+    pub steady_wait_s: Option<f64>,
     /// Requests per second one ready pod serves (the capacity the trap is judged against).
     pub rate_per_pod: f64,
     /// The clients' per-attempt timeout: a wait under it fails nobody.
@@ -96,6 +102,14 @@ pub struct Criteria {
     pub settled_s: f64,
     /// The autoscaler's target utilization, for the pods needed; `None` for fixed capacity.
     pub target_utilization: Option<f64>,
+}
+
+impl Criteria {
+    /// The wait under which `record`'s backlog counts as drained: the steady wait (given, or
+    /// the record's own) plus the band.
+    pub fn drained_below_s(&self, record: &Record) -> f64 {
+        self.drained_wait_s + self.steady_wait_s.unwrap_or_else(|| steady_wait(record, self))
+    }
 }
 
 /// How well capacity followed the demand (see the module doc); `None` where it cannot be told.
@@ -227,9 +241,33 @@ fn for_good(rows: &[Row], step_s: f64, reference: f64, bad: impl Fn(&Row) -> boo
 
 /// Strict: seconds from `reference` to recovery for good, `None` if the last row is still bad.
 fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
+    let drained = c.drained_below_s(record);
     for_good(&record.rows, record.step_s, c.reference, |r| {
-        r.timed_out > 0.0 || r.max_wait_s > c.drained_wait_s
+        r.timed_out > 0.0 || r.max_wait_s > drained
     })
+}
+
+/// The wait a record settles at: over its last stretch (`tail_s`) nothing timed out and the
+/// longest wait is flat (within 1%) and under the timeout; else zero. Keep-alive clients make it
+/// more than zero: a pod busy to its capacity answers as many attempts as its answers bring
+/// back, so whatever it still holds when the debt is served stays queued (the per-pod fluid's
+/// F3 ingress keeps 1.8 s). A real queue wanders around that level instead of holding it, which
+/// is why a measured run is judged against its prediction's steady wait, not its own.
+pub fn steady_wait(record: &Record, c: &Criteria) -> f64 {
+    let end = record.rows.last().map_or(0.0, |r| r.t + record.step_s);
+    let tail: Vec<&Row> = record
+        .rows
+        .iter()
+        .filter(|r| r.t >= end - c.tail_s - 1e-9)
+        .collect();
+    let (low, high) = tail.iter().fold((f64::INFINITY, 0.0f64), |(l, h), r| {
+        (l.min(r.max_wait_s), h.max(r.max_wait_s))
+    });
+    let flat = high - low <= (0.01 * high).max(1e-9);
+    if tail.is_empty() || !flat || high >= c.timeout_s || tail.iter().any(|r| r.timed_out > 0.0) {
+        return 0.0;
+    }
+    high
 }
 
 /// Debt served: seconds from `reference` until no arrival faces a wait at the timeout, for good.
@@ -538,6 +576,8 @@ mod tests {
             from: 0.0,
             to: 10.0,
             drained_wait_s: 0.5,
+            // As a measured run is judged: against a prediction that settles empty.
+            steady_wait_s: Some(0.0),
             // 4 pods x 30/s = 120/s of capacity against the rows' 100 attempts/s.
             rate_per_pod: 30.0,
             timeout_s: 10.0,
@@ -616,6 +656,36 @@ mod tests {
             .map(|t| row(f64::from(t), 1.0, 40.0 - 2.0 * f64::from(t)))
             .collect();
         assert!(evaluate(&Record { step_s: 1.0, rows }, &c).trapped);
+    }
+
+    #[test]
+    fn a_model_drains_to_the_wait_it_settles_at_and_a_measured_run_to_its_predictions() {
+        // The wait falls 9, 8, ... to a pod's 3 s it keeps for good (the pool keeps it busy).
+        let mut rows: Vec<Row> = (0..12)
+            .map(|t| row(f64::from(t), 0.0, (9.0 - f64::from(t)).max(3.0)))
+            .collect();
+        rows[1].timed_out = 5.0;
+        let r = Record { step_s: 1.0, rows };
+        let own = Criteria {
+            steady_wait_s: None,
+            ..criteria()
+        };
+        assert_eq!(steady_wait(&r, &own), 3.0);
+        // Drained once within 0.5 s of it: the row at t = 6 (3 s) is the first for good; the
+        // last above 3.5 s is t = 5, so recovered at its end, 4 s after the reference at 2.
+        assert_eq!(evaluate(&r, &own).recovery_s, Some(4.0));
+        // A measured run given its prediction's 3 s is judged alike; given none, never drains.
+        assert_eq!(evaluate(&r, &criteria()).recovery_s, None);
+        let given = Criteria {
+            steady_wait_s: Some(3.0),
+            ..criteria()
+        };
+        assert_eq!(evaluate(&r, &given).recovery_s, Some(4.0));
+        // Still falling over the tail, or failing: no steady wait.
+        let falling: Vec<Row> = (0..10).map(|t| row(f64::from(t), 0.0, 9.0 - 0.5 * f64::from(t))).collect();
+        assert_eq!(steady_wait(&Record { step_s: 1.0, rows: falling }, &own), 0.0);
+        let failing: Vec<Row> = (0..10).map(|t| row(f64::from(t), 1.0, 3.0)).collect();
+        assert_eq!(steady_wait(&Record { step_s: 1.0, rows: failing }, &own), 0.0);
     }
 
     #[test]

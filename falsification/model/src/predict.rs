@@ -52,6 +52,10 @@ pub struct CasePrediction {
     pub closed_form: Outcome,
     pub fluid_pooled: Outcome,
     pub fluid_per_pod: Outcome,
+    /// The wait the per-pod fluid's busy pods keep once the debt is served (keep-alive clients
+    /// keep a pod at its capacity busy), seconds: a measured run's backlog has drained when its
+    /// wait is back within the drained band of it ([`outcome::steady_wait`]).
+    pub fluid_per_pod_steady_wait_s: f64,
     pub request_level: Option<RequestLevel>,
     pub recovery_relative_difference: Differences,
     /// The refutation rule applied to the pooled fluid prediction.
@@ -115,6 +119,7 @@ pub fn criteria(s: &Scenario) -> Criteria {
         from: 0.0,
         to: s.horizon_s,
         drained_wait_s: s.drained_wait_s,
+        steady_wait_s: None,
         rate_per_pod: s.rate_per_pod,
         // The wait that fails an attempt at the pods: the gateway's timeout behind one.
         timeout_s: s.pod_timeout_s(),
@@ -370,7 +375,9 @@ fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
     let s = &case.scenario;
     let closed = closed_form(s);
     let pooled = fluid_outcome(s, Topology::Pooled)?;
-    let per_pod = fluid_outcome(s, Topology::PerPod)?;
+    let per_pod_record = fluid::simulate(s, Topology::PerPod)?;
+    let c = criteria(s);
+    let per_pod = outcome::evaluate(&per_pod_record, &c);
     let request = request_level(s)?;
     let p = case.published.recovery_s;
     Ok(CasePrediction {
@@ -388,6 +395,7 @@ fn predict_case(case: &Case) -> Result<CasePrediction, HpaError> {
         closed_form: closed,
         fluid_pooled: pooled,
         fluid_per_pod: per_pod,
+        fluid_per_pod_steady_wait_s: outcome::steady_wait(&per_pod_record, &c),
         request_level: request,
     })
 }

@@ -267,6 +267,8 @@ fn criteria(record: &Record, p: &Plan) -> Criteria {
         from: 0.0,
         to: record.rows.last().map_or(0.0, |r| r.t + 1.0),
         drained_wait_s: 0.0,
+        // A staging target's record has no waits.
+        steady_wait_s: Some(0.0),
         // Unknown capacity (no --rate) cannot be reached: then only a recovery decides.
         rate_per_pod: p.rate.map_or(f64::INFINITY, |r| r / p.rho),
         timeout_s: p.timeout_s,
