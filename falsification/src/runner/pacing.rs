@@ -141,7 +141,7 @@ impl Pacing {
     /// One line for the record, experiment seconds (`s`).
     pub fn summary_line(&self, s: f64) -> String {
         format!(
-            "Schedule {}: first attempts' send-lag p99 over {:.2} s in {} of {} seconds (at \
+            "Schedule {}: first attempts' send-lag p99 over {:.2} s in {} of the loadgen's {} seconds (at \
              most 1% allowed), at worst {:.2} s; the worst {:.1} s window sent {:.1}% off its \
              schedule (at most {:.0}%). Experiment seconds; bound: a tenth of the shorter of the \
              timeout and the meter's window.",
@@ -161,7 +161,7 @@ impl Pacing {
         format!(
             "the clients did not send the schedule: first attempts' send-lag p99 was over the \
              bound of {:.2} s (a tenth of the shorter of the timeout and the meter's window) in \
-             {} of {} seconds, at worst {:.2} s, and one {:.1} s window sent {:.0}% off its \
+             {} of the loadgen's {} seconds, at worst {:.2} s, and one {:.1} s window sent {:.0}% off its \
              schedule (at most {:.0}% allowed; experiment seconds); the load the case describes \
              was not sent, so no verdict: give the loadgen more CPU (more shards, a larger CPU \
              request) or run at a smaller time or rate scale",
@@ -211,7 +211,7 @@ mod tests {
         let p = Pacing::of(&[shard], BOUND);
         assert!(!p.held());
         assert_eq!((p.seconds_over, p.worst_lag_s), (3, 0.3));
-        assert!(p.text(5.0).contains("in 3 of 200 seconds"), "{}", p.text(5.0));
+        assert!(p.text(5.0).contains("in 3 of the loadgen's 200 seconds"), "{}", p.text(5.0));
     }
 
     #[test]
