@@ -304,3 +304,30 @@ fn bad_input_names_the_field() {
     );
     assert!(Cli::try_parse_from(["falsification", "predict", "--format", "xml"]).is_err());
 }
+
+#[test]
+fn fidelity_names_a_path_that_holds_no_record() {
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .arg("fidelity")
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&empty.path().display().to_string())
+            && err.contains("neither a case record (no summary.json) nor a session"),
+        "{err}"
+    );
+    let bad = empty.path().join("case");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(bad.join("summary.json"), r#"{"complete": false}"#).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_falsification"))
+        .arg("fidelity")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a complete record's summary"), "{err}");
+}

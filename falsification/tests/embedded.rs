@@ -233,8 +233,11 @@ while kill -0 "$child" 2>/dev/null; do wait "$child"; done
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&starved, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        &starved,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let out = tempfile::tempdir().unwrap();
     let result = falsification(
         &["run", "F3", "--signal", "first", "--horizon", "300s"],

@@ -108,7 +108,10 @@ impl Criteria {
     /// The wait under which `record`'s backlog counts as drained: the steady wait (given, or
     /// the record's own) plus the band.
     pub fn drained_below_s(&self, record: &Record) -> f64 {
-        self.drained_wait_s + self.steady_wait_s.unwrap_or_else(|| steady_wait(record, self))
+        self.drained_wait_s
+            + self
+                .steady_wait_s
+                .unwrap_or_else(|| steady_wait(record, self))
     }
 }
 
@@ -682,10 +685,30 @@ mod tests {
         };
         assert_eq!(evaluate(&r, &given).recovery_s, Some(4.0));
         // Still falling over the tail, or failing: no steady wait.
-        let falling: Vec<Row> = (0..10).map(|t| row(f64::from(t), 0.0, 9.0 - 0.5 * f64::from(t))).collect();
-        assert_eq!(steady_wait(&Record { step_s: 1.0, rows: falling }, &own), 0.0);
+        let falling: Vec<Row> = (0..10)
+            .map(|t| row(f64::from(t), 0.0, 9.0 - 0.5 * f64::from(t)))
+            .collect();
+        assert_eq!(
+            steady_wait(
+                &Record {
+                    step_s: 1.0,
+                    rows: falling
+                },
+                &own
+            ),
+            0.0
+        );
         let failing: Vec<Row> = (0..10).map(|t| row(f64::from(t), 1.0, 3.0)).collect();
-        assert_eq!(steady_wait(&Record { step_s: 1.0, rows: failing }, &own), 0.0);
+        assert_eq!(
+            steady_wait(
+                &Record {
+                    step_s: 1.0,
+                    rows: failing
+                },
+                &own
+            ),
+            0.0
+        );
     }
 
     #[test]

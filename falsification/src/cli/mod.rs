@@ -3,6 +3,7 @@
 mod check;
 mod cluster;
 mod compare;
+mod fidelity;
 mod run;
 mod trigger;
 
@@ -56,6 +57,9 @@ pub enum Command {
     /// 1/A, and say whether the service has a second state. Exit 0: none; 1: one exists; 2:
     /// an input error.
     Check(check::CheckArgs),
+    /// Put every measured figure of records (or sessions) beside each model's prediction for
+    /// the configuration that ran, with the ratio, and mark what is outside 10%.
+    Fidelity(fidelity::FidelityArgs),
     /// The one-machine cluster's controller-manager and metrics-server flags at a time scale
     /// (for scripts/local-cluster-up.sh).
     #[command(hide = true)]
@@ -364,6 +368,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
         Command::Suite(args) => run::suite(&args),
         Command::Manifests(args) => run::manifests(&args),
         Command::Compare(args) => compare::compare(&args),
+        Command::Fidelity(args) => fidelity::fidelity(&args),
         Command::LocalClusterFlags(args) => cluster::local_cluster_flags(&args),
         Command::KindConfig(args) => cluster::kind_config(&args),
         Command::Check(_) | Command::Trigger(_) => {

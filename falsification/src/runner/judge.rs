@@ -397,7 +397,12 @@ mod tests {
         assert_eq!(judge_with(&on_time).verdict.judgement, Judgement::Refuted);
         let v = judge_with(&starved).verdict;
         assert_eq!(v.judgement, Judgement::Inconclusive, "{}", v.reason);
-        assert!(v.reason.contains("in 38 of the loadgen's 300 seconds, at worst 7.70 s"), "{}", v.reason);
+        assert!(
+            v.reason
+                .contains("in 38 of the loadgen's 300 seconds, at worst 7.70 s"),
+            "{}",
+            v.reason
+        );
     }
 
     #[test]

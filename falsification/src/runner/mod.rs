@@ -13,6 +13,7 @@
 //! [`plot`] draws the SVGs, [`report`] writes `summary.json`, `report.md` and the index;
 //! `http_cpu` measures the pods' HTTP path's CPU from their counters (the CPU signal's cases).
 
+pub mod fidelity;
 mod http_cpu;
 pub mod intervention;
 pub mod judge;

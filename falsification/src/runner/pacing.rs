@@ -211,7 +211,11 @@ mod tests {
         let p = Pacing::of(&[shard], BOUND);
         assert!(!p.held());
         assert_eq!((p.seconds_over, p.worst_lag_s), (3, 0.3));
-        assert!(p.text(5.0).contains("in 3 of the loadgen's 200 seconds"), "{}", p.text(5.0));
+        assert!(
+            p.text(5.0).contains("in 3 of the loadgen's 200 seconds"),
+            "{}",
+            p.text(5.0)
+        );
     }
 
     #[test]
