@@ -56,7 +56,7 @@ async fn work(State(pod): State<Pod>, headers: HeaderMap) -> Response {
     let Ok(reply) = pod.queue().admit(arrival, deadline) else {
         return queue_full(&pod);
     };
-    match reply.await {
+    let mut response = match reply.await {
         Ok(wait) => {
             let answer = Answer {
                 pod: pod.name(),
@@ -70,7 +70,15 @@ async fn work(State(pod): State<Pod>, headers: HeaderMap) -> Response {
             "dropped unserved: deadline passed or pod shutting down\n",
         )
             .into_response(),
+    };
+    // A pod shutting down ends each keep-alive connection after its answer: the client's next
+    // attempt opens a new one, which the Service puts on a ready pod.
+    if pod.is_draining() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
+    response
 }
 
 fn bad_request(pod: &Pod, why: Rejection, reason: String) -> Response {

@@ -74,6 +74,11 @@ impl Pod {
         !self.0.draining.load(Ordering::Relaxed) && Instant::now() >= self.0.ready_at
     }
 
+    /// Shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::Relaxed)
+    }
+
     /// Shutdown has begun: readiness turns false for good.
     pub fn start_draining(&self) {
         self.0.draining.store(true, Ordering::Relaxed);

@@ -345,3 +345,68 @@ async fn promtool_accepts_a_live_scrape() {
         "promtool: {msg}\n{text}"
     );
 }
+
+/// Reads one answer off a keep-alive connection: its head and JSON body.
+async fn answer_on(s: &mut TcpStream) -> String {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !(raw.windows(4).any(|w| w == b"\r\n\r\n") && raw.ends_with(b"}")) {
+        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf))
+            .await
+            .expect("answer in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before its answer: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        raw.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(raw).unwrap().to_lowercase()
+}
+
+#[tokio::test]
+async fn a_draining_pod_closes_each_connection_after_its_answer_and_leaves_when_quiet() {
+    let pod = start(Config {
+        shutdown_grace: Duration::from_secs(5).into(),
+        ..config(200.0)
+    })
+    .await;
+    let mut kept = TcpStream::connect(pod.addr).await.unwrap();
+    let request = b"GET /work HTTP/1.1\r\nhost: pod\r\nx-attempt: 0\r\n\r\n";
+    kept.write_all(request).await.unwrap();
+    let first = answer_on(&mut kept).await;
+    assert!(
+        first.starts_with("http/1.1 200") && !first.contains("connection: close"),
+        "{first}"
+    );
+
+    let Running { addr, stop, done } = pod;
+    stop.send(()).unwrap();
+    let t0 = Instant::now();
+    while get(addr, "/readyz").await.0 != 503 {
+        assert!(t0.elapsed() < PATIENCE, "still ready after shutdown began");
+    }
+    // The client's pooled connection still reaches the draining pod: answered, then closed.
+    kept.write_all(request).await.unwrap();
+    let last = answer_on(&mut kept).await;
+    let arrived = Instant::now();
+    assert!(
+        last.starts_with("http/1.1 200") && last.contains("connection: close"),
+        "{last}"
+    );
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(PATIENCE, kept.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the pod closed the connection: {closed:?}"
+    );
+    // Its queue is empty at once, but it stays for a quiet second before it stops.
+    let report = tokio::time::timeout(PATIENCE, done).await.unwrap().unwrap();
+    let stayed = arrived.elapsed();
+    assert!(
+        stayed >= Duration::from_millis(900),
+        "left {stayed:?} after the last arrival"
+    );
+    assert_eq!((report.answered, report.left), (2, 0), "{report:?}");
+}
