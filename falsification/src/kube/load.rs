@@ -83,6 +83,9 @@ pub fn namespace(name: &str) -> Namespace {
     }
 }
 
+/// What each trigger shard requests: a staging target's failed phase is not known ahead.
+const TRIGGER_LOADGEN_CPU: &str = "100m";
+
 /// The kube runner's loadgen Job ([`loadgen_job_for`]) as the trigger runs it: labelled as its
 /// namespace, no API token or service links (the loadgen needs neither), the runtime's seccomp
 /// profile (a namespace enforcing the restricted Pod Security level admits it), a failed
@@ -95,7 +98,7 @@ pub fn job(
     args: Vec<String>,
     active_deadline_s: i64,
 ) -> Job {
-    let mut job = loadgen_job_for(namespace, image, shards, args);
+    let mut job = loadgen_job_for(namespace, image, shards, TRIGGER_LOADGEN_CPU, args);
     let mut labels = loadgen_labels();
     labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
     labels.insert(COMPONENT.0.into(), COMPONENT.1.into());

@@ -26,6 +26,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 
 use super::gateway;
+use super::scale;
 use crate::invocation::{self, run_duration};
 use falsification_model::experiment::{GatewayKind, HpaSignal, Scenario};
 use falsification_model::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
@@ -267,6 +268,8 @@ pub struct LoadgenValues {
     pub invocation: Invocation,
     /// When the shards start their schedule (Unix seconds); set at run time only.
     pub start_at: Option<f64>,
+    /// The CPU each shard requests ([`scale::loadgen_cpu`]).
+    pub cpu: scale::LoadgenCpu,
     /// The target Service's ClusterIP (`service`, or `gateway` when the case has one), set at
     /// run time once the Service exists, so the shards need no DNS lookup per connection (a
     /// trapped run opens one per attempt); without it the Service's name.
@@ -316,6 +319,7 @@ impl Values {
                 shards,
                 invocation: invocation::loadgen(rs, seed, TargetSource::Urls(Vec::new()))?,
                 start_at: None,
+                cpu: scale::loadgen_cpu(rs, shards, None),
                 cluster_ip: None,
             },
             gateway: None,
@@ -749,7 +753,7 @@ pub fn loadgen_job(v: &Values) -> Job {
         ..l.invocation.clone()
     }
     .args();
-    loadgen_job_for(&v.namespace, &v.image, l.shards, args)
+    loadgen_job_for(&v.namespace, &v.image, l.shards, &l.cpu.quantity(), args)
 }
 
 /// The loadgen Job itself: `shards` pods of `image` in `namespace`, each running `loadgen` with
@@ -757,8 +761,14 @@ pub fn loadgen_job(v: &Values) -> Job {
 /// `LOADGEN_INSTANCE_INDEX`; a failed pod is not retried, and the others go on
 /// (`backoffLimitPerIndex: 0`: a Job-wide `backoffLimit: 0` would stop every shard when one
 /// fails, F9's `shard-died` among them). Shared by a case's Job
-/// ([`loadgen_job`]) and the trigger test's (`kube::load`).
-pub fn loadgen_job_for(namespace: &str, image: &str, shards: u32, args: Vec<String>) -> Job {
+/// ([`loadgen_job`]) and the trigger test's (`kube::load`); each shard requests `cpu`.
+pub fn loadgen_job_for(
+    namespace: &str,
+    image: &str,
+    shards: u32,
+    cpu: &str,
+    args: Vec<String>,
+) -> Job {
     Job {
         metadata: ObjectMeta {
             name: Some("loadgen".into()),
@@ -804,7 +814,7 @@ pub fn loadgen_job_for(namespace: &str, image: &str, shards: u32, args: Vec<Stri
                         ]),
                         resources: Some(ResourceRequirements {
                             requests: Some(BTreeMap::from([
-                                ("cpu".into(), Quantity("100m".into())),
+                                ("cpu".into(), Quantity(cpu.into())),
                                 ("memory".into(), Quantity("64Mi".into())),
                             ])),
                             limits: Some(BTreeMap::from([(

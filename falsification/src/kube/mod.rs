@@ -297,6 +297,12 @@ pub fn plan(
         plan.shutdown_grace_s,
     )?;
     values.gateway = manifests::GatewayValues::new(rs, &t.namespace, plan.run_s(1.0));
+    let largest_node = facts
+        .nodes
+        .iter()
+        .filter_map(|n| scale::cores(&n.cpu))
+        .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))));
+    values.loadgen.cpu = scale::loadgen_cpu(rs, t.shards, largest_node);
     let k8s = manifests::k8s_dir(t.k8s_dir.as_deref());
     let yaml = manifests::render_case(&k8s, se)?;
     let m = Manifests::new(&yaml, &values)?;
@@ -315,6 +321,9 @@ struct ClusterRecord {
     sync_period_experiment_s: Option<f64>,
     loadgen_shards: u32,
     sockets_per_shard: f64,
+    /// Each shard's CPU, cores: what its share of the busiest failed phase needs and what the
+    /// Job requests.
+    loadgen_cpu: scale::LoadgenCpu,
     /// How late the last shard started after the agreed start, run seconds.
     shard_start_lateness_s: Option<f64>,
     merge: Option<shards::MergeCheck>,
@@ -421,6 +430,7 @@ impl KubeCluster {
             sync_period_experiment_s: se.hpa.as_ref().map(|h| h.sync_period_s),
             loadgen_shards: t.shards,
             sockets_per_shard: sockets,
+            loadgen_cpu: values.loadgen.cpu,
             shard_start_lateness_s: None,
             merge: None,
             gateway: rs.proxy().zip(values.gateway.as_ref()).map(|(g, v)| {

@@ -276,6 +276,66 @@ pub fn check_whole(experiment: &Scenario, run: &Scenario, scale: f64) -> Result<
     })
 }
 
+/// The client layer's amplification and the busiest first-attempt rate (the load event's and
+/// the bursts' edges), run time: the loadgen sends their product when every attempt fails.
+fn peak_attempts(rs: &Scenario) -> (f64, f64) {
+    let a = falsification_model::laws::layer_amplification(
+        rs.retries,
+        rs.retry_budget.map(|b| b.ratio),
+    );
+    let peak = rs
+        .demand_changes()
+        .into_iter()
+        .map(|t| rs.scheduled_demand(t))
+        .fold(rs.scheduled_demand(-rs.warmup_s), f64::max);
+    (a, peak)
+}
+
+/// CPU the loadgen spends on one attempt that opens a connection and is reset at its timeout,
+/// what a trapped phase is made of: 72 us, measured on this machine (the loadgen against a
+/// loopback server that accepts and never answers, 9,000 attempts/s for 20 s: 13.0 CPU
+/// seconds for 179,208 attempts, nearly all in the kernel).
+pub const CPU_PER_FAILED_ATTEMPT_S: f64 = 72e-6;
+/// The least CPU a loadgen shard requests.
+pub const MIN_LOADGEN_CPU: f64 = 0.1;
+
+/// The CPU each of `shards` loadgen pods requests, cores: what its share of the busiest
+/// failed phase needs ([`CPU_PER_FAILED_ATTEMPT_S`] per attempt), at least
+/// [`MIN_LOADGEN_CPU`], at most half of the largest node's allocatable CPU (`node_cpu`), so it
+/// stays schedulable beside the pods. A request is what the kernel weighs when the nodes'
+/// CPU is contended: with kind's 100m on 2 cores the loadgen fell 7.7 s behind its schedule.
+pub fn loadgen_cpu(rs: &Scenario, shards: u32, node_cpu: Option<f64>) -> LoadgenCpu {
+    let (a, peak) = peak_attempts(rs);
+    let need = a * peak * CPU_PER_FAILED_ATTEMPT_S / f64::from(shards);
+    let cap = node_cpu.map_or(f64::INFINITY, |c| c / 2.0);
+    let request = (need.max(MIN_LOADGEN_CPU).min(cap) * 100.0).ceil() / 100.0;
+    LoadgenCpu { need, request }
+}
+
+/// A loadgen shard's CPU, cores.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LoadgenCpu {
+    /// What its share of the busiest failed phase needs.
+    pub need: f64,
+    /// What it requests.
+    pub request: f64,
+}
+
+impl LoadgenCpu {
+    /// The request as a Kubernetes quantity (millicores).
+    pub fn quantity(&self) -> String {
+        format!("{:.0}m", self.request * 1000.0)
+    }
+}
+
+/// A node's allocatable CPU from its quantity (`2`, `1500m`).
+pub fn cores(quantity: &str) -> Option<f64> {
+    match quantity.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().ok().map(|m| m / 1000.0),
+        None => quantity.parse().ok(),
+    }
+}
+
 /// Refuses a shard count whose pods would hold too many sockets: with every attempt failing,
 /// a loadgen holds about `A x lambda x tau_out` of them (run time, so the time scale divides
 /// the timeout and not the rate), `A` and `tau_out` the client layer's (behind a gateway, an
@@ -283,17 +343,8 @@ pub fn check_whole(experiment: &Scenario, run: &Scenario, scale: f64) -> Result<
 pub fn check_sockets(rs: &Scenario, shards: u32) -> Result<f64, ScaleError> {
     // The loadgen holds its own attempts: the client layer's, each until its timeout or, behind
     // a gateway, the gateway's 504 (the gateway's tries are the gateway's sockets).
-    let a = falsification_model::laws::layer_amplification(
-        rs.retries,
-        rs.retry_budget.map(|b| b.ratio),
-    );
+    let (a, peak) = peak_attempts(rs);
     let timeout_s = rs.client_attempt_s();
-    // The busiest first-attempt rate: the load event's and the bursts' edges.
-    let peak = rs
-        .demand_changes()
-        .into_iter()
-        .map(|t| rs.scheduled_demand(t))
-        .fold(rs.scheduled_demand(-rs.warmup_s), f64::max);
     let sockets = a * peak * timeout_s / f64::from(shards);
     if sockets > SOCKETS_PER_SHARD {
         let need = (a * peak * timeout_s / SOCKETS_PER_SHARD).ceil() as u32;
@@ -359,6 +410,24 @@ mod tests {
             "time_scale": 5, "kubernetes": "v1.36.4"}"#;
         let r: RecordedHpa = serde_json::from_str(json).unwrap();
         assert_eq!(r.time_scale, 5.0);
+    }
+
+    #[test]
+    fn a_loadgen_shard_requests_the_cpu_of_its_share_of_the_failed_phase() {
+        // F3 at S = 5: the time scale divides durations, not rates: 1,000 first attempts/s,
+        // A = 3: 3,000 attempts/s, 0.216 cores.
+        let rs = f3().time_scaled(5.0);
+        let one = loadgen_cpu(&rs, 1, None);
+        assert!((one.need - 0.216).abs() < 1e-9, "{one:?}");
+        assert_eq!(one.quantity(), "220m");
+        // Halved over two shards; capped at half a node; never under 100m.
+        assert_eq!(loadgen_cpu(&rs, 2, None).quantity(), "110m");
+        assert_eq!(loadgen_cpu(&rs, 1, Some(0.3)).quantity(), "150m");
+        assert_eq!(loadgen_cpu(&rs, 4, None).quantity(), "100m");
+        assert_eq!(
+            (cores("2"), cores("1500m"), cores("x")),
+            (Some(2.0), Some(1.5), None)
+        );
     }
 
     #[test]
