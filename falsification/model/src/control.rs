@@ -1,6 +1,7 @@
 //! Capacity for the models: fixed replicas, or the HPA module driving a ReplicaSet-like pod set through
 //! the meter's readings, with the dead time between a scale decision and the new pod serving.
-//! Scale-down removes pods that are not ready first, then the newest ready ones (as a ReplicaSet does).
+//! Scale-down removes pods that are not ready first (the newest), then the ready ones as upstream's
+//! ReplicaSet ranks them ([`ready_victim`]).
 //! The CPU signal is what metrics-server would serve: each pod's busy fraction over its window times
 //! the limit, every pod alike (the model's pods share the load), with the readiness facts the
 //! controller's `groupPods` reads.
@@ -45,13 +46,56 @@ impl AutoscalerConfig {
     }
 }
 
-/// Which pod a scale-down removes, given each pod's readiness in creation order: the newest
-/// that is not ready, else the newest (a ReplicaSet's rule). `None` when there is no pod.
-pub fn scale_down_victim(ready_in_creation_order: &[bool]) -> Option<usize> {
-    ready_in_creation_order
-        .iter()
-        .rposition(|ready| !ready)
-        .or(ready_in_creation_order.len().checked_sub(1))
+/// Which pod a scale-down removes at `now`, given each pod in creation order (`None`: not
+/// ready): the newest that is not ready, else the ready one upstream's ranking picks
+/// ([`ready_victim`]). `None` when there is no pod.
+pub fn scale_down_victim(pods: &[Option<ReadyPod>], now: f64) -> Option<usize> {
+    if let Some(i) = pods.iter().rposition(Option::is_none) {
+        return Some(i);
+    }
+    let ready: Vec<ReadyPod> = pods.iter().flatten().copied().collect();
+    ready_victim(&ready, now)
+}
+
+/// A ready pod as the ReplicaSet controller ranks it for a scale-down, times in the cluster's
+/// seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadyPod {
+    pub ready_since: f64,
+    pub created: f64,
+    /// Its place among the pods created: [`uid_rank`] makes its UID's stand-in.
+    pub serial: u64,
+}
+
+/// Which ready pod a scale-down removes at `now`: upstream's ranking (v1.36's
+/// `ActivePodsWithRanks` under LogarithmicScaleDown, stable since 1.31): first the pods ready
+/// for the shortest time counted in powers of two of nanoseconds, then likewise the newest
+/// created, then the lower UID. Pods ready within a factor of two of each other are in one
+/// bucket, so after a climb the old pods that still hold debt are as likely to go as the new
+/// ones: upstream's choice among them is random (a UID), here a fixed mix of the serial
+/// ([`uid_rank`]), so the models and the embedded cluster remove the same pod. `None` when
+/// there is none.
+pub fn ready_victim(pods: &[ReadyPod], now: f64) -> Option<usize> {
+    let bucket = |since: f64| {
+        let ns = (now - since) * 1e9;
+        if ns >= 1.0 {
+            ns.log2().floor() as i64
+        } else {
+            -1
+        }
+    };
+    pods.iter()
+        .enumerate()
+        .min_by_key(|(_, p)| (bucket(p.ready_since), bucket(p.created), uid_rank(p.serial)))
+        .map(|(i, _)| i)
+}
+
+/// A UID's stand-in for pod number `serial`: random-looking, fixed (SplitMix64's finalizer).
+pub fn uid_rank(serial: u64) -> u64 {
+    let mut z = serial.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// A Deployment's `RollingUpdate` strategy as the deployment controller applies it
@@ -173,8 +217,9 @@ pub(crate) enum PodEvent {
     /// A new, empty pod starts serving; it is the newest. `rolled`: it has the template of a
     /// rolling update.
     Ready { rolled: bool },
-    /// The newest ready pod leaves the endpoints (it finishes what it holds).
-    Removed,
+    /// The ready pod at this place in the order pods turned ready leaves the endpoints (it
+    /// finishes what it holds): the scale-down's victim ([`ready_victim`]).
+    Removed(usize),
     /// The ready pod at this place in the order pods turned ready is gone with its queue, and
     /// its debt never reaches anyone again: killed (a fault: the oldest, 0; its replacement is
     /// ordered), or terminated by a rolling update (what it serves in its grace reaches nobody).
@@ -214,6 +259,8 @@ impl Autoscaler {
 struct Ordered {
     at: f64,
     ready_at: f64,
+    /// The pod's place among every pod created (its UID's stand-in, see [`ready_victim`]).
+    serial: u64,
     /// It has the template of a rolling update.
     rolled: bool,
 }
@@ -250,6 +297,11 @@ pub(crate) struct Control {
     rollout_at: Option<f64>,
     /// Pods ordered from now on have the new template.
     rolled_out: bool,
+    /// When the run starts: the initial pods turned ready then, as far as a ReplicaSet's
+    /// ranking can tell.
+    start: f64,
+    /// Pods created so far (the initial ones included): the next one's serial.
+    created: u64,
 }
 
 impl Control {
@@ -266,6 +318,8 @@ impl Control {
             kill_at: None,
             rollout_at: None,
             rolled_out: false,
+            start: 0.0,
+            created: u64::from(n),
         }
     }
 
@@ -293,9 +347,10 @@ impl Control {
         let next_sync = config.first_sync_at_or_after(start);
         // The initial pods have been ready for longer than any initialization period.
         let long_ago = start - config.spec.cpu_initialization_period_s - config.dead_time_s - 1.0;
-        let initial_pod = Ordered {
+        let initial_pod = |serial| Ordered {
             at: long_ago - config.dead_time_s,
             ready_at: long_ago,
+            serial,
             rolled: false,
         };
         let cpu = config.signals.contains(&Signal::Cpu).then_some(CpuScraper {
@@ -307,7 +362,7 @@ impl Control {
         Ok(Control {
             desired: initial,
             ready: initial,
-            ready_since: vec![initial_pod; initial as usize],
+            ready_since: (0..u64::from(initial)).map(initial_pod).collect(),
             ready_s: 0.0,
             clock: start,
             pending: VecDeque::new(),
@@ -329,6 +384,8 @@ impl Control {
             kill_at: None,
             rollout_at: config.rollout_at,
             rolled_out: false,
+            start,
+            created: u64::from(initial),
         })
     }
 
@@ -541,8 +598,10 @@ impl Control {
         self.pending.push_back(Ordered {
             at: now,
             ready_at: now + dead_time,
+            serial: self.created,
             rolled: self.rolled_out,
         });
+        self.created += 1;
     }
 
     /// A cancelled order never turns ready: a measured run's list of delays holds only pods
@@ -575,15 +634,30 @@ impl Control {
         } else {
             0
         };
-        // Pending pods are the not-ready ones, newest last: [`scale_down_victim`]'s rule.
+        // Pending pods are the not-ready ones, newest last: [`scale_down_victim`]'s rule; then
+        // the ready ones by upstream's ranking.
         while have > desired + surge {
             if self.pending.pop_back().is_some() {
                 self.uncount_order();
             } else {
                 self.accrue(now);
                 self.ready -= 1;
-                self.ready_since.pop();
-                events.push(PodEvent::Removed);
+                let start = self.start;
+                let ranked: Vec<ReadyPod> = self
+                    .ready_since
+                    .iter()
+                    .map(|p| ReadyPod {
+                        ready_since: p.ready_at.max(start),
+                        created: p.at.max(start),
+                        serial: p.serial,
+                    })
+                    .collect();
+                // Fixed capacity keeps no ready times: the newest.
+                let i = ready_victim(&ranked, now).unwrap_or(self.ready as usize);
+                if i < self.ready_since.len() {
+                    self.ready_since.remove(i);
+                }
+                events.push(PodEvent::Removed(i));
             }
             have -= 1;
         }
@@ -973,14 +1047,52 @@ mod tests {
     }
 
     #[test]
-    fn the_victim_is_the_newest_not_ready_pod_else_the_newest() {
+    fn the_victim_is_the_newest_not_ready_pod_else_upstreams_ranking() {
+        let ready = |ready_since| {
+            Some(ReadyPod {
+                ready_since,
+                created: ready_since,
+                serial: 0,
+            })
+        };
         assert_eq!(
-            scale_down_victim(&[true, false, true, false, true]),
+            scale_down_victim(&[ready(0.0), None, ready(0.0), None, ready(0.0)], 100.0),
             Some(3)
         );
-        assert_eq!(scale_down_victim(&[true, true]), Some(1));
-        assert_eq!(scale_down_victim(&[false, true]), Some(0));
-        assert_eq!(scale_down_victim(&[]), None);
+        // The one ready for 10 s goes before the one ready for 100 s, whatever their order.
+        assert_eq!(
+            scale_down_victim(&[ready(90.0), ready(0.0)], 100.0),
+            Some(0)
+        );
+        assert_eq!(scale_down_victim(&[None, ready(0.0)], 100.0), Some(0));
+        assert_eq!(scale_down_victim(&[], 100.0), None);
+    }
+
+    #[test]
+    fn a_ready_victim_is_the_youngest_by_powers_of_two_then_a_uid() {
+        let pod = |ready_since, serial| ReadyPod {
+            ready_since,
+            created: ready_since - 1.0,
+            serial,
+        };
+        // At 100 s: ready 90 s (bucket 2^36 ns = 68.7 s) against 40 s and 50 s (2^35 ns =
+        // 34.4 s): one of the young two, by UID.
+        let young = [pod(10.0, 0), pod(60.0, 1), pod(50.0, 2)];
+        let v = ready_victim(&young, 100.0).unwrap();
+        assert!(v == 1 || v == 2);
+        let by_uid = if uid_rank(1) < uid_rank(2) { 1 } else { 2 };
+        assert_eq!(v, by_uid);
+        // Old pods ready 100 s and new ones 75 s are one bucket: an old pod may go first.
+        let mixed: Vec<ReadyPod> = (0..8)
+            .map(|i| pod(if i < 4 { 0.0 } else { 25.0 }, i))
+            .collect();
+        let v = ready_victim(&mixed, 100.0).unwrap();
+        let lowest = (0..8u64).min_by_key(|&i| uid_rank(i)).unwrap() as usize;
+        assert_eq!(v, lowest);
+        assert_eq!(ready_victim(&[], 1.0), None);
+        // The stand-in UIDs are not in serial order.
+        let ranks: Vec<u64> = (0..8).map(uid_rank).collect();
+        assert!(ranks.windows(2).any(|w| w[0] > w[1]) && ranks.windows(2).any(|w| w[0] < w[1]));
     }
 
     #[test]
@@ -1003,7 +1115,7 @@ mod tests {
         assert_eq!((c.ready(), c.pending.len()), (4, 4));
         c.scale_to(1.0, 3, &mut events);
         assert_eq!((c.ready(), c.pending.len()), (3, 0));
-        assert_eq!(events, vec![PodEvent::Removed]);
+        assert_eq!(events, vec![PodEvent::Removed(3)]);
         assert_eq!(c.next_event(), f64::INFINITY);
     }
 }

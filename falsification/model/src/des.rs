@@ -296,8 +296,10 @@ impl Sim<'_> {
             PodEvent::Ready { rolled } => self
                 .drops
                 .push(self.s.pod_abandoned(rolled) == Abandoned::Drop),
-            PodEvent::Removed => {
-                self.drops.pop();
+            PodEvent::Removed(i) => {
+                if i < self.drops.len() {
+                    self.drops.remove(i);
+                }
             }
             PodEvent::Gone(i) => {
                 if i < self.drops.len() {
@@ -316,13 +318,15 @@ impl Sim<'_> {
                 self.next_pod += 1;
             }
             // Graceful stop: a busy pooled server leaves after its current request.
-            (PodEvent::Removed, true) if self.idle > 0 => self.idle -= 1,
-            (PodEvent::Removed, true) => self.retiring += 1,
+            (PodEvent::Removed(_), true) if self.idle > 0 => self.idle -= 1,
+            (PodEvent::Removed(_), true) => self.retiring += 1,
             // Per pod, the removed pod's queued work is already scheduled; it just gets no more (its
             // idle connections are skipped when next taken).
-            (PodEvent::Removed, false) => {
-                self.free_at.pop();
-                self.in_flight.pop();
+            (PodEvent::Removed(i), false) => {
+                if i < self.free_at.len() {
+                    self.free_at.remove(i);
+                    self.in_flight.remove(i);
+                }
             }
             // A pod gone (killed, or terminated by a rolling update): pooled, like a stop (the
             // queue is the pool's); per pod, it gets no more work. Outcomes already drawn for its

@@ -9,8 +9,9 @@
 //! Through a proxy: round robin spreads every attempt evenly ([`spread`]); least connections fills the
 //! pods with the fewest attempts in flight first ([`least_connections`]), an attempt counting until it
 //! is answered or its client times out. A new pod starts empty; a removed pod
-//! (the newest) leaves the endpoints, its idle connections are closed, and it finishes its backlog for
-//! nobody. In both, an attempt arriving to a wait of at
+//! (the ReplicaSet's victim, [`crate::control::ready_victim`]: an old pod that still holds debt as
+//! likely as a new one) leaves the endpoints, its connections are closed so that its clients go on
+//! the other pods' connections or new ones, and it finishes its backlog for nobody. In both, an attempt arriving to a wait of at
 //! least `tau_out` times out and its retry arrives `tau_out` (+ backoff) later; abandoned work is served,
 //! or never queued when servers drop it; a retry budget caps the retry flow at `ratio` x first attempts.
 //! Behind a retrying gateway, a request's attempts at the pods are one chain
@@ -125,7 +126,7 @@ impl<'s> Fluid<'s> {
         row.pods_desired = self.control.desired();
     }
 
-    /// Lets the control act at `t`: a new ready pod starts empty; a removed pod (the newest)
+    /// Lets the control act at `t`: a new ready pod starts empty; a removed pod (the victim)
     /// finishes its backlog for nobody; a pod gone (killed, or terminated by a rolling update)
     /// loses it.
     fn apply_pod_events(&mut self, t: f64) {
@@ -139,11 +140,15 @@ impl<'s> Fluid<'s> {
                 PodEvent::Ready { rolled } => {
                     self.pods.push(Pod::new(self.s.pod_abandoned(rolled)));
                 }
-                PodEvent::Removed => {
-                    if let Some(b) = self.pods.pop().map(|p| p.backlog).filter(|b| *b > 0.0) {
+                // The victim's connections close: its clients' next attempts go to the
+                // others' answered or idle connections, else to new ones spread evenly.
+                PodEvent::Removed(i) if i < self.pods.len() => {
+                    let b = self.pods.remove(i).backlog;
+                    if b > 0.0 {
                         self.draining.push(b);
                     }
                 }
+                PodEvent::Removed(_) => {}
                 PodEvent::Gone(i) => self.lose(i),
             }
         }

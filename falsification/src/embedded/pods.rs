@@ -4,7 +4,9 @@
 //! a pod is routable only once its `/readyz` answers 200 (the loadgen's targets file
 //! lists ready pods only), the meter scrapes every pod, ready or not (as a headless
 //! Service with `publishNotReadyAddresses` does), scale-down removes not-ready pods
-//! first and then the newest (the ReplicaSet rule), a removed pod gets SIGTERM and
+//! first and then the ready one upstream's ReplicaSet ranks first (`ready_victim`: the
+//! youngest by powers of two, then a UID stand-in, the models' rule), a removed pod leaves
+//! the targets file, so the clients' connections to it close, then gets SIGTERM and
 //! its grace period, a pod that exits is replaced, and a new template rolls out as the
 //! deployment controller's default `RollingUpdate` does ([`RollingUpdate`], the rule the
 //! models use). Every child is reaped: on scale-down, on [`EmbeddedCluster::shutdown`],
@@ -19,7 +21,9 @@ use tokio::time::Instant;
 
 use crate::process::{WriteError, free_loopback_port, sigterm, spawn_child, write_atomically};
 use crate::runner::{PodEvent, PodEventKind};
-use falsification_model::control::{RollingUpdate, RolloutPods, RolloutStep, scale_down_victim};
+use falsification_model::control::{
+    ReadyPod, RollingUpdate, RolloutPods, RolloutStep, scale_down_victim,
+};
 use service::PodFlags;
 
 /// How every pod of the experiment is started.
@@ -68,6 +72,8 @@ struct Pod {
     ready_since: Option<Instant>,
     /// The template it was started from (the count of rollouts before it).
     generation: u32,
+    /// Its place among the pods created, from 0: the ReplicaSet ranking's UID stand-in.
+    serial: u64,
 }
 
 /// A live pod as the HPA controller's pod lister sees it: it starts when ordered.
@@ -228,7 +234,7 @@ impl EmbeddedCluster {
     }
 
     /// Brings the replica count to `n`: new pods are started (not ready until their dead
-    /// time has passed); surplus pods are removed not-ready first, then newest first. During a
+    /// time has passed); surplus pods are removed not-ready first, then as upstream ranks them. During a
     /// rolling update the surge may stay, and the update goes on at the new count.
     pub fn scale_to(&mut self, n: usize) -> Result<(), ClusterError> {
         self.desired = n;
@@ -241,8 +247,22 @@ impl EmbeddedCluster {
             0
         };
         while self.pods.len() > n + surge {
-            let ready: Vec<bool> = self.pods.iter().map(|p| p.ready).collect();
-            let Some(victim) = scale_down_victim(&ready) else {
+            // Times as seconds before now, the ranking's clock.
+            let now = Instant::now();
+            let ago = |i: Instant| -now.saturating_duration_since(i).as_secs_f64();
+            let pods: Vec<Option<ReadyPod>> = self
+                .pods
+                .iter()
+                .map(|p| {
+                    let since = p.ready_since.filter(|_| p.ready)?;
+                    Some(ReadyPod {
+                        ready_since: ago(since),
+                        created: ago(p.ordered),
+                        serial: p.serial,
+                    })
+                })
+                .collect();
+            let Some(victim) = scale_down_victim(&pods, 0.0) else {
                 break;
             };
             let pod = self.pods.remove(victim);
@@ -420,6 +440,7 @@ impl EmbeddedCluster {
             ready: false,
             ready_since: None,
             generation: self.generation,
+            serial: u64::from(self.serial - 1),
         });
         Ok(())
     }
