@@ -331,3 +331,11 @@ fn fidelity_names_a_path_that_holds_no_record() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a complete record's summary"), "{err}");
 }
+
+#[test]
+fn a_cluster_flags_name_is_claps() {
+    use clap::ValueEnum;
+    for c in [ClusterArg::Embedded, ClusterArg::Kube] {
+        assert_eq!(ClusterArg::from_str(c.name(), false), Ok(c));
+    }
+}

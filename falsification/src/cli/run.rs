@@ -23,6 +23,16 @@ pub enum ClusterArg {
     Kube,
 }
 
+impl ClusterArg {
+    /// The flag's value, as clap spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClusterArg::Embedded => "embedded",
+            ClusterArg::Kube => "kube",
+        }
+    }
+}
+
 /// Where and how to run on Kubernetes (`--cluster kube`, `manifests`, `compare`).
 #[derive(Debug, Args)]
 pub struct KubeArgs {

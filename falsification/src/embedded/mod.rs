@@ -356,9 +356,22 @@ impl Cluster for Embedded {
         if let Some(g) = self.rs.proxy() {
             versions.insert("gateway".into(), GatewayProcess::version(g.kind));
         }
+        let routing = match self.rs.proxy() {
+            Some(g) => format!(
+                "through {:?} (balance {}) on keep-alive connections from the clients",
+                g.kind,
+                crate::gateway::haproxy_balance(&g)
+            ),
+            None => "keep-alive clients (the loadgen's pool, an answered connection reused \
+                     first): each new connection to a ready pod chosen uniformly at random from \
+                     the targets file, as kube-proxy's iptables mode picks an endpoint; a pod \
+                     leaves the file before it is stopped"
+                .into(),
+        };
         Description {
             cluster: "embedded".into(),
             hpa: "emulated (falsification_model::hpa, the kit's HPA algorithm)".into(),
+            routing,
             versions,
         }
     }

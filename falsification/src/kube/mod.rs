@@ -957,6 +957,17 @@ impl Cluster for KubeCluster {
                 None => format!("kube (namespace {})", self.ns()),
             },
             hpa: self.record.hpa.clone(),
+            routing: match self.rs.proxy() {
+                Some(g) => format!(
+                    "through HAProxy (balance {}) on keep-alive connections from the clients",
+                    crate::gateway::haproxy_balance(&g)
+                ),
+                None => "keep-alive clients (the loadgen's pool, an answered connection reused \
+                         first) to the Service's ClusterIP: kube-proxy (iptables mode) puts each \
+                         new connection on a ready endpoint chosen uniformly at random; a \
+                         terminating pod closes each connection after its answer"
+                    .into(),
+            },
             versions,
         }
     }

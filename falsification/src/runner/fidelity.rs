@@ -86,7 +86,8 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn of(s: &RecordSummary) -> Table {
+    /// The table of one record; `cluster` is the `--cluster` value that runs it again.
+    pub fn of(s: &RecordSummary, cluster: &str) -> Table {
         let request = s
             .predicted
             .cases
@@ -126,7 +127,7 @@ impl Table {
             command: format!(
                 "falsification run {} --case {} --cluster {} --time-scale {} --rate-scale {} \
                  --horizon {}s",
-                s.experiment, s.case, s.cluster, s.time_scale, s.rate_scale, s.measured.horizon_s
+                s.experiment, s.case, cluster, s.time_scale, s.rate_scale, s.measured.horizon_s
             ),
             figures,
         }
@@ -275,11 +276,14 @@ mod tests {
 
     #[test]
     fn figures_within_the_band_are_plain_and_the_rest_marked() {
-        let t = Table::of(&summary(
-            outcome(Some(680.0), 0.091, 22),
-            outcome(Some(690.0), 0.090, 22),
-            outcome(Some(265.0), 0.223, 20),
-        ));
+        let t = Table::of(
+            &summary(
+                outcome(Some(680.0), 0.091, 22),
+                outcome(Some(690.0), 0.090, 22),
+                outcome(Some(265.0), 0.223, 20),
+            ),
+            "embedded",
+        );
         let strict = &t.figures[1];
         let per_pod = strict.predicted[0].as_ref().unwrap();
         assert!(!per_pod.outside && (per_pod.ratio.unwrap() - 680.0 / 690.0).abs() < 1e-12);
@@ -299,11 +303,14 @@ mod tests {
 
     #[test]
     fn a_figure_one_side_lacks_and_a_state_that_differs_are_outside() {
-        let t = Table::of(&summary(
-            outcome(Some(500.0), 0.1, 22),
-            outcome(None, 0.97, 45),
-            outcome(None, 0.97, 45),
-        ));
+        let t = Table::of(
+            &summary(
+                outcome(Some(500.0), 0.1, 22),
+                outcome(None, 0.97, 45),
+                outcome(None, 0.97, 45),
+            ),
+            "embedded",
+        );
         let state = t.figures[0].predicted[0].as_ref().unwrap();
         assert!(state.outside);
         let strict = t.figures[1].predicted[0].as_ref().unwrap();
@@ -326,7 +333,7 @@ mod tests {
             "predicted": { "cases": [ { "request_level": outcome(Some(34.0), 0.09, 22) } ] },
         });
         let s: RecordSummary = serde_json::from_value(json).unwrap();
-        let t = Table::of(&s);
+        let t = Table::of(&s, "embedded");
         let request = t.figures[1].predicted[2].as_ref().unwrap();
         assert_eq!(
             request.value,

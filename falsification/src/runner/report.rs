@@ -38,6 +38,7 @@ struct Config<'a> {
     initial_pods_ready: bool,
     cluster: &'a str,
     hpa: &'a str,
+    routing: &'a str,
     versions: &'a BTreeMap<String, String>,
     host: Host,
     scenario_experiment_time: &'a Scenario,
@@ -78,6 +79,7 @@ pub fn write_config(
         initial_pods_ready: true,
         cluster: &description.cluster,
         hpa: &description.hpa,
+        routing: &description.routing,
         versions: &description.versions,
         host: Host {
             hostname: proc_text("/proc/sys/kernel/hostname"),
@@ -189,6 +191,8 @@ struct Summary<'a> {
     case: &'a str,
     cluster: &'a str,
     hpa: &'a str,
+    /// How attempts found a pod in this run.
+    routing: &'a str,
     complete: bool,
     verdict: Judgement,
     reason: &'a str,
@@ -508,6 +512,7 @@ fn summary<'a>(
         case: &case.scenario.name,
         cluster: &description.cluster,
         hpa: &description.hpa,
+        routing: &description.routing,
         complete: m.complete,
         verdict: a.judged.verdict.judgement,
         reason: &a.judged.verdict.reason,
@@ -898,6 +903,7 @@ fn heading(o: &mut String, e: &Experiment, r: &CaseResult, summary: &Summary, rs
         r.reason
     );
     let _ = writeln!(o, "- Cluster: {}; hpa: {}.", summary.cluster, summary.hpa);
+    let _ = writeln!(o, "- Routing: {}.", summary.routing);
     if let Some(t) = &summary.tolerance {
         let _ = writeln!(o, "- HPA tolerance: {}.", t.text());
     }

@@ -87,6 +87,8 @@ pub struct Description {
     pub cluster: String,
     /// Which HPA scaled: the kit's emulation or `upstream <server version>`.
     pub hpa: String,
+    /// How attempts found a pod: the clients' connections and who picked each one's pod.
+    pub routing: String,
     /// Versions of what ran (binaries, image).
     pub versions: std::collections::BTreeMap<String, String>,
 }
