@@ -111,11 +111,7 @@ impl Client {
     /// without an answer), which its latency does not count. The caller bounds it with the
     /// attempt timeout and drops it when that fires.
     pub async fn attempt(&self, id: &str, attempt: u32) -> (Result<(), ErrorKind>, Duration) {
-        let deadline_ms = self.deadline.map(|t| {
-            (SystemTime::now() + t)
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-        });
+        let deadline_ms = self.deadline.map(|t| deadline_ms(SystemTime::now(), t));
         if self.http2 {
             return (
                 self.attempt_h2(id, attempt, deadline_ms).await,
@@ -330,6 +326,14 @@ fn build_request(
     b.body(Empty::new()).unwrap_or_default()
 }
 
+/// The attempt's `x-deadline-ms`: its timeout from `now`, in Unix milliseconds rounded up, so
+/// that a pod dropping expired work never drops it before this client has given up.
+fn deadline_ms(now: SystemTime, timeout: Duration) -> u64 {
+    (now + timeout)
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().div_ceil(1_000_000) as u64)
+}
+
 fn classify_status(status: u16) -> Result<(), ErrorKind> {
     if (200..300).contains(&status) {
         Ok(())
@@ -345,5 +349,19 @@ fn classify_io(e: &std::io::Error) -> ErrorKind {
         Some(libc::EADDRNOTAVAIL) => ErrorKind::AddrNotAvailable,
         Some(libc::EMFILE | libc::ENFILE) => ErrorKind::OpenFiles,
         _ => ErrorKind::Connect,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_header_is_never_before_the_timeout() {
+        let now = UNIX_EPOCH + Duration::from_nanos(1_000_000_000_123_456);
+        // 1,000,000,000.123456 ms + 500 ms, rounded up.
+        assert_eq!(deadline_ms(now, Duration::from_millis(500)), 1_000_000_501);
+        let whole = UNIX_EPOCH + Duration::from_millis(2_000);
+        assert_eq!(deadline_ms(whole, Duration::from_millis(500)), 2_500);
     }
 }

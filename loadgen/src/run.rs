@@ -610,6 +610,12 @@ async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
         // Latencies end when the answer arrived, not when the shard read it.
         let (outcome, unread) = match result {
             Ok((Ok(()), unread)) => (AttemptOutcome::Success, unread),
+            // A failure that came at the timeout came to a client that had given up: its timer
+            // fires up to a millisecond late, and a pod that drops expired work answers its 503
+            // in that millisecond; counted as the error, it would not be retried.
+            Ok((Err(_), unread)) if began.elapsed().saturating_sub(unread) >= ctx.timeout => {
+                (AttemptOutcome::Timeout, Duration::ZERO)
+            }
             Ok((Err(kind), unread)) => (AttemptOutcome::Error(kind), unread),
             Err(_) => (AttemptOutcome::Timeout, Duration::ZERO),
         };

@@ -384,6 +384,43 @@ async fn server_errors_are_retried_only_when_asked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_answered_at_the_timeout_is_a_timeout_and_retried() {
+    // A pod dropping expired work answers 503 at the deadline, which races the client's timer:
+    // whichever the client reads first, the attempt timed out.
+    let srv = server(|attempt| {
+        if attempt == 0 {
+            Reply::After(Duration::from_millis(200), 503)
+        } else {
+            Reply::After(Duration::ZERO, 200)
+        }
+    })
+    .await;
+    let n = scheduled(20.0, 0.5);
+    let s = run(&format!(
+        "--target {} --rate 20 --arrivals constant --duration 500ms --timeout 200ms --retries 1",
+        srv.url()
+    ))
+    .await;
+    assert_eq!(
+        (s.timeouts, s.errors["status_5xx"], s.succeeded),
+        (n, 0, n),
+        "{s:?}"
+    );
+    // Well before the timeout a 503 is a 503, not retried by default.
+    let srv = server(|_| Reply::After(Duration::from_millis(20), 503)).await;
+    let s = run(&format!(
+        "--target {} --rate 20 --arrivals constant --duration 500ms --timeout 200ms --retries 1",
+        srv.url()
+    ))
+    .await;
+    assert_eq!(
+        (s.timeouts, s.errors["status_5xx"], s.failed),
+        (0, n, n),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_target_counts_connect_errors_and_the_run_goes_on() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
