@@ -158,15 +158,7 @@ impl Table {
             for p in &f.predicted {
                 match p {
                     Some(c) => {
-                        let ratio = c.ratio.map_or(String::new(), |r| format!("{r:.2}"));
-                        let mark = if c.outside { "**" } else { "" };
-                        let _ = write!(o, " {} | {mark}{ratio}{mark}{} |", c.value.text(), {
-                            if c.outside && c.ratio.is_none() {
-                                "**differs**"
-                            } else {
-                                ""
-                            }
-                        });
+                        let _ = write!(o, " {} | {} |", c.value.text(), c.ratio_text());
                     }
                     None => o += " n/a | |",
                 }
@@ -216,6 +208,18 @@ fn compare(measured: &Value, predicted: Value) -> Compared {
         value: predicted,
         ratio,
         outside,
+    }
+}
+
+impl Compared {
+    /// The ratio, bold when outside the band; `differs` in bold when there is no ratio to show.
+    fn ratio_text(&self) -> String {
+        match (self.ratio, self.outside) {
+            (Some(r), true) => format!("**{r:.2}**"),
+            (Some(r), false) => format!("{r:.2}"),
+            (None, true) => "**differs**".into(),
+            (None, false) => String::new(),
+        }
     }
 }
 
@@ -315,7 +319,11 @@ mod tests {
         assert!(state.outside);
         let strict = t.figures[1].predicted[0].as_ref().unwrap();
         assert!(strict.outside && strict.ratio.is_none());
-        assert!(t.markdown().contains("**differs**"));
+        let md = t.markdown();
+        assert!(
+            md.contains("| state | recovered | trapped | **differs** |"),
+            "{md}"
+        );
         assert_eq!(t.per_pod_within(), (1, 7), "only peak pods agree");
     }
 

@@ -142,9 +142,9 @@ pub fn flush_partial(samples: &[Sample], plan: &RunPlan) -> anyhow::Result<()> {
 /// more requests. Five service times proved too tight (an F2 run at S = 20 that had drained
 /// was judged "never" for a 0.12 s wait at its last row); the debt itself is a wait of the
 /// order of the timeout, and a quarter of it shifts the recovery time by at most
-/// `timeout / (4 (1 - rho))`. Judged against its own level instead, the main job's F3 ingress
-/// at S = 20 was "matches neither" when its steady queue happened to sit at 2-4 s, above the
-/// quarter (2.5 s) but within the band of the model's 1.8 s.
+/// `timeout / (4 (1 - rho))`. With the quarter alone, the main job's F3 ingress at S = 20 was
+/// "matches neither" when its steady queue happened to sit at 2-4 s, above the quarter
+/// (2.5 s) but within the band of the model's 1.8 s.
 pub fn measured(
     samples: &[Sample],
     rs: &Scenario,
