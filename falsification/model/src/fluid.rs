@@ -449,6 +449,35 @@ mod tests {
     }
 
     #[test]
+    fn a_scale_downs_reconnections_spread_over_the_ready_pods_debt_or_not() {
+        // A pod in debt answers nothing in time; a healthy one and the victim answered.
+        let debt = Pod {
+            backlog: 500.0,
+            ..Pod::default()
+        };
+        let healthy = Pod {
+            returned: 2.0,
+            ..Pod::default()
+        };
+        let victim = Pod {
+            returned: 3.0,
+            ..Pod::default()
+        };
+        let mut pods = vec![debt, healthy, victim];
+        // The victim leaves with its connections (PodEvent::Removed(2)): its clients' attempts
+        // take the healthy pod's answered connections, the rest open new ones, one per ready
+        // pod alike: the pod in debt gets its even share of them.
+        pods.remove(2);
+        route(&mut pods, 6.0);
+        assert_eq!((pods[0].share, pods[1].share), (2.0, 4.0));
+        // A timed-out attempt's connection is reset: nothing of it comes back, so the next
+        // step the pod in debt gets only new connections' share again.
+        pods[1].returned = 4.0;
+        route(&mut pods, 6.0);
+        assert_eq!((pods[0].share, pods[1].share), (1.0, 5.0));
+    }
+
+    #[test]
     fn least_connections_fills_the_pods_with_fewest_in_flight_first() {
         let busy = Pod {
             live: 4.0,
