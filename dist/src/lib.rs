@@ -196,6 +196,49 @@ impl ServiceTime {
     }
 }
 
+impl ServiceTime {
+    /// `E[exp(-rate S)]` for service times `S` of mean `mean_s`: the probability that a service
+    /// ends before a Poisson gap of `rate` per second does (the gap is memoryless, so it outlasts
+    /// a service of `s` with probability `exp(-rate s)`). Closed forms for deterministic and
+    /// exponential; lognormal over its normal exponent, Pareto over its quantiles, by quadrature.
+    pub fn outlasted_by_gap(&self, mean_s: f64, rate: f64) -> f64 {
+        let x = rate * mean_s;
+        match self.shape {
+            Shape::Deterministic => (-x).exp(),
+            Shape::Exponential => 1.0 / (1.0 + x),
+            Shape::Lognormal => {
+                // Over the standard normal z of ln S = mu + sigma z, trapezoids on [-10, 10].
+                let sigma = lognormal_sigma2(self.cv).sqrt();
+                let mu = -sigma * sigma / 2.0;
+                let (cells, width) = (8_000, 20.0 / 8_000.0);
+                (0..=cells)
+                    .map(|i| {
+                        let z = -10.0 + f64::from(i) * width;
+                        let weight = if i == 0 || i == cells { 0.5 } else { 1.0 };
+                        weight * (-z * z / 2.0).exp() * (-x * (mu + sigma * z).exp()).exp()
+                    })
+                    .sum::<f64>()
+                    * width
+                    / (2.0 * std::f64::consts::PI).sqrt()
+            }
+            Shape::Pareto => {
+                let alpha = pareto_alpha(self.cv);
+                let x_m = (alpha - 1.0) / alpha;
+                mean_of(|u| (-x * x_m * (1.0 - u).powf(-1.0 / alpha)).exp())
+            }
+        }
+    }
+}
+
+/// The mean of `f(U)` for `U` uniform on (0, 1), by the midpoint rule on 4,096 cells.
+fn mean_of(f: impl Fn(f64) -> f64) -> f64 {
+    const CELLS: u32 = 4_096;
+    (0..CELLS)
+        .map(|i| f((f64::from(i) + 0.5) / f64::from(CELLS)))
+        .sum::<f64>()
+        / f64::from(CELLS)
+}
+
 impl fmt::Display for ServiceTime {
     /// `deterministic`, `exponential`, `lognormal (cv 2)`, `pareto (cv 3, alpha 2.05)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -254,6 +297,32 @@ mod tests {
 
     const N: usize = 200_000;
     const MEAN: f64 = 0.01;
+
+    #[test]
+    fn a_poisson_gap_outlasts_a_service_as_the_draws_say() {
+        // Against seeded draws: the share of services shorter than an exponential gap.
+        let mut rng = SmallRng::seed_from_u64(7);
+        for (dist, rate) in [
+            (ServiceTime::DETERMINISTIC, 150.0),
+            (ServiceTime::EXPONENTIAL, 150.0),
+            (ServiceTime::new(Shape::Lognormal, Some(2.0)).unwrap(), 80.0),
+            (ServiceTime::new(Shape::Pareto, Some(3.0)).unwrap(), 300.0),
+        ] {
+            let shorter = (0..N)
+                .filter(|_| {
+                    let gap: f64 = rng.sample::<f64, _>(Exp1) / rate;
+                    dist.sample(MEAN, &mut rng) < gap
+                })
+                .count() as f64
+                / N as f64;
+            let p = dist.outlasted_by_gap(MEAN, rate);
+            assert!(
+                (shorter - p).abs() < 0.005,
+                "{dist}: drawn {shorter}, computed {p}"
+            );
+        }
+        assert_eq!(ServiceTime::EXPONENTIAL.outlasted_by_gap(0.01, 100.0), 0.5);
+    }
 
     /// Mean, CV and median of `N` seeded draws with mean [`MEAN`].
     fn moments(st: ServiceTime, seed: u64) -> (f64, f64, f64) {
