@@ -226,6 +226,10 @@ impl<'s> Fluid<'s> {
                         service.outlasted_by_gap(1.0 / c, share / dt)
                     });
                     failing += p.share - p.live_in;
+                    // What a dropping pod has no room for arrived to a wait at the timeout.
+                    if p.share > p.live_in + p.late_in {
+                        longest = longest.max(tau * c);
+                    }
                 }
                 let fraction = if total > 0.0 { failing / total } else { 0.0 };
                 (fraction, longest / c)
