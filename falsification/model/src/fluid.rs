@@ -258,7 +258,7 @@ impl<'s> Fluid<'s> {
 
     /// Queues this step's arrivals (abandoned work too, unless servers drop it) and serves a step.
     fn serve(&mut self, ready: u32, total: f64, failing: f64) {
-        let (c, tau, dt) = (self.c, self.tau, self.dt);
+        let (c, dt) = (self.c, self.dt);
         match self.topology {
             Topology::Pooled => {
                 // The one queue's head goes to the pods in proportion: those that drop skip
