@@ -194,9 +194,7 @@ impl ServiceTime {
             }
         }
     }
-}
 
-impl ServiceTime {
     /// `E[exp(-rate S)]` for service times `S` of mean `mean_s`: the probability that a service
     /// ends before a Poisson gap of `rate` per second does (the gap is memoryless, so it outlasts
     /// a service of `s` with probability `exp(-rate s)`). Closed forms for deterministic and

@@ -275,9 +275,8 @@ impl<'s> Fluid<'s> {
                 let steps = self.in_flight_steps;
                 for p in &mut self.pods {
                     p.doomed_in_flight(p.share - p.live_in, steps);
-                    let (live, late) = (p.live_in, p.late_in);
-                    p.enqueue(live, true);
-                    p.enqueue(late, false);
+                    p.enqueue(p.live_in, true);
+                    p.enqueue(p.late_in, false);
                     let before = p.backlog;
                     p.serve(c * dt);
                     self.totals.busy_s += (before - p.backlog) / c;

@@ -294,8 +294,8 @@ fn debt_served_s(record: &Record, c: &Criteria) -> Option<f64> {
 /// 7 Dec: 4 of 40 pods still in debt lost 0.2% of requests, and the rows that lost 2 by chance
 /// put its goodput back at 845 s against 146 s per pod). Over 1,000 requests 1% is 10: a true
 /// loss of 0.2% (2 expected) passes it with probability 1e-5, a true 2% (20) stays under it
-/// with probability 0.5%. A model's rows at full rate hold more than that each, so its figure
-/// is the row-by-row one.
+/// with probability 0.5%. Where a model's rows hold more than that each, its figure is the
+/// row-by-row one.
 pub const GOODPUT_STRETCH_REQUESTS: f64 = 1_000.0;
 
 /// Goodput: seconds from `reference` until logical requests succeed 99% of the time for good,
