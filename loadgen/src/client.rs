@@ -17,6 +17,10 @@
 //!
 //! h2c: one shared connection per target (per shard: each shard has its own `Client`); dropping
 //! an attempt resets its stream only.
+//!
+//! `https://` targets: the same, over a TLS session ([`crate::tls`]) on the connection; a
+//! failed handshake is a `tls` error of the attempt. gRPC (`--grpc`): each attempt a unary call
+//! on the HTTP/2 connection, judged by its `grpc-status`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,15 +29,20 @@ use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rand::Rng;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::client::TlsStream;
 
+use crate::config::TlsFlags;
 use crate::h1;
-use crate::record::ErrorKind;
+use crate::record::{AttemptOutcome, ErrorKind};
+use crate::request::{GrpcOutcome, Prepared, PreparedRequest, RequestSet, grpc_timeout};
 use crate::targets::{Target, Targets};
+use crate::tls::{Handshake, Tls};
 
 /// Idle HTTP/1.1 connections kept for reuse at most; more are closed when they come back.
 const MAX_IDLE: usize = 4096;
@@ -47,33 +56,104 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// An HTTP/1.1 connection's byte stream: plain, or a TLS session on it.
+enum Wire {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
 struct H1Conn {
     target: Arc<Target>,
-    stream: TcpStream,
+    wire: Wire,
 }
 
 impl H1Conn {
     /// Still open with nothing unread, and its target still listed. An idle connection is not
     /// polled, but the reactor keeps the readiness that the peer's FIN or reset raised: with
     /// none since its last answer was read (which cleared it, see [`h1::exchange`]) this costs
-    /// no system call; otherwise one `recv` tells.
-    fn usable(&self) -> bool {
+    /// no system call; otherwise one `recv` tells. A TLS session is read without waiting
+    /// instead: what a server sends an idle session unasked (TLS 1.3 session tickets) is taken
+    /// in, and only plaintext, a close or an error make it unusable.
+    fn usable(&mut self) -> bool {
         if self.target.is_retired() {
             return false;
         }
         let mut nothing_came = Context::from_waker(Waker::noop());
-        if self.stream.poll_read_ready(&mut nothing_came).is_pending() {
-            return true;
+        match &mut self.wire {
+            Wire::Plain(stream) => {
+                if stream.poll_read_ready(&mut nothing_came).is_pending() {
+                    return true;
+                }
+                let mut probe = [0u8; 1];
+                matches!(stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            }
+            Wire::Tls(stream) => {
+                let mut probe = [0u8; 1];
+                let mut buf = tokio::io::ReadBuf::new(&mut probe);
+                tokio::io::AsyncRead::poll_read(
+                    std::pin::Pin::new(stream.as_mut()),
+                    &mut nothing_came,
+                    &mut buf,
+                )
+                .is_pending()
+            }
         }
-        let mut probe = [0u8; 1];
-        matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 }
 
 struct H2Conn {
     target: Arc<Target>,
-    sender: http2::SendRequest<Empty<Bytes>>,
+    sender: http2::SendRequest<Full<Bytes>>,
     _driver: Arc<AbortOnDrop>,
+}
+
+/// How the client speaks, fixed for the run.
+#[derive(Clone)]
+pub struct Speech {
+    /// HTTP/2 (h2c, or ALPN h2 over TLS) on one shared connection per target.
+    pub http2: bool,
+    /// Attempt timeout, for `x-deadline-ms` when `deadline` is set and `grpc-timeout` always.
+    pub timeout: Duration,
+    /// Send `x-deadline-ms`.
+    pub deadline: bool,
+    /// For `https://` targets.
+    pub tls: Option<Tls>,
+    /// What each attempt sends.
+    pub requests: Arc<Prepared>,
+}
+
+impl Speech {
+    /// The requests prepared (values read from the environment and files once, here), and
+    /// TLS when a target is `https://` (`https`) or a TLS flag was given.
+    pub fn new(
+        requests: &RequestSet,
+        tls: &TlsFlags,
+        http2: bool,
+        timeout: Duration,
+        deadline: bool,
+        https: bool,
+    ) -> Result<Speech, String> {
+        let prepared = requests
+            .prepare(&|name| std::env::var(name).ok())
+            .map_err(|e| e.0)?;
+        let tls = (https || tls.any())
+            .then(|| Tls::new(tls, http2))
+            .transpose()?;
+        Ok(Speech {
+            http2,
+            timeout,
+            deadline,
+            tls,
+            requests: Arc::new(prepared),
+        })
+    }
+}
+
+/// TLS handshakes by kind, over every shard's client.
+#[derive(Debug, Default)]
+pub struct Handshakes {
+    pub full: std::sync::atomic::AtomicU64,
+    pub resumed: std::sync::atomic::AtomicU64,
 }
 
 /// Sends attempts to the current targets.
@@ -81,9 +161,8 @@ pub struct Client {
     targets: Arc<Targets>,
     bind: Vec<IpAddr>,
     next_bind: AtomicUsize,
-    http2: bool,
-    /// Attempt timeout, for `x-deadline-ms` when `deadline` is set.
-    deadline: Option<Duration>,
+    speech: Speech,
+    handshakes: Arc<Handshakes>,
     idle: Mutex<Vec<H1Conn>>,
     h2: Mutex<Vec<H2Conn>>,
 }
@@ -92,42 +171,58 @@ impl Client {
     pub fn new(
         targets: Arc<Targets>,
         bind: Vec<IpAddr>,
-        http2: bool,
-        deadline: Option<Duration>,
+        speech: Speech,
+        handshakes: Arc<Handshakes>,
     ) -> Client {
         Client {
             targets,
             bind,
             next_bind: AtomicUsize::new(0),
-            http2,
-            deadline,
+            speech,
+            handshakes,
             idle: Mutex::new(Vec::new()),
             h2: Mutex::new(Vec::new()),
         }
     }
 
-    /// Sends attempt `attempt` of request `id`: `Ok` on a 2xx response read to its end, and
-    /// how long the answer sat unread in the socket (HTTP/1.1; zero for h2c and failures
-    /// without an answer), which its latency does not count. The caller bounds it with the
-    /// attempt timeout and drops it when that fires.
-    pub async fn attempt(&self, id: &str, attempt: u32) -> (Result<(), ErrorKind>, Duration) {
-        let deadline_ms = self.deadline.map(|t| deadline_ms(SystemTime::now(), t));
-        if self.http2 {
-            return (
-                self.attempt_h2(id, attempt, deadline_ms).await,
-                Duration::ZERO,
-            );
+    /// Sends attempt `attempt` of request `id`: success on a 2xx response read to its end (a
+    /// gRPC call: status OK), and how long the answer sat unread in the socket (plain
+    /// HTTP/1.1; zero otherwise), which its latency does not count. The caller bounds it with
+    /// the attempt timeout and drops it when that fires.
+    pub async fn attempt(&self, id: &str, attempt: u32) -> (AttemptOutcome, Duration) {
+        let s = &self.speech;
+        let deadline_ms = s
+            .deadline
+            .then(|| deadline_ms(SystemTime::now(), s.timeout));
+        let kind = if s.requests.is_mix() {
+            s.requests.pick(rand::rng().random::<f64>())
+        } else {
+            s.requests.pick(0.0)
+        };
+        if s.http2 {
+            let outcome = match self.attempt_h2(kind, id, attempt, deadline_ms).await {
+                Ok(outcome) => outcome,
+                Err(kind) => AttemptOutcome::Error(kind),
+            };
+            return (outcome, Duration::ZERO);
         }
         let mut conn = match self.take_idle() {
             Some(c) => c,
             None => match self.connect_h1().await {
                 Ok(c) => c,
-                Err(kind) => return (Err(kind), Duration::ZERO),
+                Err(kind) => return (AttemptOutcome::Error(kind), Duration::ZERO),
             },
         };
-        let request = h1::request(&conn.target, id, attempt, deadline_ms);
-        let Ok((answer, unread)) = h1::exchange(&mut conn.stream, request).await else {
-            return (Err(ErrorKind::Io), Duration::ZERO);
+        let request = h1::request(&conn.target, kind, id, attempt, deadline_ms);
+        let head = kind.method.is_head();
+        let exchanged = match &mut conn.wire {
+            Wire::Plain(stream) => h1::exchange(stream, request, head).await,
+            Wire::Tls(stream) => h1::exchange_stream(stream.as_mut(), request, head)
+                .await
+                .map(|answer| (answer, Duration::ZERO)),
+        };
+        let Ok((answer, unread)) = exchanged else {
+            return (AttemptOutcome::Error(ErrorKind::Io), Duration::ZERO);
         };
         if answer.reusable {
             self.put_idle(conn);
@@ -163,7 +258,7 @@ impl Client {
 
     fn take_idle(&self) -> Option<H1Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some(c) = idle.pop() {
+        while let Some(mut c) = idle.pop() {
             if c.usable() {
                 return Some(c);
             }
@@ -184,53 +279,100 @@ impl Client {
 
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
-        stamp_receive_times(&stream);
-        Ok(H1Conn { target, stream })
+        let wire = if target.tls {
+            Wire::Tls(Box::new(self.handshake(&target, stream).await?))
+        } else {
+            stamp_receive_times(&stream);
+            Wire::Plain(stream)
+        };
+        Ok(H1Conn { target, wire })
     }
 
-    async fn attempt_h2(
+    /// The TLS handshake on a new connection to an `https://` target, counted by kind.
+    async fn handshake(
         &self,
-        id: &str,
-        attempt: u32,
-        deadline_ms: Option<u64>,
-    ) -> Result<(), ErrorKind> {
-        let target = self.targets.pick().ok_or(ErrorKind::NoTarget)?;
+        target: &Target,
+        stream: TcpStream,
+    ) -> Result<TlsStream<TcpStream>, ErrorKind> {
+        let tls = self.speech.tls.as_ref().ok_or(ErrorKind::Tls)?;
+        let (stream, kind) = tls
+            .connect(target.host(), stream)
+            .await
+            .map_err(|_| ErrorKind::Tls)?;
+        let counter = match kind {
+            Handshake::Full => &self.handshakes.full,
+            Handshake::Resumed => &self.handshakes.resumed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(stream)
+    }
+
+    /// The target's shared HTTP/2 connection, opened (and its TLS handshake made) if none.
+    async fn h2_sender(
+        &self,
+        target: &Arc<Target>,
+    ) -> Result<(http2::SendRequest<Full<Bytes>>, Arc<AbortOnDrop>), ErrorKind> {
         let shared = {
             let mut conns = self.h2.lock().unwrap_or_else(|p| p.into_inner());
             conns.retain(|c| !c.sender.is_closed() && !c.target.is_retired());
             conns
                 .iter()
-                .find(|c| Arc::ptr_eq(&c.target, &target))
+                .find(|c| Arc::ptr_eq(&c.target, target))
                 .map(|c| (c.sender.clone(), c._driver.clone()))
         };
-        let (mut sender, _driver) = match shared {
-            Some(s) => s,
-            None => {
-                let stream = self.connect_to(&target).await?;
-                let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                    .await
-                    .map_err(|_| ErrorKind::Io)?;
-                let driver = Arc::new(AbortOnDrop(tokio::spawn(async move {
-                    let _ = conn.await;
-                })));
-                let mut conns = self.h2.lock().unwrap_or_else(|p| p.into_inner());
-                conns.push(H2Conn {
-                    target: target.clone(),
-                    sender: sender.clone(),
-                    _driver: driver.clone(),
-                });
-                (sender, driver)
-            }
+        if let Some(s) = shared {
+            return Ok(s);
+        }
+        let stream = self.connect_to(target).await?;
+        let (sender, driver) = if target.tls {
+            h2_handshake(self.handshake(target, stream).await?).await?
+        } else {
+            h2_handshake(stream).await?
         };
-        let req = build_request(&target, id, attempt, deadline_ms);
+        let driver = Arc::new(AbortOnDrop(driver));
+        let mut conns = self.h2.lock().unwrap_or_else(|p| p.into_inner());
+        conns.push(H2Conn {
+            target: target.clone(),
+            sender: sender.clone(),
+            _driver: driver.clone(),
+        });
+        Ok((sender, driver))
+    }
+
+    async fn attempt_h2(
+        &self,
+        kind: &PreparedRequest,
+        id: &str,
+        attempt: u32,
+        deadline_ms: Option<u64>,
+    ) -> Result<AttemptOutcome, ErrorKind> {
+        let target = self.targets.pick().ok_or(ErrorKind::NoTarget)?;
+        let (mut sender, _driver) = self.h2_sender(&target).await?;
+        let grpc = self.speech.requests.grpc;
+        let grpc_deadline = grpc.then(|| grpc_timeout(self.speech.timeout));
+        let req = build_request(&target, kind, id, attempt, deadline_ms, grpc_deadline)
+            .ok_or(ErrorKind::StatusOther)?;
         sender.ready().await.map_err(|_| ErrorKind::Io)?;
         let resp = sender.send_request(req).await.map_err(|_| ErrorKind::Io)?;
-        let status = resp.status();
-        resp.into_body()
-            .collect()
-            .await
-            .map_err(|_| ErrorKind::Io)?;
-        classify_status(status.as_u16())
+        let (head, body) = resp.into_parts();
+        let collected = body.collect().await.map_err(|_| ErrorKind::Io)?;
+        if !grpc || head.status != http::StatusCode::OK {
+            return Ok(classify_status(head.status.as_u16()));
+        }
+        // A call's status is in its trailers, or in the head of a trailers-only answer.
+        let status = collected
+            .trailers()
+            .and_then(|t| t.get("grpc-status"))
+            .or_else(|| head.headers.get("grpc-status"))
+            .and_then(|v| v.to_str().ok()?.parse::<u32>().ok());
+        Ok(match status.map(GrpcOutcome::of) {
+            Some(GrpcOutcome::Ok) => AttemptOutcome::Success,
+            Some(GrpcOutcome::Deadline) => AttemptOutcome::Timeout,
+            Some(GrpcOutcome::Unavailable) => AttemptOutcome::Error(ErrorKind::Status5xx),
+            // No status is a broken call (RFC: the server must send one).
+            Some(GrpcOutcome::Other) => AttemptOutcome::Error(ErrorKind::StatusOther),
+            None => AttemptOutcome::Error(ErrorKind::Io),
+        })
     }
 
     /// A new TCP connection to a random target.
@@ -272,6 +414,23 @@ impl Client {
     }
 }
 
+/// HTTP/2's connection preface on `stream`: the request sender, and the task driving the
+/// connection.
+async fn h2_handshake<S>(
+    stream: S,
+) -> Result<(http2::SendRequest<Full<Bytes>>, JoinHandle<()>), ErrorKind>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .map_err(|_| ErrorKind::Io)?;
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, driver))
+}
+
 /// Binds a source address without reserving a port: with `IP_BIND_ADDRESS_NO_PORT` the port
 /// is chosen at connect time per destination, so one source address serves ~28,000
 /// connections to *each* destination instead of in total.
@@ -307,23 +466,36 @@ fn turn_on(socket: &impl std::os::fd::AsRawFd, level: libc::c_int, option: libc:
     }
 }
 
-/// The h2c request (HTTP/1.1 requests are written by [`h1::request`]).
+/// The HTTP/2 request (HTTP/1.1 requests are written by [`h1::request`]); `None` when a
+/// prepared value is not a valid HTTP/2 header (checked when prepared, so never in practice).
 fn build_request(
     target: &Target,
+    kind: &PreparedRequest,
     id: &str,
     attempt: u32,
     deadline_ms: Option<u64>,
-) -> http::Request<Empty<Bytes>> {
-    let mut b = http::Request::get(target.url.as_str())
-        .header(http::header::HOST, target.authority.as_str())
+    grpc_timeout: Option<String>,
+) -> Option<http::Request<Full<Bytes>>> {
+    let uri = match &kind.path {
+        Some(path) => format!("{}://{}{path}", target.scheme(), target.authority),
+        None => target.url.clone(),
+    };
+    let mut b = http::Request::builder()
+        .method(kind.method.as_str())
+        .uri(uri)
         .header(http::header::USER_AGENT, h1::USER_AGENT)
         .header("x-request-id", id)
         .header("x-attempt", attempt);
     if let Some(ms) = deadline_ms {
         b = b.header("x-deadline-ms", ms);
     }
-    // Every part was validated when the target was parsed.
-    b.body(Empty::new()).unwrap_or_default()
+    if let Some(t) = grpc_timeout {
+        b = b.header("grpc-timeout", t);
+    }
+    for (name, value) in &kind.headers {
+        b = b.header(name.as_str(), value.as_slice());
+    }
+    b.body(Full::new(Bytes::from(kind.body.clone()))).ok()
 }
 
 /// The attempt's `x-deadline-ms`: its timeout from `now`, in Unix milliseconds rounded up, so
@@ -334,13 +506,13 @@ fn deadline_ms(now: SystemTime, timeout: Duration) -> u64 {
         .map_or(0, |d| d.as_nanos().div_ceil(1_000_000) as u64)
 }
 
-fn classify_status(status: u16) -> Result<(), ErrorKind> {
+fn classify_status(status: u16) -> AttemptOutcome {
     if (200..300).contains(&status) {
-        Ok(())
+        AttemptOutcome::Success
     } else if (500..600).contains(&status) {
-        Err(ErrorKind::Status5xx)
+        AttemptOutcome::Error(ErrorKind::Status5xx)
     } else {
-        Err(ErrorKind::StatusOther)
+        AttemptOutcome::Error(ErrorKind::StatusOther)
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::LoadgenError;
 use crate::policy::{Backoff, RetryBudget, RetryPolicy, RetryQuota};
 use crate::record::{AttemptOutcome, ErrorKind};
+use crate::request::{Body, HeaderFlag, Method, RequestError, RequestSet};
 use crate::schedule::{ArrivalKind, Arrivals, Schedule};
 use crate::trace::{Replay, Selection, TraceShard};
 
@@ -83,8 +84,8 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(0..=100))]
     pub retries: u32,
 
-    /// What is retried: `timeout`, `connect` (connection could not be made, incl. no target,
-    /// EADDRNOTAVAIL, EMFILE), `io` (connection failed mid-exchange), `5xx`.
+    /// What is retried: `timeout`, `connect` (connection could not be made, incl. a failed
+    /// TLS handshake, no target, EADDRNOTAVAIL, EMFILE), `io` (connection failed mid-exchange), `5xx`.
     #[arg(
         long,
         value_enum,
@@ -231,6 +232,119 @@ pub struct Config {
     #[arg(long, value_name = "DURATION", env = "LOADGEN_ANSWER_GATHER", default_value = "1ms",
           value_parser = answer_gather)]
     pub answer_gather: Duration,
+
+    #[command(flatten)]
+    pub request: RequestFlags,
+
+    #[command(flatten)]
+    pub tls: TlsFlags,
+}
+
+/// What each attempt sends, as oha's and curl's flags say it. The loadgen and
+/// `falsification trigger` share these flags.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+#[command(next_help_heading = "Requests")]
+pub struct RequestFlags {
+    /// Request method [default: GET, or POST with a body].
+    #[arg(short = 'X', long, value_name = "METHOD", value_parser = clap::value_parser!(Method))]
+    pub method: Option<Method>,
+
+    /// A header, 'Name: value'; repeat. The value may be `@env:NAME` (an environment
+    /// variable's value) or `@file:PATH` (a file's, one trailing newline removed), read when
+    /// the load starts: use them for secrets, which are then in no argv, record or log.
+    #[arg(short = 'H', long = "header", value_name = "HEADER",
+          value_parser = clap::value_parser!(HeaderFlag))]
+    pub headers: Vec<HeaderFlag>,
+
+    /// Request body, as given.
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["body_file", "request_file"])]
+    pub body: Option<String>,
+
+    /// Request body: the file's bytes (with --grpc, the call's protobuf message).
+    #[arg(long, value_name = "FILE", conflicts_with = "request_file")]
+    pub body_file: Option<PathBuf>,
+
+    /// A TOML file of `[[request]]` tables (weight, method, path, headers, body or body_file),
+    /// one picked at random by weight for each request; -H headers are added to every one.
+    #[arg(long, value_name = "FILE", conflicts_with = "method")]
+    pub request_file: Option<PathBuf>,
+
+    /// gRPC unary calls over HTTP/2 (h2c for http://, TLS with ALPN h2 for https://): the
+    /// target URL's path is the method (`/package.Service/Method`), --body-file its message as
+    /// bytes; `grpc-timeout` is the attempt timeout. DEADLINE_EXCEEDED counts as a timeout,
+    /// UNAVAILABLE and RESOURCE_EXHAUSTED as a 5xx, other codes as status_other.
+    #[arg(long)]
+    pub grpc: bool,
+}
+
+impl RequestFlags {
+    /// The request set the flags describe (a request file read and checked).
+    pub fn request_set(&self) -> Result<RequestSet, RequestError> {
+        let body = match (&self.body, &self.body_file) {
+            (Some(b), _) => Some(Body::Inline(b.clone())),
+            (None, Some(f)) => Some(Body::File(f.clone())),
+            (None, None) => None,
+        };
+        RequestSet::from_parts(
+            self.method.clone(),
+            &self.headers,
+            body,
+            self.request_file.as_deref(),
+            self.grpc,
+        )
+    }
+}
+
+/// TLS for `https://` targets (rustls): verification, client certificates, the server name.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+#[command(next_help_heading = "TLS")]
+pub struct TlsFlags {
+    /// PEM file of the CA certificates the target's certificate must chain to, instead of
+    /// the system's trust store (e.g. a team's own CA).
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+
+    /// Client certificate chain, PEM, for mutual TLS (with --key).
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+
+    /// The client certificate's private key, PEM (with --cert).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+
+    /// INSECURE: accept any certificate the target shows, without checking who signed it or
+    /// its name. For a test target only.
+    #[arg(long, conflicts_with = "cacert")]
+    pub insecure: bool,
+
+    /// The name the certificate is checked against and sent as SNI [default: the URL's host;
+    /// an IP address is checked against the certificate's IP addresses, with no SNI].
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsFlags {
+    /// Whether any TLS flag was given (they need an `https://` target).
+    pub fn any(&self) -> bool {
+        *self != TlsFlags::default()
+    }
+
+    /// One line for a record: file names and switches, nothing secret.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        match (&self.cacert, self.insecure) {
+            (Some(ca), _) => parts.push(format!("CA {}", ca.display())),
+            (None, true) => parts.push("INSECURE: no certificate verification".into()),
+            (None, false) => parts.push("system trust store".into()),
+        }
+        if let Some(c) = &self.cert {
+            parts.push(format!("client certificate {}", c.display()));
+        }
+        if let Some(n) = &self.tls_server_name {
+            parts.push(format!("server name {n}"));
+        }
+        parts.join(", ")
+    }
 }
 
 /// Outcome classes that `--retry-on` can name.
@@ -260,7 +374,7 @@ impl RetryOn {
             (RetryOn::Timeout, AttemptOutcome::Timeout)
                 | (
                     RetryOn::Connect,
-                    AttemptOutcome::Error(Connect | AddrNotAvailable | OpenFiles | NoTarget)
+                    AttemptOutcome::Error(Connect | Tls | AddrNotAvailable | OpenFiles | NoTarget)
                 )
                 | (RetryOn::Io, AttemptOutcome::Error(Io))
                 | (RetryOn::Status5xx, AttemptOutcome::Error(Status5xx))
@@ -424,6 +538,10 @@ pub struct Plan {
     pub seed: u64,
     pub policy: RetryPolicy,
     pub retry_on: Vec<RetryOn>,
+    /// What each attempt sends (values not yet read: see [`RequestSet::prepare`]).
+    pub requests: RequestSet,
+    /// HTTP/2 on every connection: `--http2` or `--grpc`.
+    pub http2: bool,
 }
 
 impl Plan {
@@ -455,6 +573,25 @@ impl Config {
                 self.connections
             )));
         }
+        let requests = self
+            .request
+            .request_set()
+            .map_err(|e| LoadgenError::Config(e.0))?;
+        let http2 = self.http2 || self.request.grpc;
+        if self.request.grpc && self.connections > 0 {
+            return Err(LoadgenError::Config(format!(
+                "--connections {}: applies to HTTP/1.1, and --grpc speaks HTTP/2",
+                self.connections
+            )));
+        }
+        if self.tls.any()
+            && !self.targets.iter().any(|t| t.starts_with("https://"))
+            && self.targets_file.is_none()
+        {
+            return Err(LoadgenError::Config(
+                "--cacert/--cert/--key/--insecure/--tls-server-name: no https:// --target".into(),
+            ));
+        }
         let share = 1.0 / f64::from(self.instances);
         let budget = self
             .retry_budget
@@ -483,6 +620,8 @@ impl Config {
                 quota: self.retry_quota.clone(),
             },
             retry_on: self.retry_on.clone(),
+            requests,
+            http2,
         })
     }
 

@@ -22,9 +22,10 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
+use crate::request::PreparedRequest;
 use crate::targets::Target;
 
 /// A response head, or a chunk-size or trailer line, longer than this is refused (hyper's
@@ -43,19 +44,47 @@ thread_local! {
 /// What the kit's clients call themselves, on both protocols.
 pub const USER_AGENT: &str = concat!("retry-debt-loadgen/", env!("CARGO_PKG_VERSION"));
 
-/// The request of one attempt: `GET` of the target's path with the kit's headers.
-pub fn request(target: &Target, id: &str, attempt: u32, deadline_ms: Option<u64>) -> Vec<u8> {
-    let mut req = Vec::with_capacity(160 + target.path.len() + target.authority.len());
+/// The request of one attempt: the method, path, headers and body of `kind`, with the kit's
+/// headers. The path is the kind's, else the target's.
+pub fn request(
+    target: &Target,
+    kind: &PreparedRequest,
+    id: &str,
+    attempt: u32,
+    deadline_ms: Option<u64>,
+) -> Vec<u8> {
+    let path = kind.path.as_deref().unwrap_or(&target.path);
+    let extra: usize = kind
+        .headers
+        .iter()
+        .map(|(n, v)| n.len() + v.len() + 4)
+        .sum();
+    let mut req =
+        Vec::with_capacity(160 + path.len() + target.authority.len() + extra + kind.body.len());
     // Writing to a Vec cannot fail.
     let _ = write!(
         req,
-        "GET {} HTTP/1.1\r\nhost: {}\r\nuser-agent: {USER_AGENT}\r\nx-request-id: {id}\r\nx-attempt: {attempt}\r\n",
-        target.path, target.authority,
+        "{} {path} HTTP/1.1\r\nhost: {}\r\nuser-agent: {USER_AGENT}\r\nx-request-id: {id}\r\nx-attempt: {attempt}\r\n",
+        kind.method, target.authority,
     );
     if let Some(ms) = deadline_ms {
         let _ = write!(req, "x-deadline-ms: {ms}\r\n");
     }
+    for (name, value) in &kind.headers {
+        req.extend_from_slice(name.as_bytes());
+        req.extend_from_slice(b": ");
+        req.extend_from_slice(value);
+        req.extend_from_slice(b"\r\n");
+    }
+    // A body, or a method whose requests carry one (a POST without a length is refused with
+    // 411 by some servers).
+    if !kind.body.is_empty()
+        || !matches!(kind.method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS")
+    {
+        let _ = write!(req, "content-length: {}\r\n", kind.body.len());
+    }
     req.extend_from_slice(b"\r\n");
+    req.extend_from_slice(&kind.body);
     req
 }
 
@@ -81,12 +110,13 @@ pub struct Broken;
 pub async fn exchange(
     stream: &mut TcpStream,
     request: Vec<u8>,
+    head: bool,
 ) -> Result<(Answer, Duration), Broken> {
     stream.write_all(&request).await.map_err(|_| Broken)?;
     crate::gather::sent();
     // Not held while the answer is awaited, which may be the whole timeout.
     drop(request);
-    let mut buffer = AnswerBuffer::default();
+    let mut buffer = AnswerBuffer::new(head);
     loop {
         stream.readable().await.map_err(|_| Broken)?;
         let mut step = Ok(None);
@@ -123,6 +153,35 @@ pub async fn exchange(
                 SystemTime::now().duration_since(at).unwrap_or_default()
             });
             return Ok((answer, unread));
+        }
+    }
+}
+
+/// [`exchange`] over a TLS stream: the same request and framing, read through the TLS
+/// session's plaintext. No receive time: a record's bytes are stamped when they arrived, but
+/// what it decrypts to is read later, so the latency ends when the answer was read (at most
+/// `--answer-gather` late).
+pub async fn exchange_stream<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: Vec<u8>,
+    head: bool,
+) -> Result<Answer, Broken> {
+    stream.write_all(&request).await.map_err(|_| Broken)?;
+    stream.flush().await.map_err(|_| Broken)?;
+    crate::gather::sent();
+    drop(request);
+    let mut buffer = AnswerBuffer::new(head);
+    // On the attempt's own future: a TLS read hands over at most one record's plaintext.
+    let mut scratch = [0u8; 4096];
+    loop {
+        let answer = match stream.read(&mut scratch).await {
+            Ok(0) => Some(buffer.end_of_stream().ok_or(Broken)?),
+            Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken)?,
+            Err(_) => return Err(Broken),
+        };
+        if let Some(answer) = answer {
+            crate::gather::answered();
+            return Ok(answer);
         }
     }
 }
@@ -185,6 +244,18 @@ pub struct AnswerBuffer {
 }
 
 impl AnswerBuffer {
+    /// The answer to a request; `head`: a `HEAD`, whose answer has no body whatever its
+    /// length says.
+    pub fn new(head: bool) -> AnswerBuffer {
+        AnswerBuffer {
+            reader: ResponseReader {
+                head,
+                ..ResponseReader::default()
+            },
+            pending: Vec::new(),
+        }
+    }
+
     /// One read's bytes: the answer once it is complete.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<Answer>, Malformed> {
         let fed = if self.pending.is_empty() {
@@ -235,6 +306,8 @@ pub struct ResponseReader {
     framing: Framing,
     status: u16,
     keep_alive: bool,
+    /// The request was a `HEAD`.
+    head: bool,
 }
 
 impl ResponseReader {
@@ -368,7 +441,7 @@ impl ResponseReader {
             // this one by its transfer coding, then close.
             self.keep_alive = false;
         }
-        self.framing = if status == 204 || status == 304 {
+        self.framing = if status == 204 || status == 304 || self.head {
             Framing::Length(0)
         } else if chunked == Some(true) {
             Framing::ChunkSize
@@ -455,7 +528,7 @@ mod tests {
         // thread that wakes late on a loaded machine (CI saw 0 ns) cannot shorten the wait.
         written_rx.recv().unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec())
+        let (answer, unread) = exchange(&mut stream, b"GET / HTTP/1.1\r\n\r\n".to_vec(), false)
             .await
             .unwrap();
         assert_eq!(answer.status, 200);
@@ -577,7 +650,9 @@ mod tests {
     #[test]
     fn the_request_carries_the_kit_headers() {
         let t = Target::parse("http://pod.local:8080/work?x=1").unwrap();
-        let req = String::from_utf8(request(&t, "r-7", 2, Some(1_700_000_000_123))).unwrap();
+        let get = crate::request::Prepared::get();
+        let get = get.pick(0.0);
+        let req = String::from_utf8(request(&t, get, "r-7", 2, Some(1_700_000_000_123))).unwrap();
         assert!(
             req.starts_with("GET /work?x=1 HTTP/1.1\r\nhost: pod.local:8080\r\n"),
             "{req}"
@@ -590,7 +665,41 @@ mod tests {
             req.ends_with("x-deadline-ms: 1700000000123\r\n\r\n"),
             "{req}"
         );
-        let plain = String::from_utf8(request(&t, "r-7", 0, None)).unwrap();
+        let plain = String::from_utf8(request(&t, get, "r-7", 0, None)).unwrap();
         assert!(!plain.contains("x-deadline-ms") && plain.ends_with("\r\n\r\n"));
+        assert!(!plain.contains("content-length"), "a GET has no body");
+    }
+
+    #[test]
+    fn a_request_carries_its_method_headers_and_body() {
+        let t = Target::parse("http://pod.local:8080/work").unwrap();
+        let kind = PreparedRequest {
+            method: "POST".parse().unwrap(),
+            path: Some("/orders".into()),
+            headers: vec![("authorization".into(), b"Bearer x".to_vec())],
+            body: b"{\"sku\":1}".to_vec(),
+        };
+        let req = String::from_utf8(request(&t, &kind, "r-1", 0, None)).unwrap();
+        assert!(req.starts_with("POST /orders HTTP/1.1\r\n"), "{req}");
+        assert!(
+            req.ends_with("authorization: Bearer x\r\ncontent-length: 9\r\n\r\n{\"sku\":1}"),
+            "{req}"
+        );
+        let empty_post = PreparedRequest {
+            body: Vec::new(),
+            ..kind
+        };
+        let req = String::from_utf8(request(&t, &empty_post, "r-1", 0, None)).unwrap();
+        assert!(req.ends_with("content-length: 0\r\n\r\n"), "{req}");
+    }
+
+    #[test]
+    fn a_head_answer_has_no_body() {
+        let mut b = AnswerBuffer::new(true);
+        let answer = b
+            .feed(b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((answer.status, answer.reusable), (200, true));
     }
 }

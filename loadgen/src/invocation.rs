@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kit_argv::Argv;
 
-use crate::config::{BindAddrs, RetryOn};
+use crate::config::{BindAddrs, RequestFlags, RetryOn, TlsFlags};
 use crate::policy::Backoff;
 use crate::schedule::{ArrivalKind, Schedule};
 
@@ -70,6 +70,12 @@ pub struct Invocation {
     pub max_in_flight: Option<u64>,
     /// `--answer-gather`.
     pub answer_gather: Option<Duration>,
+    /// What each attempt sends: `-X`, `-H`, `--body`, `--body-file`, `--request-file`,
+    /// `--grpc`. A literal header value is in the argv: a caller that writes the argv where
+    /// others read it (a Job's manifest) passes secrets as `@env:` or `@file:` instead.
+    pub request: RequestFlags,
+    /// `--cacert`, `--cert`, `--key`, `--insecure`, `--tls-server-name`.
+    pub tls: TlsFlags,
 }
 
 /// Where the loadgen sends: fixed URLs (`--target`, repeated) or a file of URLs reloaded when
@@ -145,6 +151,8 @@ impl Invocation {
             connections: None,
             max_in_flight: None,
             answer_gather: None,
+            request: RequestFlags::default(),
+            tls: TlsFlags::default(),
         }
     }
 
@@ -213,6 +221,21 @@ impl Invocation {
         .opt("connections", self.connections)
         .opt("max-in-flight", self.max_in_flight)
         .duration("answer-gather", self.answer_gather);
+        let r = &self.request;
+        a.opt("method", r.method.as_ref());
+        for h in &r.headers {
+            a.value("header", h);
+        }
+        a.opt("body", r.body.as_ref())
+            .opt("body-file", r.body_file.as_ref().map(|p| p.display()))
+            .opt("request-file", r.request_file.as_ref().map(|p| p.display()))
+            .switch("grpc", r.grpc);
+        let t = &self.tls;
+        a.opt("cacert", t.cacert.as_ref().map(|p| p.display()))
+            .opt("cert", t.cert.as_ref().map(|p| p.display()))
+            .opt("key", t.key.as_ref().map(|p| p.display()))
+            .switch("insecure", t.insecure)
+            .opt("tls-server-name", t.tls_server_name.as_ref());
         a.into_vec()
     }
 }
@@ -228,6 +251,30 @@ mod tests {
         let args = inv.args();
         Config::try_parse_from(std::iter::once("loadgen".to_string()).chain(args.clone()))
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    fn request_flags() -> RequestFlags {
+        RequestFlags {
+            method: Some("PATCH".parse().unwrap()),
+            headers: vec![
+                "authorization: @env:TOKEN".parse().unwrap(),
+                "x-tenant: a, b=c".parse().unwrap(),
+            ],
+            body: None,
+            body_file: Some(PathBuf::from("/tmp/a body.json")),
+            request_file: None,
+            grpc: true,
+        }
+    }
+
+    fn tls_flags() -> TlsFlags {
+        TlsFlags {
+            cacert: Some(PathBuf::from("/etc/ca.pem")),
+            cert: Some(PathBuf::from("/etc/client.pem")),
+            key: Some(PathBuf::from("/etc/client.key")),
+            insecure: false,
+            tls_server_name: Some("api.staging.example".into()),
+        }
     }
 
     #[test]
@@ -267,6 +314,8 @@ mod tests {
             connections: Some(0),
             max_in_flight: Some(5000),
             answer_gather: Some(Duration::from_micros(300)),
+            request: request_flags(),
+            tls: tls_flags(),
             ..Invocation::new(
                 TargetSource::Urls(vec![
                     "http://127.0.0.1:8080/work".into(),
@@ -311,6 +360,8 @@ mod tests {
             connections: 0,
             max_in_flight: 5000,
             answer_gather: Duration::from_micros(300),
+            request: request_flags(),
+            tls: tls_flags(),
         };
         assert_eq!(parse(&inv), expected);
     }
@@ -359,6 +410,8 @@ mod tests {
             connections: 0,
             max_in_flight: 200_000,
             answer_gather: Duration::from_millis(1),
+            request: RequestFlags::default(),
+            tls: TlsFlags::default(),
         };
         assert_eq!(c, expected);
         // A budget ratio alone leaves its minimum and window to the binary.

@@ -8,7 +8,11 @@
 //! - [`schedule`]: piecewise-constant rate schedules and the Poisson / constant arrival times.
 //! - [`trace`]: arrival traces (`--trace`): send times read from a file, sampled, sped up.
 //! - [`policy`]: retry policies as pure state machines (backoff, retry budget, AWS retry quota).
+//! - [`request`]: what an attempt sends (method, path, headers, body; a weighted mix from a
+//!   request file; gRPC's framing), with secrets read from the environment or files and
+//!   redacted wherever a request is shown.
 //! - [`targets`]: target URLs, fixed or from a file reloaded when it changes.
+//! - [`tls`]: the rustls client configuration (trust, client certificates, ALPN, resumption).
 //! - [`client`]: one attempt, HTTP/1.1 or h2c (hyper's connection API), with `--bind`.
 //! - [`gather`]: the nap before a shard parks, so a batch's answers are read in one wake-up.
 //! - [`h1`]: the lean HTTP/1.1 exchange and its response framing (a pure state machine).
@@ -43,11 +47,14 @@ pub mod limits;
 pub mod pacer;
 pub mod policy;
 pub mod record;
+pub mod request;
 #[cfg(feature = "runtime")]
 mod run;
 pub mod schedule;
 #[cfg(feature = "runtime")]
 pub mod targets;
+#[cfg(feature = "runtime")]
+pub mod tls;
 pub mod trace;
 
 use std::path::PathBuf;

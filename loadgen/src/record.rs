@@ -21,6 +21,8 @@ use crate::policy::Denied;
 pub enum ErrorKind {
     /// Connection refused, reset or unreachable while connecting.
     Connect,
+    /// The TLS handshake failed (certificate refused, no common protocol, reset during it).
+    Tls,
     /// `EADDRNOTAVAIL`: no free source port / address (see `--bind`).
     AddrNotAvailable,
     /// `EMFILE`/`ENFILE`: out of file descriptors.
@@ -36,7 +38,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 7] = [
+    pub const ALL: [ErrorKind; 8] = [
         ErrorKind::Connect,
         ErrorKind::AddrNotAvailable,
         ErrorKind::OpenFiles,
@@ -44,11 +46,13 @@ impl ErrorKind {
         ErrorKind::Io,
         ErrorKind::Status5xx,
         ErrorKind::StatusOther,
+        ErrorKind::Tls,
     ];
 
     pub const fn name(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
+            ErrorKind::Tls => "tls",
             ErrorKind::AddrNotAvailable => "addr_not_available",
             ErrorKind::OpenFiles => "open_files",
             ErrorKind::NoTarget => "no_target",
@@ -466,6 +470,7 @@ impl Recorder {
             send_lag_seconds: Percentiles::of(&st.send_lag),
             timeout_lateness_seconds: Percentiles::of(&st.timeout_lateness),
             max_rss_bytes: crate::limits::max_rss_bytes(),
+            tls_handshakes: None,
         }
     }
 
@@ -724,6 +729,13 @@ pub struct RunMeta {
     pub retry_on: Vec<String>,
     pub http2: bool,
     pub open_files_limit: u64,
+    /// What the attempts sent, one line per kind of request, secrets redacted
+    /// ([`crate::request::RequestSet::describe`]).
+    #[serde(default)]
+    pub requests: Vec<String>,
+    /// How the target's certificate was checked, for `https://` targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// `summary.json`. Every count is over the whole run; latencies are in seconds.
@@ -752,6 +764,16 @@ pub struct Summary {
     pub send_lag_seconds: Percentiles,
     pub timeout_lateness_seconds: Percentiles,
     pub max_rss_bytes: Option<u64>,
+    /// TLS handshakes, for `https://` targets: a retry on a new connection resumes a session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_handshakes: Option<TlsHandshakes>,
+}
+
+/// TLS handshakes by kind.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TlsHandshakes {
+    pub full: u64,
+    pub resumed: u64,
 }
 
 /// Writes `path` atomically: a temporary file beside it, flushed, then renamed over it.
@@ -814,6 +836,8 @@ mod tests {
             retry_on: vec!["timeout".into()],
             http2: false,
             open_files_limit: 1024,
+            requests: vec!["GET (target's path)".into()],
+            tls: None,
         })
     }
 
@@ -825,14 +849,14 @@ mod tests {
         assert_eq!(lines.len(), 4, "header + seconds 0, 1, 2:\n{csv}");
         assert_eq!(
             lines[0],
-            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms"
+            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,errors_tls,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms"
         );
         let cells: Vec<&str> = lines[3].split(',').collect();
         assert_eq!(cells[0], "2");
         assert_eq!(
             [
                 "3", "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0",
-                "0", "1", "1", "1", "1", "0", "0", "0.700"
+                "0", "0", "1", "1", "1", "1", "0", "0", "0.700"
             ]
             .as_slice(),
             &cells[2..cells.len() - 1]

@@ -16,10 +16,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use crate::client::Client;
+use crate::client::{Client, Handshakes, Speech};
 use crate::config::{ArrivalSource, Plan};
 use crate::policy::RetryPolicy;
-use crate::record::{AttemptOutcome, ErrorKind, Recorder, RequestOutcome, StdoutLine};
+use crate::record::{
+    AttemptOutcome, ErrorKind, Recorder, RequestOutcome, StdoutLine, TlsHandshakes,
+};
 use crate::targets::{Target, Targets};
 use crate::{
     Config, LoadgenError, RunMeta, SUMMARY_FILE, Summary, TIMESERIES_FILE, gather, limits, record,
@@ -153,7 +155,7 @@ impl Ctx {
 }
 
 /// What ran, for the records; says so at the start of a trace's replay.
-fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64) -> RunMeta {
+fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64, tls: bool) -> RunMeta {
     if let ArrivalSource::Trace(replay) = &plan.arrivals {
         tracing::info!(
             "replaying {replay}: the last due at {:.3} s",
@@ -173,9 +175,25 @@ fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64) -> RunMeta {
         timeout_seconds: config.timeout.as_secs_f64(),
         retries: config.retries,
         retry_on: plan.retry_on.iter().map(|r| r.name().to_string()).collect(),
-        http2: config.http2,
+        http2: plan.http2,
         open_files_limit,
+        requests: plan.requests.describe(),
+        tls: tls.then(|| config.tls.describe()),
     }
+}
+
+/// How the shards' clients speak (see [`Speech::new`]).
+fn speech(plan: &Plan, config: &Config, targets: &Targets) -> Result<Speech, LoadgenError> {
+    let https = targets.urls().iter().any(|u| u.starts_with("https://"));
+    Speech::new(
+        &plan.requests,
+        &config.tls,
+        plan.http2,
+        config.timeout,
+        config.deadline,
+        https,
+    )
+    .map_err(LoadgenError::Config)
 }
 
 /// Runs the load until the schedule or `--duration` ends or `shutdown` resolves, drains,
@@ -202,13 +220,15 @@ pub async fn run(
         None => None,
     };
 
-    let meta = run_meta(&plan, &config, open_files_limit);
+    let speech = speech(&plan, &config, &targets)?;
+    let handshakes = Arc::new(Handshakes::default());
+    let meta = run_meta(&plan, &config, open_files_limit, speech.tls.is_some());
     // The shards open their --connections first; the schedule's clock starts once they have.
     // A signal meanwhile (the shutdown future installs its handlers when first polled) ends
     // the run before its first arrival, with its records.
     let mut shutdown = std::pin::pin!(shutdown);
     let mut signalled = false;
-    let mut shards = Shards::start(&plan, &config, &targets)?;
+    let mut shards = Shards::start(&plan, &config, &targets, &speech, &handshakes)?;
     tokio::select! {
         _ = shards.warmed(config.connections) => {}
         _ = shutdown.as_mut() => signalled = true,
@@ -273,7 +293,13 @@ pub async fn run(
             source,
         })?;
     }
-    let summary = ctx.recorder.summary(meta);
+    let mut summary = ctx.recorder.summary(meta);
+    if speech.tls.is_some() {
+        summary.tls_handshakes = Some(TlsHandshakes {
+            full: handshakes.full.load(Ordering::Relaxed),
+            resumed: handshakes.resumed.load(Ordering::Relaxed),
+        });
+    }
     if ctx.printed.is_some() {
         ctx.print_rows(true);
         print_stdout(&(StdoutLine::Summary(Box::new(summary.clone())).json() + "\n"));
@@ -334,7 +360,13 @@ impl Shards {
     /// Starts the shard threads; each opens its share of `--connections` (within one attempt
     /// timeout, so a target that does not accept delays the start by no more), reports, and
     /// waits for [`Shards::go`].
-    fn start(plan: &Plan, config: &Config, targets: &Arc<Targets>) -> Result<Shards, LoadgenError> {
+    fn start(
+        plan: &Plan,
+        config: &Config,
+        targets: &Arc<Targets>,
+        speech: &Speech,
+        handshakes: &Arc<Handshakes>,
+    ) -> Result<Shards, LoadgenError> {
         let n = config.threads.map_or_else(
             || std::thread::available_parallelism().map_or(1, |n| n.get()),
             usize::from,
@@ -359,8 +391,8 @@ impl Shards {
             let client = Arc::new(Client::new(
                 targets.clone(),
                 config.bind.clone().map(|b| b.0).unwrap_or_default(),
-                config.http2,
-                config.deadline.then_some(config.timeout),
+                speech.clone(),
+                handshakes.clone(),
             ));
             let arrivals = plan.arrivals.shard(plan.seed, plan.stop, k, n);
             let connections =
@@ -609,14 +641,14 @@ async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
         let result = tokio::time::timeout(ctx.timeout, client.attempt(&id, attempt)).await;
         // Latencies end when the answer arrived, not when the shard read it.
         let (outcome, unread) = match result {
-            Ok((Ok(()), unread)) => (AttemptOutcome::Success, unread),
+            Ok((AttemptOutcome::Success, unread)) => (AttemptOutcome::Success, unread),
             // A failure that came at the timeout came to a client that had given up: its timer
             // fires up to a millisecond late, and a pod that drops expired work answers its 503
             // in that millisecond; counted as the error, it would not be retried.
-            Ok((Err(_), unread)) if began.elapsed().saturating_sub(unread) >= ctx.timeout => {
+            Ok((_, unread)) if began.elapsed().saturating_sub(unread) >= ctx.timeout => {
                 (AttemptOutcome::Timeout, Duration::ZERO)
             }
-            Ok((Err(kind), unread)) => (AttemptOutcome::Error(kind), unread),
+            Ok((outcome, unread)) => (outcome, unread),
             Err(_) => (AttemptOutcome::Timeout, Duration::ZERO),
         };
         rec.attempt_done(

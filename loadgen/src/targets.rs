@@ -17,6 +17,8 @@ pub struct Target {
     pub authority: String,
     /// Origin-form path and query, e.g. `/work`.
     pub path: String,
+    /// `https://`: a TLS session on each connection.
+    pub tls: bool,
     host: String,
     port: u16,
     /// Set when a reload removed this target: its idle connections are not reused.
@@ -29,14 +31,18 @@ pub struct Target {
 pub const DNS_TTL: Duration = Duration::from_secs(1);
 
 impl Target {
-    /// Parses `http://host[:port][/path]`.
+    /// Parses `http://host[:port][/path]` or `https://...`.
     pub fn parse(url: &str) -> Result<Target, String> {
         let uri: http::Uri = url.parse().map_err(|e| format!("target `{url}`: {e}"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(format!(
-                "target `{url}`: only http:// URLs are supported (use --http2 for h2c)"
-            ));
-        }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(format!(
+                    "target `{url}`: only http:// and https:// URLs are supported"
+                ));
+            }
+        };
         let authority = uri
             .authority()
             .ok_or_else(|| format!("target `{url}`: no host"))?;
@@ -45,7 +51,8 @@ impl Target {
             url: url.to_string(),
             authority: authority.as_str().to_string(),
             path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
-            port: authority.port_u16().unwrap_or(80),
+            port: authority.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+            tls,
             host,
             retired: AtomicBool::new(false),
             resolved: tokio::sync::Mutex::new(None),
@@ -84,6 +91,15 @@ impl Target {
             }
         };
         Ok(addrs[rand::rng().random_range(0..addrs.len())])
+    }
+
+    /// The URL's host, without brackets: what its certificate is checked against.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
     }
 
     pub fn is_retired(&self) -> bool {
@@ -203,10 +219,12 @@ mod tests {
         );
         let t = Target::parse("http://[::1]/").unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 80));
+        let t = Target::parse("https://a/").unwrap();
+        assert!(t.tls && t.port == 443 && t.scheme() == "https");
         assert!(
-            Target::parse("https://a/")
+            Target::parse("ftp://a/")
                 .unwrap_err()
-                .contains("only http://")
+                .contains("only http:// and https://")
         );
         assert!(
             Target::parse("not a url")

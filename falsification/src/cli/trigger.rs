@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use clap::Args;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use loadgen::config::RetryOn;
+use loadgen::config::{RequestFlags, RetryOn, TlsFlags};
 
 use crate::trigger::{
     self, ArrivalsQuery, ClusterTarget, MetricSelector, OnMetricsLoss, PlanInput, ProbeSettings,
-    Rule, RunEnd, RunSettings, StackAmplification, StopSettings, TriggerConfig, Watching,
+    Requests, Rule, RunEnd, RunSettings, StackAmplification, StopSettings, TriggerConfig, Watching,
 };
 use kit_check::CheckInput;
 
@@ -189,6 +189,17 @@ pub struct TriggerArgs {
         value_delimiter = ','
     )]
     pub configs: Vec<PathBuf>,
+    /// Speak HTTP/2 (h2c for http://, ALPN h2 for https://); --grpc implies it.
+    #[arg(long, env = "FALSIFICATION_TRIGGER_HTTP2")]
+    pub http2: bool,
+    /// Start a run whose clients retry a request that is not idempotent (POST, PATCH, a gRPC
+    /// call): each retry may take effect again. --yes alone does not.
+    #[arg(long)]
+    pub allow_retried_posts: bool,
+    #[command(flatten)]
+    pub request: RequestFlags,
+    #[command(flatten)]
+    pub tls: TlsFlags,
 }
 
 impl TriggerArgs {
@@ -240,6 +251,8 @@ impl From<TriggerArgs> for TriggerConfig {
                 observe: a.observe,
                 max_duration: a.max_duration,
                 stack: None,
+                requests: Vec::new(),
+                not_idempotent: Vec::new(),
             },
             dry_run: a.dry_run,
             confirmed: a.yes,
@@ -248,6 +261,12 @@ impl From<TriggerArgs> for TriggerConfig {
                 seed: a.seed,
                 bin_dir: a.bin_dir,
                 retry_on: a.retry_on,
+                requests: Requests {
+                    flags: a.request,
+                    tls: a.tls,
+                    http2: a.http2,
+                    allow_retried_posts: a.allow_retried_posts,
+                },
                 watching: Watching {
                     prometheus: a.prometheus,
                     arrivals_queries: a.arrivals_queries,
@@ -277,8 +296,11 @@ impl From<TriggerArgs> for TriggerConfig {
 /// `falsification trigger`: exit 0 when judged (or planned), 3 when a stop rule ended it.
 pub fn trigger(args: TriggerArgs) -> anyhow::Result<ExitCode> {
     let stack = args.stack_amplification()?;
+    let set = args.request.request_set()?;
     let mut config = TriggerConfig::from(args);
     config.plan.stack = stack;
+    config.plan.requests = set.describe();
+    config.plan.not_idempotent = set.unsafe_to_retry();
     if (config.run.stop.rules.iter().any(Rule::reads_prometheus)
         || !config.run.watching.arrivals_queries.is_empty())
         && config.run.watching.prometheus.is_none()

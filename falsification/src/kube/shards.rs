@@ -187,6 +187,8 @@ mod tests {
                 retry_on: vec![],
                 http2: false,
                 open_files_limit: 20_000,
+                requests: vec![],
+                tls: None,
             },
             started_unix: start,
             elapsed_seconds: rows.len() as f64,
@@ -208,6 +210,7 @@ mod tests {
             request_latency_seconds: percentiles(),
             send_lag_seconds: percentiles(),
             timeout_lateness_seconds: percentiles(),
+            tls_handshakes: None,
             max_rss_bytes: None,
         };
         log.push(&StdoutLine::Summary(Box::new(summary)).json());

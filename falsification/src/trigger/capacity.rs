@@ -6,8 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{anyhow, bail};
+use loadgen::client::{Client, Speech};
+use loadgen::record::AttemptOutcome;
+use loadgen::targets::{Target, Targets};
 use serde::Serialize;
+
+use super::Requests;
 
 /// What the probe found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,33 +60,52 @@ pub fn judge(
 }
 
 /// Runs `concurrency` workers sending back to back to `target` for `duration` (each request
-/// bounded by `timeout`), then judges their answers per second.
+/// bounded by `timeout`), then judges their answers per second. The requests are the run's own
+/// (method, headers, body, TLS, gRPC), sent by the loadgen's client, so the capacity measured
+/// is of the requests the test will send.
 pub async fn probe(
     target: &str,
+    requests: &Requests,
     concurrency: u32,
     duration: Duration,
     timeout: Duration,
 ) -> anyhow::Result<CapacityProbe> {
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .no_proxy()
-        .build()?;
+    let set = requests.flags.request_set()?;
+    let http2 = requests.http2 || requests.flags.grpc;
+    let speech = Speech::new(
+        &set,
+        &requests.tls,
+        http2,
+        timeout,
+        false,
+        target.starts_with("https://"),
+    )
+    .map_err(|e| anyhow!("capacity auto: {e}"))?;
+    let parsed = Target::parse(target).map_err(|e| anyhow!("capacity auto: {e}"))?;
+    let client = Arc::new(Client::new(
+        Arc::new(Targets::new(vec![parsed])),
+        Vec::new(),
+        speech,
+        Arc::default(),
+    ));
     let seconds = duration.as_secs().max(2) as usize;
     let answered: Arc<Vec<AtomicU64>> = Arc::new((0..seconds).map(|_| AtomicU64::new(0)).collect());
     let failed = Arc::new(AtomicU64::new(0));
     let start = tokio::time::Instant::now();
     let end = start + Duration::from_secs(seconds as u64);
     let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (client, target) = (client.clone(), target.to_string());
+        .map(|w| {
+            let client = client.clone();
             let (answered, failed) = (answered.clone(), failed.clone());
             tokio::spawn(async move {
+                let mut n = 0u64;
                 while tokio::time::Instant::now() < end {
-                    // The body read to its end, so the connection is reused.
-                    let ok = match client.get(&target).send().await {
-                        Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-                        _ => false,
-                    };
+                    n += 1;
+                    let id = format!("probe-{w}-{n}");
+                    let ok = matches!(
+                        tokio::time::timeout(timeout, client.attempt(&id, 0)).await,
+                        Ok((AttemptOutcome::Success, _))
+                    );
                     let second = start.elapsed().as_secs() as usize;
                     match (ok, answered.get(second)) {
                         (true, Some(n)) => {

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
-use loadgen::config::RetryOn;
+use loadgen::config::{RequestFlags, RetryOn, TlsFlags};
 
 pub use cluster::ClusterTarget;
 pub use metrics::{ArrivalsQuery, MetricSelector};
@@ -68,12 +68,24 @@ pub struct RunSettings {
     pub bin_dir: Option<PathBuf>,
     /// What the clients retry.
     pub retry_on: Vec<RetryOn>,
+    /// What the clients send, and how.
+    pub requests: Requests,
     pub watching: Watching,
     pub stop: StopSettings,
     /// `--capacity auto`: the probe that measures the capacity before the plan.
     pub capacity_probe: Option<ProbeSettings>,
     /// `--cluster kube`: the loadgen runs as a Job in a namespace of its own there.
     pub cluster: Option<ClusterTarget>,
+}
+
+/// What the clients send and how they speak: the loadgen's own flags, passed on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Requests {
+    pub flags: RequestFlags,
+    pub tls: TlsFlags,
+    pub http2: bool,
+    /// The run may retry requests that are not idempotent.
+    pub allow_retried_posts: bool,
 }
 
 /// What the run reads every second besides its clients.
@@ -113,6 +125,16 @@ impl TriggerConfig {
         if !self.confirmed {
             bail!(
                 "refusing to send load to {target} without --yes (use --dry-run for the plan only)"
+            );
+        }
+        if self.plan.retries > 0
+            && !self.plan.not_idempotent.is_empty()
+            && !self.run.requests.allow_retried_posts
+        {
+            bail!(
+                "refusing to retry {} (not idempotent: a retry may take effect again) without \
+                 --allow-retried-posts; --yes alone does not start it",
+                self.plan.not_idempotent.join(", ")
             );
         }
         Ok(target)

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::trigger::Requests;
 use anyhow::{Context, bail};
 use loadgen::config::RetryOn;
 use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, TargetSource};
@@ -33,6 +34,10 @@ pub struct PlanInput {
     /// The timeout class's `A` that `falsification check` computed from the stack's files; the
     /// client's retries alone give it otherwise.
     pub stack: Option<StackAmplification>,
+    /// What each attempt sends, one line per kind, secrets redacted.
+    pub requests: Vec<String>,
+    /// The methods among them that are not idempotent (a gRPC call counts as one).
+    pub not_idempotent: Vec<String>,
 }
 
 /// `A` from the stack's files, with what it was read from.
@@ -90,6 +95,11 @@ pub struct Plan {
     pub max_duration_s: f64,
     /// Highest first-attempt rate of the schedule (`k x rate`), when the rate is known.
     pub max_rate: Option<f64>,
+    /// What each attempt sends, secrets redacted.
+    pub requests: Vec<String>,
+    /// Methods the clients retry that are not idempotent: the run needs
+    /// `--allow-retried-posts`.
+    pub retried_not_idempotent: Vec<String>,
 }
 
 impl Plan {
@@ -194,6 +204,12 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         length_s: 0.0,
         max_duration_s: 0.0,
         max_rate: rate.map(|r| r * k.max(1.0)),
+        requests: input.requests.clone(),
+        retried_not_idempotent: if input.retries > 0 {
+            input.not_idempotent.clone()
+        } else {
+            Vec::new()
+        },
     };
     let pooled = pooled(&p);
     let a = pooled.amplification();
@@ -204,6 +220,14 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
     p.recovery_closed_s = recovery.closed_s;
     p.recovery_fluid_s = recovery.fluid_s;
     p.warnings = recovery.warnings;
+    if !p.retried_not_idempotent.is_empty() {
+        p.warnings.push(format!(
+            "the clients retry {}, which is not idempotent: each retry may take effect again \
+             (a payment retried is paid twice, istio/istio#50506). Run it only where repeated \
+             effects are harmless; it starts only with --allow-retried-posts",
+            p.retried_not_idempotent.join(", ")
+        ));
+    }
     observation(&mut p, input)?;
     Ok(p)
 }
@@ -267,6 +291,7 @@ pub struct LoadgenRun<'a> {
     pub retry_on: &'a [RetryOn],
     pub seed: u64,
     pub out: &'a Path,
+    pub requests: &'a Requests,
 }
 
 /// The loadgen's command line for a plan: its schedule with Poisson arrivals, the plan's retry
@@ -291,6 +316,9 @@ pub fn loadgen(p: &Plan, schedule: Schedule, run: &LoadgenRun<'_>) -> Invocation
         seed: Some(run.seed),
         out: Some(run.out.to_path_buf()),
         stdout_rows: true,
+        http2: run.requests.http2,
+        request: run.requests.flags.clone(),
+        tls: run.requests.tls.clone(),
         ..Invocation::new(
             TargetSource::Urls(vec![run.target.to_string()]),
             Load::Schedule(schedule),
@@ -317,6 +345,8 @@ pub(super) mod tests {
             observe: None,
             max_duration: None,
             stack: None,
+            requests: Vec::new(),
+            not_idempotent: Vec::new(),
         }
     }
 
@@ -492,6 +522,7 @@ pub(super) mod tests {
             retry_on: &[RetryOn::Timeout, RetryOn::Status5xx],
             seed: 7,
             out: Path::new("/tmp/t/loadgen"),
+            requests: &Requests::default(),
         };
         let args = loadgen(&p, schedule(&p).unwrap(), &run).args();
         for flag in [

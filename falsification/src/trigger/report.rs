@@ -16,6 +16,23 @@ pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
     let opt = |v: Option<f64>| v.map_or("never (trapped)".to_string(), |v| format!("{v:.1} s"));
     let _ = writeln!(t, "Trigger test plan");
     let _ = writeln!(t, "  target:           {}", target.unwrap_or("(none)"));
+    for (i, r) in p.requests.iter().enumerate() {
+        let label = if i == 0 { "requests:" } else { "" };
+        let _ = writeln!(t, "  {label:<18}{r}");
+    }
+    let r = &run.requests;
+    if target.is_some_and(|t| t.starts_with("https://")) || r.tls.any() {
+        let _ = writeln!(
+            t,
+            "  TLS:              {}, ALPN {}",
+            r.tls.describe(),
+            if r.http2 || r.flags.grpc {
+                "h2"
+            } else {
+                "http/1.1"
+            }
+        );
+    }
     let _ = writeln!(
         t,
         "  rho:              {:.3}{}",

@@ -86,6 +86,7 @@ pub fn run(config: &TriggerConfig) -> anyhow::Result<RunEnd> {
             ))?;
             let found = rt.block_on(capacity::probe(
                 target,
+                &config.run.requests,
                 probe.concurrency,
                 probe.duration,
                 input.timeout,
@@ -162,6 +163,7 @@ fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Laun
             retry_on: &settings.retry_on,
             seed: settings.seed,
             out: &out.join("loadgen"),
+            requests: &settings.requests,
         },
     );
     if settings.cluster.is_some() {
