@@ -13,7 +13,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use serde::Deserialize;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// Headers whose literal values are shown as given: they describe the request, not the caller.
 pub const PUBLIC_HEADERS: [&str; 5] = [
@@ -309,25 +311,32 @@ pub struct RequestSet {
 }
 
 /// A request file: `[[request]]` tables.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RequestFile {
     request: Vec<FileEntry>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct FileEntry {
     #[serde(default = "one")]
     weight: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     path: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     headers: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     body: Option<String>,
     /// Relative to the request file's directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
     body_file: Option<PathBuf>,
 }
+
+/// The name of the request file in a [`RequestSet::bundle`].
+pub const BUNDLE_REQUEST_FILE: &str = "requests.toml";
 
 fn one() -> f64 {
     1.0
@@ -457,6 +466,56 @@ impl RequestSet {
             cumulative,
             grpc: self.grpc,
         })
+    }
+}
+
+impl RequestSet {
+    /// The set as files for a process that sees none of this one's environment or files (a
+    /// loadgen pod, the files mounted at `dir` from a Secret): [`BUNDLE_REQUEST_FILE`], whose
+    /// header values are public literals or `@file:` references under `dir`, and the files it
+    /// names, each value read now (a secret goes into a file, never into the request file).
+    pub fn bundle(
+        &self,
+        dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<BTreeMap<String, Vec<u8>>, RequestError> {
+        let mut files = BTreeMap::new();
+        let mut entries = Vec::with_capacity(self.requests.len());
+        for (i, r) in self.requests.iter().enumerate() {
+            let mut headers = Vec::with_capacity(r.headers.len());
+            for (j, h) in r.headers.iter().enumerate() {
+                match &h.value {
+                    ValueSource::Literal(_) if PUBLIC_HEADERS.contains(&h.name.as_str()) => {
+                        headers.push(h.to_string());
+                    }
+                    _ => {
+                        let name = format!("header-{i}-{j}");
+                        files.insert(name.clone(), h.resolve(env)?);
+                        headers.push(format!("{}: @file:{}", h.name, dir.join(&name).display()));
+                    }
+                }
+            }
+            let body_file = match &r.body {
+                Some(b) => {
+                    let name = format!("body-{i}");
+                    files.insert(name.clone(), b.bytes()?);
+                    Some(PathBuf::from(name))
+                }
+                None => None,
+            };
+            entries.push(FileEntry {
+                weight: r.weight,
+                method: r.method.as_ref().map(ToString::to_string),
+                path: r.path.clone(),
+                headers,
+                body: None,
+                body_file,
+            });
+        }
+        let text = toml::to_string(&RequestFile { request: entries })
+            .map_err(|e| RequestError(format!("request file: {e}")))?;
+        files.insert(BUNDLE_REQUEST_FILE.into(), text.into_bytes());
+        Ok(files)
     }
 }
 
@@ -727,6 +786,45 @@ body_file = "order.json"
                 "{want}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn a_bundle_reads_back_as_the_same_requests_with_secrets_in_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = |v: &str| (v == "TOKEN").then(|| "Bearer s3cret".to_string());
+        let set = RequestSet::from_parts(
+            Some("PUT".parse().unwrap()),
+            &[
+                "authorization: @env:TOKEN".parse().unwrap(),
+                "x-api-key: literal-s3cret".parse().unwrap(),
+                "content-type: application/json".parse().unwrap(),
+            ],
+            Some(Body::Inline("{}".into())),
+            None,
+            false,
+        )
+        .unwrap();
+        let files = set.bundle(dir.path(), &env).unwrap();
+        let toml = String::from_utf8(files[BUNDLE_REQUEST_FILE].clone()).unwrap();
+        assert!(!toml.contains("s3cret"), "{toml}");
+        assert!(toml.contains("content-type: application/json"), "{toml}");
+        for (name, bytes) in &files {
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+        }
+        let back = RequestSet::from_parts(
+            None,
+            &[],
+            None,
+            Some(&dir.path().join(BUNDLE_REQUEST_FILE)),
+            false,
+        )
+        .unwrap();
+        let no_env = |_: &str| None;
+        assert_eq!(
+            back.prepare(&no_env).unwrap(),
+            set.prepare(&env).unwrap(),
+            "the pod sends what this process would"
+        );
     }
 
     #[test]

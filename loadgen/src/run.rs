@@ -287,18 +287,19 @@ pub async fn run(
     ctx.recorder.cut_unfinished();
     background.shutdown().await;
 
-    if let Some(dir) = &config.out {
-        write_records(&ctx.recorder, dir, Some(&meta)).map_err(|source| LoadgenError::Output {
-            path: dir.clone(),
-            source,
-        })?;
-    }
+    let tls_handshakes = speech.tls.is_some().then(|| TlsHandshakes {
+        full: handshakes.full.load(Ordering::Relaxed),
+        resumed: handshakes.resumed.load(Ordering::Relaxed),
+    });
     let mut summary = ctx.recorder.summary(meta);
-    if speech.tls.is_some() {
-        summary.tls_handshakes = Some(TlsHandshakes {
-            full: handshakes.full.load(Ordering::Relaxed),
-            resumed: handshakes.resumed.load(Ordering::Relaxed),
-        });
+    summary.tls_handshakes = tls_handshakes;
+    if let Some(dir) = &config.out {
+        write_records(&ctx.recorder, dir, Some(&summary)).map_err(|source| {
+            LoadgenError::Output {
+                path: dir.clone(),
+                source,
+            }
+        })?;
     }
     if ctx.printed.is_some() {
         ctx.print_rows(true);
@@ -724,14 +725,13 @@ async fn ticker(ctx: Arc<Ctx>, out: Option<PathBuf>) {
 
 /// Writes `timeseries.csv` (closed seconds only for a checkpoint, every row at the end) and,
 /// at the end, `summary.json`.
-fn write_records(recorder: &Recorder, dir: &Path, finish: Option<&RunMeta>) -> std::io::Result<()> {
+fn write_records(recorder: &Recorder, dir: &Path, finish: Option<&Summary>) -> std::io::Result<()> {
     record::write_atomically(
         &dir.join(TIMESERIES_FILE),
         recorder.csv(finish.is_some()).as_bytes(),
     )?;
-    if let Some(meta) = finish {
-        let json = serde_json::to_vec_pretty(&recorder.summary(meta.clone()))
-            .map_err(std::io::Error::other)?;
+    if let Some(summary) = finish {
+        let json = serde_json::to_vec_pretty(summary).map_err(std::io::Error::other)?;
         record::write_atomically(&dir.join(SUMMARY_FILE), &json)?;
     }
     Ok(())

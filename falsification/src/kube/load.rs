@@ -17,9 +17,11 @@ use ::kube::Client;
 use ::kube::api::{Api, DeleteParams, ListParams, LogParams, PropagationPolicy};
 use anyhow::{Context, bail};
 use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Namespace, Pod, PodSecurityContext, SeccompProfile, ServiceAccount,
+    Namespace, Pod, PodSecurityContext, SeccompProfile, Secret, SecretVolumeSource, ServiceAccount,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::task::JoinHandle;
@@ -83,6 +85,35 @@ pub fn namespace(name: &str) -> Namespace {
     }
 }
 
+/// The Secret holding the run's request and TLS files (`trigger::cluster::request_files`),
+/// mounted read-only into every shard; it goes with the namespace.
+pub const REQUEST_SECRET: &str = "loadgen-request";
+/// Where the shards find it.
+pub const REQUEST_DIR: &str = "/etc/retry-debt/request";
+
+/// The Secret of the run's request files, labelled as its namespace.
+pub fn request_secret(namespace: &str, files: &BTreeMap<String, Vec<u8>>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(REQUEST_SECRET.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY.0.into(), MANAGED_BY.1.into()),
+                (COMPONENT.0.into(), COMPONENT.1.into()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        data: Some(
+            files
+                .iter()
+                .map(|(name, bytes)| (name.clone(), ByteString(bytes.clone())))
+                .collect(),
+        ),
+        immutable: Some(true),
+        ..Secret::default()
+    }
+}
+
 /// What each trigger shard requests: a staging target's failed phase is not known ahead.
 const TRIGGER_LOADGEN_CPU: &str = "100m";
 
@@ -96,6 +127,7 @@ pub fn job(
     image: &str,
     shards: u32,
     args: Vec<String>,
+    request_dir: Option<&str>,
     active_deadline_s: i64,
 ) -> Job {
     let mut job = loadgen_job_for(namespace, image, shards, TRIGGER_LOADGEN_CPU, args);
@@ -120,6 +152,24 @@ pub fn job(
             });
             for c in &mut pod.containers {
                 c.termination_message_policy = Some("FallbackToLogsOnError".into());
+                if let Some(dir) = request_dir {
+                    c.volume_mounts = Some(vec![VolumeMount {
+                        name: REQUEST_SECRET.into(),
+                        mount_path: dir.into(),
+                        read_only: Some(true),
+                        ..VolumeMount::default()
+                    }]);
+                }
+            }
+            if request_dir.is_some() {
+                pod.volumes = Some(vec![Volume {
+                    name: REQUEST_SECRET.into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(REQUEST_SECRET.into()),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                }]);
             }
         }
     }
@@ -278,16 +328,26 @@ impl LoadJob {
         &mut self,
         shards: u32,
         args: Vec<String>,
+        files: &BTreeMap<String, Vec<u8>>,
         active_deadline_s: i64,
         on_event: OnEvent,
         within: Duration,
     ) -> anyhow::Result<()> {
         self.shards = shards;
+        let request_dir = (!files.is_empty()).then_some(REQUEST_DIR);
+        if request_dir.is_some() {
+            apply(
+                Api::namespaced(self.client.clone(), &self.namespace),
+                &request_secret(&self.namespace, files),
+            )
+            .await?;
+        }
         let obj = job(
             &self.namespace,
             &self.image,
             shards,
             args,
+            request_dir,
             active_deadline_s,
         );
         apply(Api::namespaced(self.client.clone(), &self.namespace), &obj).await?;
@@ -589,7 +649,14 @@ mod tests {
             .collect();
         assert_eq!(labels, selector);
         let args = vec!["--target=http://svc.ns:8080/work".to_string()];
-        let j = job("retry-debt-trigger-abc123", "kit:dev", 3, args.clone(), 95);
+        let j = job(
+            "retry-debt-trigger-abc123",
+            "kit:dev",
+            3,
+            args.clone(),
+            None,
+            95,
+        );
         assert_eq!(
             j.metadata.namespace.as_deref(),
             Some("retry-debt-trigger-abc123")

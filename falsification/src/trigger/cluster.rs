@@ -14,11 +14,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use loadgen::config::RequestFlags;
 use loadgen::record::StdoutLine;
+use loadgen::request::BUNDLE_REQUEST_FILE;
 use loadgen::{Invocation, Load, Row, TargetSource};
 
 use super::measure::{LoadRow, load_row};
-use crate::kube::load::{LoadCluster, LoadJob, OnEvent, ShardEvent};
+use crate::kube::load::{LoadCluster, LoadJob, OnEvent, REQUEST_DIR, ShardEvent};
 use crate::kube::scale::SOCKETS_PER_SHARD;
 use crate::kube::shards::{self, MergeCheck, ShardLog};
 use crate::kube::unix_now;
@@ -129,6 +131,39 @@ pub fn shard_invocation(
         bind: None,
         ..inv.clone()
     })
+}
+
+/// The run's requests and TLS files as the pods get them: `inv` with every value read here
+/// (`@env:`, `@file:`, bodies, a request file, the CA, the client certificate and key) moved
+/// into files under [`REQUEST_DIR`], and those files, for the Secret. No file for a plain
+/// `GET` without TLS flags. The Job's manifest then names files only: no secret is in it.
+pub fn request_files(inv: &Invocation) -> anyhow::Result<(Invocation, BTreeMap<String, Vec<u8>>)> {
+    let mut files = BTreeMap::new();
+    let mut out = inv.clone();
+    let dir = Path::new(REQUEST_DIR);
+    if inv.request != RequestFlags::default() {
+        let set = inv.request.request_set()?;
+        files = set.bundle(dir, &|name| std::env::var(name).ok())?;
+        out.request = RequestFlags {
+            request_file: Some(dir.join(BUNDLE_REQUEST_FILE)),
+            grpc: inv.request.grpc,
+            ..RequestFlags::default()
+        };
+    }
+    let tls = &inv.tls;
+    for (flag, path, name, moved) in [
+        ("--cacert", &tls.cacert, "cacert.pem", &mut out.tls.cacert),
+        ("--cert", &tls.cert, "cert.pem", &mut out.tls.cert),
+        ("--key", &tls.key, "key.pem", &mut out.tls.key),
+    ] {
+        if let Some(path) = path {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("{flag} {}", path.display()))?;
+            files.insert(name.to_string(), bytes);
+            *moved = Some(dir.join(name));
+        }
+    }
+    Ok((out, files))
 }
 
 /// Whether a URL's host is this machine's loopback.
@@ -356,6 +391,7 @@ impl ClusterLoad {
     ) -> anyhow::Result<ClusterLoad> {
         let shards = shard_count(&invocation, target.shards)?;
         shard_invocation(&invocation, shards, unix_now())?;
+        let (invocation, files) = request_files(&invocation)?;
         let cluster = LoadCluster {
             kubeconfig: target.kubeconfig.clone(),
             context: target.context.clone(),
@@ -388,7 +424,7 @@ impl ClusterLoad {
         let within = Duration::from_secs_f64(LEAD_S + 120.0);
         let deadline = active_deadline_s(&inv, LEAD_S);
         let ran = job
-            .run(shards, inv.args(), deadline, on_event, within)
+            .run(shards, inv.args(), &files, deadline, on_event, within)
             .await
             .and_then(|()| {
                 // Shards that came up after the common start would shift every second of the
@@ -625,6 +661,66 @@ mod tests {
         assert!(shard_invocation(&unbounded, 1, 1.0).is_err());
         assert!(!loopback("http://service.ns.svc.cluster.local:8080/work"));
         assert!(!loopback("http://10.96.0.12/work"));
+    }
+
+    #[test]
+    fn secrets_go_into_the_secret_and_the_job_names_files_only() {
+        const PLANTED: &str = "planted-7f3a9c";
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, body) = (dir.path().join("ca.pem"), dir.path().join("order.json"));
+        std::fs::write(&ca, "CA").unwrap();
+        std::fs::write(&body, format!("{{\"card\":\"{PLANTED}\"}}")).unwrap();
+        let key_file = dir.path().join("key");
+        std::fs::write(&key_file, PLANTED).unwrap();
+        let inv = Invocation {
+            request: RequestFlags {
+                headers: vec![
+                    format!("authorization: Bearer {PLANTED}").parse().unwrap(),
+                    format!("x-key: @file:{}", key_file.display())
+                        .parse()
+                        .unwrap(),
+                ],
+                body_file: Some(body),
+                ..RequestFlags::default()
+            },
+            tls: loadgen::config::TlsFlags {
+                cacert: Some(ca),
+                ..Default::default()
+            },
+            ..invocation()
+        };
+        assert!(
+            inv.args().join(" ").contains(PLANTED),
+            "the literal is in the local argv"
+        );
+        let (moved, files) = request_files(&inv).unwrap();
+        let args = shard_invocation(&moved, 2, 1.0).unwrap().args();
+        let job = crate::kube::load::job("ns", "kit:dev", 2, args.clone(), Some(REQUEST_DIR), 60);
+        let manifest = serde_json::to_string(&job).unwrap();
+        assert!(!manifest.contains(PLANTED), "{manifest}");
+        assert!(
+            args.contains(&format!("--request-file={REQUEST_DIR}/requests.toml"))
+                && args.contains(&format!("--cacert={REQUEST_DIR}/cacert.pem")),
+            "{args:?}"
+        );
+        assert!(manifest.contains(crate::kube::load::REQUEST_SECRET));
+        let secret = crate::kube::load::request_secret("ns", &files);
+        let held: Vec<String> = secret
+            .data
+            .unwrap()
+            .values()
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .collect();
+        assert_eq!(
+            held.iter().filter(|v| v.contains(PLANTED)).count(),
+            3,
+            "{held:?}"
+        );
+        let (same, none) = request_files(&invocation()).unwrap();
+        assert!(
+            none.is_empty() && same == invocation(),
+            "a plain GET needs no Secret"
+        );
     }
 
     #[test]
