@@ -35,109 +35,23 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 data=$repo/falsification/tests/data/secure
 
-die() { echo "secure-stack.sh: $*" >&2; exit 1; }
-log() { echo "secure-stack.sh: $*" >&2; }
+# The stack, for scripts/lib/loopback-stack.sh: its processes in start order (each has DIR/NAME.pid
+# and DIR/NAME.log), the files in DIR they are started with (what names them in their command
+# lines), what down removes besides stack.env and ports, and the logs a failed up shows.
+stack_script=secure-stack.sh
+names=(app nginx grpc)
+stack_files=(orders.py nginx.conf grpc_work.py)
+stack_clean=(nginx-tmp stack.env.new check)
+stack_logs=("${names[@]}" nginx-error)
+# shellcheck source=scripts/lib/loopback-stack.sh
+. scripts/lib/loopback-stack.sh
 
 usage() { die "usage: $0 up DIR | down DIR"; }
 (($# == 2)) || usage
 cmd=$1
 [[ $cmd == up || $cmd == down ]] || usage
-if [[ $cmd == down && ! -d $2 ]]; then
-  log "nothing to stop in $2"
-  exit 0
-fi
-mkdir -p "$2"
-dir=$(cd "$2" && pwd -P)
+stack_dir "$cmd" "$2"
 pki=$dir/pki
-
-# The processes of the stack, in start order; each has DIR/NAME.pid.
-names=(app nginx grpc)
-
-# What names this stack in its processes' command lines: the files each was started with.
-marks() { printf '%s\n' "$dir/orders.py" "$dir/nginx.conf" "$dir/grpc_work.py"; }
-
-# Whether PID's command line names one of this stack's files.
-ours() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qFf <(marks); }
-
-# PID of NAME if that process is alive and is this stack's.
-stack_pid() {
-  local f=$dir/$1.pid pid
-  [[ -f $f ]] || return 1
-  pid=$(<"$f")
-  [[ $pid =~ ^[0-9]+$ ]] && alive "$pid" && ours "$pid" || return 1
-  echo "$pid"
-}
-
-# Processes of this stack, PID files or not (nginx's worker renames itself: it is the child of
-# its master, checked by the ports).
-leftovers() {
-  local p
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-    ours "$p" && alive "$p" && echo "$p"
-  done
-  return 0
-}
-
-# Whether PID runs (a zombie waiting for init to reap it has stopped).
-alive() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [[ ${stat%% *} != Z ]]
-}
-
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-down() {
-  local name pid i ports=() port left
-  if [[ -f $dir/ports ]]; then read -ra ports <"$dir/ports"; fi
-  for ((i = ${#names[@]} - 1; i >= 0; i--)); do
-    name=${names[i]}
-    if pid=$(stack_pid "$name"); then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
-      if alive "$pid"; then
-        log "$name (pid $pid) did not stop on TERM in 10 s: killed"
-        kill -KILL "$pid" 2>/dev/null || true
-        sleep 0.2
-      fi
-    fi
-    rm -f "$dir/$name.pid"
-  done
-  # Whatever a failed up started without writing its PID file.
-  for pid in $(leftovers); do kill -KILL "$pid" 2>/dev/null || true; done
-  sleep 0.1
-  left=$(leftovers)
-  [[ -z $left ]] || die "still running after down: $(echo "$left" | tr '\n' ' ')"
-  for port in "${ports[@]}"; do
-    for _ in $(seq 50); do listening "$port" || break; sleep 0.1; done
-    ! listening "$port" || die "port $port still answers after down"
-  done
-  rm -rf "$dir/nginx-tmp" "$dir/stack.env" "$dir/stack.env.new" "$dir/ports" "$dir/check"
-}
-
-# Debian packages, installed only when missing, without starting their system services.
-apt_install() {
-  local missing=() p policy=/usr/sbin/policy-rc.d added=
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  ((${#missing[@]})) || return 0
-  [[ $(id -u) == 0 ]] || die "needs ${missing[*]}: run as root, or apt-get install them"
-  log "installing ${missing[*]}"
-  if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod +x "$policy"
-    added=1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  local rc=0
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } || rc=$?
-  [[ -z $added ]] || rm -f "$policy"
-  ((rc == 0)) || die "apt-get install ${missing[*]} failed"
-}
 
 # Whether the nginx on PATH has TLS and HTTP/2.
 nginx_ok() {
@@ -157,28 +71,6 @@ install_nginx() {
   nginx_ok && return 0
   apt_install nginx-core
   nginx_ok || die "no nginx with --with-http_ssl_module and --with-http_v2_module"
-}
-
-# The venv with the pinned packages; prints its python.
-venv() {
-  local cache=${RDK_CACHE:-/var/cache/retry-debt-kit}/secure-venv key v tmp
-  command -v python3 >/dev/null || die "python3 is missing"
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then apt_install python3-venv; fi
-  key=$({ python3 -c 'import sys; print(sys.version)'; cat "$data/requirements.txt"; } | sha256sum | cut -c1-16)
-  v=$cache/$key
-  if [[ ! -x $v/bin/python ]] || ! "$v/bin/python" -c 'import waitress, grpc' 2>/dev/null; then
-    log "creating the venv $v"
-    mkdir -p "$cache"
-    tmp=$(mktemp -d "$cache/.new.XXXXXX")
-    # Built under a temp name, renamed when complete (only bin/python is used: it runs from
-    # anywhere). An up racing this one that renamed first keeps its venv.
-    python3 -m venv "$tmp" >/dev/null
-    "$tmp/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes \
-      --only-binary :all: -r "$data/requirements.txt" >/dev/null || { rm -rf "$tmp"; die "pip install failed"; }
-    rm -rf "$v"
-    mv -T "$tmp" "$v" 2>/dev/null || rm -rf "$tmp"
-  fi
-  echo "$v/bin/python"
 }
 
 # Whether DIR/pki has every file, each certificate valid for 12 hours more.
@@ -252,59 +144,6 @@ EOF
   pki_ok || die "the PKI made in $pki does not check"
 }
 
-# N free loopback ports, distinct.
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
-
-# Waits up to $2 s until curl, with the arguments after $2, succeeds, while process $1 runs.
-wait_curl() {
-  local name=$1 secs=$2 deadline=$((SECONDS + $2))
-  shift 2
-  until curl -fsS -o /dev/null -m 2 "$@" 2>/dev/null; do
-    stack_pid "$name" >/dev/null || failed "$name exited"
-    ((SECONDS < deadline)) || failed "$name did not answer ${*: -1} in $secs s"
-    sleep 0.2
-  done
-}
-
-# Waits up to $3 s until port $2 accepts, while process $1 runs.
-wait_port() {
-  local name=$1 port=$2 deadline=$((SECONDS + $3))
-  until listening "$port"; do
-    stack_pid "$name" >/dev/null || failed "$name exited"
-    ((SECONDS < deadline)) || failed "$name did not listen on port $port in $3 s"
-    sleep 0.2
-  done
-}
-
-# Starts NAME: the rest of the arguments, in its own session, output in DIR/NAME.log.
-start() {
-  local name=$1
-  shift
-  setsid "$@" </dev/null >"$dir/$name.log" 2>&1 &
-  echo $! >"$dir/$name.pid"
-}
-
-failed() {
-  local name
-  # Down first: the logs stay in DIR, and nothing is left running if printing them fails.
-  down || true
-  echo "secure-stack.sh: $1; the logs' last lines:" >&2
-  for name in "${names[@]}" nginx-error; do
-    [[ -f $dir/$name.log ]] && { echo "--- $name.log" >&2; tail -n 5 "$dir/$name.log" >&2; }
-  done
-  exit 1
-}
-
 # curl's status code (or 000) for the arguments, its output in DIR/check; never fails.
 code() { curl -sS -o "$dir/check" -w '%{http_code}' -m 10 "$@" 2>>"$dir/check.err" || true; }
 
@@ -360,15 +199,7 @@ EOF
 }
 
 up() {
-  local all=1 name
-  if [[ -f $dir/stack.env ]]; then
-    for name in "${names[@]}"; do stack_pid "$name" >/dev/null || all=; done
-    if [[ -n $all ]]; then
-      log "already up in $dir"
-      return 0
-    fi
-    log "partly up in $dir: restarting"
-  fi
+  if already_up; then return 0; fi
   down
 
   local app_cpu=${STACK_APP_CPU_MS:-10} grpc_cpu=${STACK_GRPC_CPU_MS:-10}
@@ -381,7 +212,7 @@ up() {
   command -v curl >/dev/null || apt_install curl
   install_nginx
   local py
-  py=$(venv)
+  py=$(venv secure-venv "$data/requirements.txt" 'waitress, grpc' --only-binary :all:)
   make_pki
 
   local ports app mtls tls h2c gtls
@@ -482,7 +313,7 @@ EOF
   wait_port grpc "$h2c" 20
   wait_port grpc "$gtls" 20
   check "$py" "$mtls" "$tls" "$app" "$h2c" "$gtls" "$token"
-  for name in "${names[@]}"; do stack_pid "$name" >/dev/null || failed "$name exited"; done
+  all_running
 
   cat >"$dir/stack.env.new" <<EOF
 # Written by scripts/secure-stack.sh up. The token goes in header TOKEN_HEADER_NAME as "Bearer <STACK_TOKEN>".

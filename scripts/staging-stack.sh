@@ -33,193 +33,36 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 data=$repo/falsification/tests/data/stack
 
-die() { echo "staging-stack.sh: $*" >&2; exit 1; }
-log() { echo "staging-stack.sh: $*" >&2; }
+# The stack, for scripts/lib/loopback-stack.sh: its processes in start order (each has DIR/NAME.pid
+# and DIR/NAME.log), the files in DIR they are started with (what names them in their command
+# lines), what down removes besides stack.env and ports, and the logs a failed up shows.
+stack_script=staging-stack.sh
+names=(app nginx exporter prometheus)
+stack_files=(app.py nginx.conf nginx_exporter.py prometheus.yml)
+stack_clean=(prometheus-data nginx-tmp)
+stack_logs=("${names[@]}")
+# shellcheck source=scripts/lib/loopback-stack.sh
+. scripts/lib/loopback-stack.sh
 
 usage() { die "usage: $0 up DIR [RULE_FILE...] | down DIR"; }
 (($# >= 2)) || usage
 cmd=$1
-if [[ $cmd == down && ! -d $2 ]]; then
-  log "nothing to stop in $2"
-  exit 0
-fi
-mkdir -p "$2"
-dir=$(cd "$2" && pwd -P)
+stack_dir "$cmd" "$2"
 shift 2
 
-# The processes of the stack, in start order; each has DIR/NAME.pid.
-names=(app nginx exporter prometheus)
-
-# What names this stack in its processes' command lines: the files each was started with.
-marks() { printf '%s\n' "$dir/app.py" "$dir/nginx.conf" "$dir/nginx_exporter.py" "$dir/prometheus.yml"; }
-
-# Whether PID's command line names one of this stack's files.
-ours() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qFf <(marks); }
-
-# PID of NAME if that process is alive and is this stack's.
-stack_pid() {
-  local f=$dir/$1.pid pid
-  [[ -f $f ]] || return 1
-  pid=$(<"$f")
-  [[ $pid =~ ^[0-9]+$ ]] && alive "$pid" && ours "$pid" || return 1
-  echo "$pid"
-}
-
-# Processes of this stack, PID files or not (nginx's workers rename themselves: they are the
-# children of its master, checked by the ports).
-leftovers() {
-  local p
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-    ours "$p" && alive "$p" && echo "$p"
-  done
-  return 0
-}
-
-# Whether PID runs (a zombie waiting for init to reap it has stopped).
-alive() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [[ ${stat%% *} != Z ]]
-}
-
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-down() {
-  local name pid i ports=() port left
-  if [[ -f $dir/ports ]]; then read -ra ports <"$dir/ports"; fi
-  for ((i = ${#names[@]} - 1; i >= 0; i--)); do
-    name=${names[i]}
-    if pid=$(stack_pid "$name"); then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
-      if alive "$pid"; then
-        log "$name (pid $pid) did not stop on TERM in 10 s: killed"
-        kill -KILL "$pid" 2>/dev/null || true
-        sleep 0.2
-      fi
-    fi
-    rm -f "$dir/$name.pid"
-  done
-  # Whatever a failed up started without writing its PID file.
-  for pid in $(leftovers); do kill -KILL "$pid" 2>/dev/null || true; done
-  sleep 0.1
-  left=$(leftovers)
-  [[ -z $left ]] || die "still running after down: $(echo "$left" | tr '\n' ' ')"
-  for port in "${ports[@]}"; do
-    for _ in $(seq 50); do listening "$port" || break; sleep 0.1; done
-    ! listening "$port" || die "port $port still answers after down"
-  done
-  rm -rf "$dir/prometheus-data" "$dir/nginx-tmp" "$dir/stack.env" "$dir/ports"
-}
-
-# Debian packages, installed only when missing, without starting their system services.
-apt_install() {
-  local missing=() p policy=/usr/sbin/policy-rc.d added=
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  ((${#missing[@]})) || return 0
-  [[ $(id -u) == 0 ]] || die "needs ${missing[*]}: run as root, or apt-get install them"
-  log "installing ${missing[*]}"
-  if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy"
-    chmod +x "$policy"
-    added=1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  local rc=0
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } || rc=$?
-  [[ -z $added ]] || rm -f "$policy"
-  ((rc == 0)) || die "apt-get install ${missing[*]} failed"
-}
-
-# The venv with the pinned packages; prints its python.
-venv() {
-  local cache=${RDK_CACHE:-/var/cache/retry-debt-kit}/staging-venv key v tmp
-  command -v python3 >/dev/null || die "python3 is missing"
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then apt_install python3-venv; fi
-  key=$({ python3 -c 'import sys; print(sys.version)'; cat "$data/requirements.txt"; } | sha256sum | cut -c1-16)
-  v=$cache/$key
-  if [[ ! -x $v/bin/python ]] || ! "$v/bin/python" -c 'import waitress, prometheus_client' 2>/dev/null; then
-    log "creating the venv $v"
-    mkdir -p "$cache"
-    tmp=$(mktemp -d "$cache/.new.XXXXXX")
-    # Built under a temp name, renamed when complete (only bin/python is used: it runs from
-    # anywhere). An up racing this one that renamed first keeps its venv.
-    python3 -m venv "$tmp" >/dev/null
-    "$tmp/bin/python" -m pip install -q --disable-pip-version-check --no-deps --require-hashes \
-      -r "$data/requirements.txt" >/dev/null || { rm -rf "$tmp"; die "pip install failed"; }
-    rm -rf "$v"
-    mv -T "$tmp" "$v" 2>/dev/null || rm -rf "$tmp"
-  fi
-  echo "$v/bin/python"
-}
-
-# N free loopback ports, distinct.
-free_ports() {
-  python3 - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
-
-# Waits up to $3 s until URL $2 answers 200, while process $1 runs.
-wait_url() {
-  local name=$1 url=$2 deadline=$((SECONDS + $3))
-  until curl -fsS -o /dev/null -m 2 "$url" 2>/dev/null; do
-    stack_pid "$name" >/dev/null || failed "$name exited"
-    ((SECONDS < deadline)) || failed "$name did not answer $url in $3 s"
-    sleep 0.2
-  done
-}
-
-# Starts NAME: the rest of the arguments, in its own session, output in DIR/NAME.log.
-start() {
-  local name=$1
-  shift
-  setsid "$@" </dev/null >"$dir/$name.log" 2>&1 &
-  echo $! >"$dir/$name.pid"
-}
-
-failed() {
-  local name
-  # Down first: the logs stay in DIR, and nothing is left running if printing them fails.
-  down || true
-  echo "staging-stack.sh: $1; the logs' last lines:" >&2
-  for name in "${names[@]}"; do
-    [[ -f $dir/$name.log ]] && { echo "--- $name.log" >&2; tail -n 5 "$dir/$name.log" >&2; }
-  done
-  exit 1
-}
-
 up() {
-  local all=1 name rules=() f
+  local rules=() f
   for f in "$@"; do
     [[ -f $f ]] || die "rule file $f: not found"
     rules+=("$(cd "$(dirname "$f")" && pwd -P)/$(basename "$f")")
   done
-  if [[ -f $dir/stack.env ]]; then
-    for name in "${names[@]}"; do stack_pid "$name" >/dev/null || all=; done
-    if [[ -n $all ]]; then
-      log "already up in $dir"
-      return 0
-    fi
-    log "partly up in $dir: restarting"
-  fi
+  if already_up; then return 0; fi
   down
 
   command -v curl >/dev/null || apt_install curl
   apt_install nginx-light prometheus
   local py
-  py=$(venv)
+  py=$(venv staging-venv "$data/requirements.txt" 'waitress, prometheus_client')
 
   local cpu_ms=${STACK_APP_CPU_MS:-10} tries=${STACK_NGINX_TRIES:-3} try_ms=${STACK_NGINX_TRY_TIMEOUT_MS:-200}
   local namespace=staging
@@ -316,11 +159,11 @@ EOF
     --storage.tsdb.path="$dir/prometheus-data/" --storage.tsdb.retention.time=1d \
     --web.listen-address="127.0.0.1:$prom" --log.level=warn
 
-  wait_url app "http://127.0.0.1:$app_metrics/metrics" 20
-  wait_url app "http://127.0.0.1:$app/work" 20
-  wait_url nginx "http://127.0.0.1:$ngx/work" 20
-  wait_url exporter "http://127.0.0.1:$exporter/metrics" 20
-  wait_url prometheus "http://127.0.0.1:$prom/-/ready" 60
+  wait_curl app 20 "http://127.0.0.1:$app_metrics/metrics"
+  wait_curl app 20 "http://127.0.0.1:$app/work"
+  wait_curl nginx 20 "http://127.0.0.1:$ngx/work"
+  wait_curl exporter 20 "http://127.0.0.1:$exporter/metrics"
+  wait_curl prometheus 60 "http://127.0.0.1:$prom/-/ready"
   # Both targets scraped and up, so a query finds its series from the first second.
   local q deadline=$((SECONDS + 30))
   until q=$(curl -fsS -m 2 "http://127.0.0.1:$prom/api/v1/query" --data-urlencode 'query=count(up == 1)' 2>/dev/null) &&
@@ -328,7 +171,7 @@ EOF
     ((SECONDS < deadline)) || failed "Prometheus did not scrape both targets in 30 s: $q"
     sleep 0.3
   done
-  for name in "${names[@]}"; do stack_pid "$name" >/dev/null || failed "$name exited"; done
+  all_running
 
   cat >"$dir/stack.env.new" <<EOF
 # Written by scripts/staging-stack.sh up; sourced by down.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The kit's tests, on a fresh machine: installs what they need when it is missing (promtool
 # checks the metrics of the pod, loadgen and meter; shellcheck checks scripts/; perf counts the
-# loadgen's system calls per request; HAProxy is F5's gateway; kubectl with kustomize renders the
-# manifests), then runs the tests of the workspace. The slow ones (the embedded experiments, the
-# staging stack) are #[ignore]d here and run by scripts/verify.sh.
+# loadgen's system calls per request; HAProxy is F5's gateway; nginx serves the loadgen's TLS
+# test; kubectl with kustomize renders the manifests), then runs the tests of the workspace.
+# The slow ones (the embedded experiments, the staging stacks) are #[ignore]d here and run by
+# scripts/verify.sh.
 #   scripts/test.sh                         every crate's tests
 #   scripts/test.sh CARGO_TEST_ARGS...      instead of --workspace, e.g. -p loadgen
 set -euo pipefail
@@ -14,6 +15,7 @@ command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v shellcheck >/dev/null || need_apt+=(shellcheck)
 command -v perf >/dev/null || need_apt+=(linux-perf)
 command -v haproxy >/dev/null || need_apt+=(haproxy)
+[[ -x /usr/sbin/nginx ]] || need_apt+=(nginx-light)
 if ((${#need_apt[@]})); then
   sudo=()
   [[ $(id -u) == 0 ]] || sudo=(sudo)

@@ -10,6 +10,9 @@
 #             HAProxy processes at S = 10 (falsification/tests/embedded.rs)
 #   stack     the trigger test against an off-the-shelf staging stack on loopback: waitress,
 #             nginx and Prometheus (falsification/tests/stack.rs)
+#   requests  the trigger test with real requests on loopback: an HTTPS POST through nginx with
+#             mutual TLS and a bearer token, and gRPC calls to grpcio, each at a recovering and
+#             a trapped rho (falsification/tests/secure.rs, scripts/secure-stack.sh)
 #   cluster   the one-machine cluster (upstream v1.36.4): up, F4 paired with the step, F9's
 #             meter outage and F0's CPU case through the upstream HPA, the kube tests (F4 on 2
 #             loadgen shards, the trigger from inside the cluster), down with nothing left. F3 on
@@ -18,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-groups=(embedded stack cluster kind)
+groups=(embedded stack requests cluster kind)
 (($#)) || set -- "${groups[@]}"
 for g in "$@"; do
   [[ " ${groups[*]} " == *" $g "* ]] || { echo "verify.sh: unknown group '$g' (groups: ${groups[*]})" >&2; exit 2; }
@@ -32,6 +35,7 @@ embedded() {
     scripts/test.sh -p falsification --test embedded -- --ignored
 }
 stack() { scripts/test.sh -p falsification --test stack -- --ignored; }
+requests() { scripts/test.sh -p falsification --test secure -- --ignored --nocapture; }
 
 cluster() (
   set -e

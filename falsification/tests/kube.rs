@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 mod common;
-use common::session_dir;
+use common::{assert_nowhere, session_dir};
 
 const LOCAL_KUBECONFIG: &str = "/var/lib/retry-debt-kit/local-cluster/kubeconfig";
 
@@ -253,6 +253,7 @@ spec:
     fn trigger(&self, rate: &str, extra: &[&str], out: &Path) -> (Option<i32>, Value) {
         let status = Command::new(env!("CARGO_BIN_EXE_falsification"))
             .env("KUBECONFIG", &self.kubeconfig)
+            .env(SECRET_VAR, SECRET)
             .args(["trigger", "--cluster", "kube", "--target", &self.url()])
             .args(["--rate", rate, "--capacity", "100", "--timeout", "1s"])
             .args(["--retries", "2", "--yes", "--out"])
@@ -274,6 +275,10 @@ impl Drop for Target {
             .status();
     }
 }
+
+/// A secret the trigger's requests carry, planted to be looked for.
+const SECRET: &str = "planted-kube-secret-5d2e";
+const SECRET_VAR: &str = "RDK_KUBE_TEST_SECRET";
 
 /// `trigger --cluster kube`: the loadgen as a Job in a namespace of its own against a service in
 /// the cluster, its rows streamed back into the record; a recovering case that stops once decided
@@ -298,7 +303,19 @@ fn trigger_in_the_cluster_records_rows_and_leaves_no_namespace() {
     };
 
     // rho 0.2, A rho 0.6: the spike's failure ends by itself, and the load stops once decided.
-    let (code, record) = target.trigger("20", &[], &dir.path().join("recovers"));
+    // Its requests carry a header from this process's environment, which reaches the shards
+    // through the run's Secret (a shard that could not read it would fail the run), and a
+    // literal one: neither value is in any file the run leaves.
+    let (code, record) = target.trigger(
+        "20",
+        &[
+            "-H",
+            &format!("x-api-key: @env:{SECRET_VAR}"),
+            "-H",
+            &format!("x-tenant: {SECRET}-literal"),
+        ],
+        &dir.path().join("recovers"),
+    );
     assert_eq!(code, Some(0), "{}", record["measured"]);
     let m = &record["measured"];
     assert_eq!(m["decision"], "recovered", "{m}");
@@ -318,6 +335,7 @@ fn trigger_in_the_cluster_records_rows_and_leaves_no_namespace() {
     );
     assert_eq!(cluster["merge"]["equal"], true, "{cluster}");
     assert_eq!(left_behind(), Vec::<String>::new());
+    assert_nowhere(&dir.path().join("recovers"), SECRET);
 
     // rho 0.5, A rho 1.5: trapped, until the stop rule stops the Job's pods mid-run.
     let (code, record) = target.trigger(

@@ -200,7 +200,8 @@ impl Client {
             s.requests.pick(0.0)
         };
         if s.http2 {
-            let outcome = match self.attempt_h2(kind, id, attempt, deadline_ms).await {
+            // Boxed: its state would otherwise size every HTTP/1.1 attempt's future too.
+            let outcome = match Box::pin(self.attempt_h2(kind, id, attempt, deadline_ms)).await {
                 Ok(outcome) => outcome,
                 Err(kind) => AttemptOutcome::Error(kind),
             };
@@ -217,7 +218,7 @@ impl Client {
         let head = kind.method.is_head();
         let exchanged = match &mut conn.wire {
             Wire::Plain(stream) => h1::exchange(stream, request, head).await,
-            Wire::Tls(stream) => h1::exchange_stream(stream.as_mut(), request, head)
+            Wire::Tls(stream) => Box::pin(h1::exchange_stream(stream.as_mut(), request, head))
                 .await
                 .map(|answer| (answer, Duration::ZERO)),
         };
@@ -280,7 +281,8 @@ impl Client {
     async fn connect_h1(&self) -> Result<H1Conn, ErrorKind> {
         let (target, stream) = self.connect().await?;
         let wire = if target.tls {
-            Wire::Tls(Box::new(self.handshake(&target, stream).await?))
+            // Boxed: a handshake's state (a whole TLS session) would size every attempt's future.
+            Wire::Tls(Box::new(Box::pin(self.handshake(&target, stream)).await?))
         } else {
             stamp_receive_times(&stream);
             Wire::Plain(stream)
@@ -325,7 +327,7 @@ impl Client {
         }
         let stream = self.connect_to(target).await?;
         let (sender, driver) = if target.tls {
-            h2_handshake(self.handshake(target, stream).await?).await?
+            h2_handshake(Box::pin(self.handshake(target, stream)).await?).await?
         } else {
             h2_handshake(stream).await?
         };
@@ -527,6 +529,27 @@ fn classify_io(e: &std::io::Error) -> ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a waiting attempt holds besides its socket: its future. TLS and HTTP/2 state is
+    /// boxed away from it, so plain HTTP/1.1 attempts to a silent server stay small (the
+    /// benchmark's memory per attempt in flight).
+    #[test]
+    fn a_plain_attempt_future_stays_small() {
+        let client = Client::new(
+            Arc::new(Targets::new(Vec::new())),
+            Vec::new(),
+            Speech {
+                http2: false,
+                timeout: Duration::from_secs(1),
+                deadline: false,
+                tls: None,
+                requests: Arc::new(Prepared::get()),
+            },
+            Arc::default(),
+        );
+        let size = size_of_val(&client.attempt("r", 0));
+        assert!(size <= 1024, "an attempt's future is {size} bytes");
+    }
 
     #[test]
     fn the_deadline_header_is_never_before_the_timeout() {

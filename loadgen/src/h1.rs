@@ -171,8 +171,9 @@ pub async fn exchange_stream<S: AsyncRead + AsyncWrite + Unpin>(
     crate::gather::sent();
     drop(request);
     let mut buffer = AnswerBuffer::new(head);
-    // On the attempt's own future: a TLS read hands over at most one record's plaintext.
-    let mut scratch = [0u8; 4096];
+    // On the heap: held in the attempt's future it would make every attempt's future, plain
+    // HTTP/1.1 included, this much larger while it waits.
+    let mut scratch = vec![0u8; 4096];
     loop {
         let answer = match stream.read(&mut scratch).await {
             Ok(0) => Some(buffer.end_of_stream().ok_or(Broken)?),

@@ -627,7 +627,7 @@ pub fn grpc_timeout(timeout: std::time::Duration) -> String {
     if ms < 100_000_000 {
         format!("{ms}m")
     } else {
-        format!("{}S", timeout.as_secs().max(1).min(99_999_999))
+        format!("{}S", timeout.as_secs().clamp(1, 99_999_999))
     }
 }
 

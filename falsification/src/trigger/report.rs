@@ -10,12 +10,8 @@ use super::stop::{AfterAbort, Fired, Rule};
 use falsification_model::laws;
 use falsification_model::outcome::State;
 
-/// The plan as text, with what the run reads and the stop rules in force.
-pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
-    let mut t = String::new();
-    let opt = |v: Option<f64>| v.map_or("never (trapped)".to_string(), |v| format!("{v:.1} s"));
-    let _ = writeln!(t, "Trigger test plan");
-    let _ = writeln!(t, "  target:           {}", target.unwrap_or("(none)"));
+/// The plan's lines on what is sent: each kind of request (secrets redacted) and TLS.
+fn requests_text(t: &mut String, p: &Plan, target: Option<&str>, run: &RunSettings) {
     for (i, r) in p.requests.iter().enumerate() {
         let label = if i == 0 { "requests:" } else { "" };
         let _ = writeln!(t, "  {label:<18}{r}");
@@ -33,6 +29,15 @@ pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
             }
         );
     }
+}
+
+/// The plan as text, with what the run reads and the stop rules in force.
+pub fn plan_text(p: &Plan, target: Option<&str>, run: &RunSettings) -> String {
+    let mut t = String::new();
+    let opt = |v: Option<f64>| v.map_or("never (trapped)".to_string(), |v| format!("{v:.1} s"));
+    let _ = writeln!(t, "Trigger test plan");
+    let _ = writeln!(t, "  target:           {}", target.unwrap_or("(none)"));
+    requests_text(&mut t, p, target, run);
     let _ = writeln!(
         t,
         "  rho:              {:.3}{}",

@@ -42,3 +42,20 @@ pub fn session_dir(out: &Path) -> PathBuf {
         .unwrap()
         .path()
 }
+
+/// Panics if any file under `dir` (a record: plan, rows, logs, report) holds `secret`.
+pub fn assert_nowhere(dir: &Path, secret: &str) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            assert_nowhere(&path, secret);
+        } else {
+            let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+            assert!(
+                !text.contains(secret),
+                "{} holds the secret",
+                path.display()
+            );
+        }
+    }
+}
