@@ -181,11 +181,6 @@ impl HeaderFlag {
         }
     }
 
-    /// Whether the value is given on the command line itself (so it would be in an argv).
-    pub fn is_literal(&self) -> bool {
-        matches!(self.value, ValueSource::Literal(_))
-    }
-
     fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<u8>, RequestError> {
         let value = match &self.value {
             ValueSource::Literal(v) => v.clone().into_bytes(),
