@@ -42,7 +42,7 @@ use crate::h1;
 use crate::record::{AttemptOutcome, ErrorKind};
 use crate::request::{GrpcOutcome, Prepared, PreparedRequest, RequestSet, grpc_timeout};
 use crate::targets::{Target, Targets};
-use crate::tls::{Handshake, Tls};
+use crate::tls::{Handshake, HandshakeFailed, Tls};
 
 /// Idle HTTP/1.1 connections kept for reuse at most; more are closed when they come back.
 const MAX_IDLE: usize = 4096;
@@ -194,14 +194,14 @@ impl Client {
         let deadline_ms = s
             .deadline
             .then(|| deadline_ms(SystemTime::now(), s.timeout));
-        let kind = if s.requests.is_mix() {
+        let sent = if s.requests.is_mix() {
             s.requests.pick(rand::rng().random::<f64>())
         } else {
             s.requests.pick(0.0)
         };
         if s.http2 {
             // Boxed: its state would otherwise size every HTTP/1.1 attempt's future too.
-            let outcome = match Box::pin(self.attempt_h2(kind, id, attempt, deadline_ms)).await {
+            let outcome = match Box::pin(self.attempt_h2(sent, id, attempt, deadline_ms)).await {
                 Ok(outcome) => outcome,
                 Err(kind) => AttemptOutcome::Error(kind),
             };
@@ -214,8 +214,8 @@ impl Client {
                 Err(kind) => return (AttemptOutcome::Error(kind), Duration::ZERO),
             },
         };
-        let request = h1::request(&conn.target, kind, id, attempt, deadline_ms);
-        let head = kind.method.is_head();
+        let request = h1::request(&conn.target, sent, id, attempt, deadline_ms);
+        let head = sent.method.is_head();
         let exchanged = match &mut conn.wire {
             Wire::Plain(stream) => h1::exchange(stream, request, head).await,
             Wire::Tls(stream) => Box::pin(h1::exchange_stream(stream.as_mut(), request, head))
@@ -300,7 +300,10 @@ impl Client {
         let (stream, kind) = tls
             .connect(target.host(), stream)
             .await
-            .map_err(|_| ErrorKind::Tls)?;
+            .map_err(|e| match e {
+                HandshakeFailed::Refused => ErrorKind::Tls,
+                HandshakeFailed::Io(e) => classify_io(&e),
+            })?;
         let counter = match kind {
             Handshake::Full => &self.handshakes.full,
             Handshake::Resumed => &self.handshakes.resumed,

@@ -8,7 +8,9 @@ use std::time::Duration;
 use crate::LoadgenError;
 use crate::policy::{Backoff, RetryBudget, RetryPolicy, RetryQuota};
 use crate::record::{AttemptOutcome, ErrorKind};
-use crate::request::{Body, HeaderFlag, Method, RequestError, RequestSet};
+use crate::request::{
+    Body, HeaderFlag, Method, PUBLIC_HEADERS, RequestError, RequestSet, ValueSource,
+};
 use crate::schedule::{ArrivalKind, Arrivals, Schedule};
 use crate::trace::{Replay, Selection, TraceShard};
 
@@ -252,8 +254,7 @@ pub struct RequestFlags {
     /// A header, 'Name: value'; repeat. The value may be `@env:NAME` (an environment
     /// variable's value) or `@file:PATH` (a file's, one trailing newline removed), read when
     /// the load starts: use them for secrets, which are then in no argv, record or log.
-    #[arg(short = 'H', long = "header", value_name = "HEADER",
-          value_parser = clap::value_parser!(HeaderFlag))]
+    #[arg(short = 'H', long = "header", value_name = "HEADER", value_parser = HeaderParser)]
     pub headers: Vec<HeaderFlag>,
 
     /// Request body, as given.
@@ -278,6 +279,24 @@ pub struct RequestFlags {
 }
 
 impl RequestFlags {
+    /// The flags for a child process with every secret header value out of its argv (which
+    /// other users of the machine can read): each literal value of a header outside
+    /// [`PUBLIC_HEADERS`] becomes `@env:RDK_HEADER_<i>`, with the variables to set on the child.
+    pub fn literals_to_env(&self) -> (RequestFlags, Vec<(String, String)>) {
+        let mut env = Vec::new();
+        let mut flags = self.clone();
+        for (i, h) in flags.headers.iter_mut().enumerate() {
+            if let ValueSource::Literal(v) = &h.value
+                && !PUBLIC_HEADERS.contains(&h.name.as_str())
+            {
+                let var = format!("RDK_HEADER_{i}");
+                env.push((var.clone(), v.clone()));
+                h.value = ValueSource::Env(var);
+            }
+        }
+        (flags, env)
+    }
+
     /// The request set the flags describe (a request file read and checked).
     pub fn request_set(&self) -> Result<RequestSet, RequestError> {
         let body = match (&self.body, &self.body_file) {
@@ -292,6 +311,32 @@ impl RequestFlags {
             self.request_file.as_deref(),
             self.grpc,
         )
+    }
+}
+
+/// `-H`'s parser: its errors never quote the value, which may be a secret (clap's own
+/// `invalid value '...'` would).
+#[derive(Debug, Clone, Copy)]
+struct HeaderParser;
+
+impl clap::builder::TypedValueParser for HeaderParser {
+    type Value = HeaderFlag;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<HeaderFlag, clap::Error> {
+        let fail = |msg: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("{msg}\n"))
+                .with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| fail("--header: not UTF-8".into()))?;
+        text.parse::<HeaderFlag>()
+            .map_err(|e| fail(format!("--header: {}", e.0)))
     }
 }
 
@@ -736,6 +781,39 @@ mod tests {
         assert!(p.retries_after(AttemptOutcome::Error(ErrorKind::AddrNotAvailable)));
         assert!(!p.retries_after(AttemptOutcome::Error(ErrorKind::Status5xx)));
         assert!(!p.retries_after(AttemptOutcome::Error(ErrorKind::Io)));
+    }
+
+    #[test]
+    fn literal_secrets_leave_the_argv_for_the_environment() {
+        let c = parse(
+            "--target=http://a/ --rate=1 -H x-key:s3cret -H content-type:text/plain -H a:@env:A",
+        )
+        .unwrap();
+        let (flags, env) = c.request.literals_to_env();
+        assert_eq!(env, [("RDK_HEADER_0".to_string(), "s3cret".to_string())]);
+        let shown: Vec<String> = flags.headers.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "x-key: @env:RDK_HEADER_0",
+                "content-type: text/plain",
+                "a: @env:A"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_header_is_refused_without_its_value() {
+        for bad in [
+            "Bearer-s3cret-no-colon",
+            "x-key: a\u{7}s3cret",
+            "host: s3cret",
+        ] {
+            let e = Config::try_parse_from(["loadgen", "--rate=1", "--duration=1s", "-H", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("--header") && !e.contains("s3cret"), "{e}");
+        }
     }
 
     #[test]

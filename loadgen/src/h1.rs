@@ -178,6 +178,11 @@ pub async fn exchange_stream<S: AsyncRead + AsyncWrite + Unpin>(
         let answer = match stream.read(&mut scratch).await {
             Ok(0) => Some(buffer.end_of_stream().ok_or(Broken)?),
             Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken)?,
+            // A server that closes without TLS's close_notify: the end, for an answer framed
+            // by the close (rustls reports it as an unexpected end).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Some(buffer.end_of_stream().ok_or(Broken)?)
+            }
             Err(_) => return Err(Broken),
         };
         if let Some(answer) = answer {

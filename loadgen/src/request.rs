@@ -26,13 +26,17 @@ pub const PUBLIC_HEADERS: [&str; 5] = [
     "grpc-encoding",
 ];
 
-/// Headers the loadgen writes itself: the framing and the kit's own (`x-request-id`,
-/// `x-attempt`, `x-deadline-ms`, gRPC's `grpc-timeout`).
-const KIT_HEADERS: [&str; 9] = [
+/// Headers the loadgen writes itself (the framing and the kit's own: `x-request-id`,
+/// `x-attempt`, `x-deadline-ms`, gRPC's `grpc-timeout`), and HTTP/1.1's connection-specific
+/// ones, which HTTP/2 forbids (hyper would drop them without a word).
+const KIT_HEADERS: [&str; 12] = [
     "host",
     "content-length",
     "transfer-encoding",
     "connection",
+    "keep-alive",
+    "proxy-connection",
+    "upgrade",
     "user-agent",
     "x-request-id",
     "x-attempt",
@@ -126,7 +130,11 @@ impl FromStr for HeaderFlag {
 
     fn from_str(s: &str) -> Result<HeaderFlag, RequestError> {
         let Some((name, value)) = s.split_once(':') else {
-            return err(format!("header `{}`: not `Name: value`", shown(s)));
+            // Nothing of it is shown: it may be a pasted secret.
+            return err(format!(
+                "a header of {} bytes is not `Name: value`",
+                s.len()
+            ));
         };
         let name = name.trim();
         if name.is_empty() || !name.bytes().all(is_tchar) {
@@ -214,26 +222,33 @@ impl HeaderFlag {
     }
 }
 
-/// A value is visible ASCII, spaces and tabs, and obs-text: no CR, LF or NUL, which would end
-/// the header (and smuggle another) on HTTP/1.1. The error never shows the value.
+/// A value is visible ASCII, spaces and tabs, and obs-text (RFC 9110 field-value, what
+/// `http::HeaderValue` takes): no control character, of which CR and LF would end the header
+/// (and smuggle another) on HTTP/1.1. The error never shows the value.
 fn check_value(name: &str, value: &[u8]) -> Result<(), RequestError> {
-    if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
         return err(format!(
-            "header `{name}`: its value holds CR, LF or NUL ({} bytes)",
+            "header `{name}`: its value holds a control character such as CR, LF or NUL ({} \
+             bytes)",
             value.len()
         ));
     }
     Ok(())
 }
 
-/// A header line shown in an error: the name only, so a secret pasted as a value is not.
-fn shown(s: &str) -> String {
-    let head: String = s.chars().take(40).collect();
-    if s.contains(':') || s.len() > 40 {
-        format!("{head}...")
-    } else {
-        head
+/// A request target in origin form: `/`, then visible ASCII only (no space or control
+/// character, which would break the request line).
+fn check_path(path: &str) -> Result<(), RequestError> {
+    if !path.starts_with('/') {
+        return err(format!("request path `{path}`: must start with `/`"));
     }
+    if !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return err(format!(
+            "request path `{}`: only visible ASCII (percent-encode the rest)",
+            path.escape_debug()
+        ));
+    }
+    Ok(())
 }
 
 /// A request's body.
@@ -369,10 +384,8 @@ impl RequestSet {
             return err("--grpc: give the call's protobuf message with --body-file");
         }
         for r in &self.requests {
-            if let Some(p) = &r.path
-                && !p.starts_with('/')
-            {
-                return err(format!("request path `{p}`: must start with `/`"));
+            if let Some(p) = &r.path {
+                check_path(p)?;
             }
             if self.grpc && r.method() != Method::post() {
                 return err(format!(
@@ -440,12 +453,15 @@ impl RequestSet {
                 .collect::<Result<Vec<_>, RequestError>>()?;
             if self.grpc {
                 body = grpc_frame(&body)?;
+                // gRPC's own: `te: trailers` (HTTP/2 allows no other `te`) and a gRPC content
+                // type (`application/grpc+proto` and the like are kept).
+                headers.retain(|(n, v)| {
+                    n != "te" && (n != "content-type" || v.starts_with(b"application/grpc"))
+                });
                 if !headers.iter().any(|(n, _)| n == "content-type") {
                     headers.push(("content-type".into(), b"application/grpc".to_vec()));
                 }
-                if !headers.iter().any(|(n, _)| n == "te") {
-                    headers.push(("te".into(), b"trailers".to_vec()));
-                }
+                headers.push(("te".into(), b"trailers".to_vec()));
             }
             sum += r.weight;
             cumulative.push(sum);
@@ -517,7 +533,14 @@ impl RequestSet {
 fn read_file(path: &Path, extra: &[HeaderFlag]) -> Result<Vec<RequestSpec>, RequestError> {
     let at = |e: String| RequestError(format!("request file {}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
-    let file: RequestFile = toml::from_str(&text).map_err(|e| at(e.to_string()))?;
+    // The parser's own text quotes the line, which may hold a secret: its message and
+    // position only.
+    let file: RequestFile = toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map_or(0, |s| text[..s.start].matches('\n').count() + 1);
+        at(format!("line {line}: {}", e.message()))
+    })?;
     if file.request.is_empty() {
         return Err(at("no [[request]]".into()));
     }
@@ -683,10 +706,9 @@ mod tests {
         ] {
             assert!(bad.parse::<HeaderFlag>().is_err(), "{bad}");
         }
-        let e = "secret-looking token without a colon but long"
-            .parse::<HeaderFlag>()
-            .unwrap_err();
-        assert!(!e.0.contains("but long"), "{e}");
+        let e = "s3cret".parse::<HeaderFlag>().unwrap_err();
+        assert!(!e.0.contains("s3cret"), "{e}");
+        assert!("upgrade: h2c".parse::<HeaderFlag>().is_err());
     }
 
     #[test]
@@ -721,6 +743,8 @@ mod tests {
         let smuggle = |v: &str| (v == "TOKEN").then(|| "a\r\nx-evil: 1".to_string());
         let e = set.prepare(&smuggle).unwrap_err();
         assert!(e.0.contains("CR, LF") && !e.0.contains("evil"), "{e}");
+        let bell = |v: &str| (v == "TOKEN").then(|| "a\u{7}b".to_string());
+        assert!(set.prepare(&bell).is_err(), "any control character");
         assert_eq!(set.unsafe_to_retry(), ["POST"]);
         assert!(
             set.describe()[0].contains("body 9 bytes") && set.describe()[0].contains("@env:TOKEN")
@@ -773,11 +797,13 @@ body_file = "order.json"
             ("[[request]]\nurl = \"/\"\n", "url"),
             ("request = []\n", "no [[request]]"),
             ("[[request]]\npath = \"items\"\n", "`/`"),
+            ("[[request]]\npath = \"/a b\"\n", "visible ASCII"),
+            ("[[request]]\nheaders = [\"x: s3cret\"\n", "line 2"),
         ] {
             std::fs::write(&file, text).unwrap();
             let e = RequestSet::from_parts(None, &[], None, Some(&file), false).unwrap_err();
             assert!(
-                e.0.contains(want) && e.0.contains("requests.toml"),
+                e.0.contains(want) && e.0.contains("requests.toml") && !e.0.contains("s3cret"),
                 "{want}: {e}"
             );
         }

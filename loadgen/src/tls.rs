@@ -4,7 +4,8 @@
 //! Trust is `--cacert`'s certificates or the system's store (as curl and oha read it);
 //! `--insecure` checks nothing about the certificate but still the handshake's signatures.
 //! ALPN offers `h2` with `--http2`/`--grpc`, else `http/1.1`. Resumption is rustls's default:
-//! TLS 1.3 tickets and TLS 1.2 session IDs and tickets, 256 sessions in memory: an attempt on a
+//! TLS 1.3 tickets and TLS 1.2 session IDs and tickets, in memory for 256 server names (up to 8
+//! TLS 1.3 tickets each): an attempt on a
 //! new connection (every retry after a timeout is one: the timed-out connection was reset)
 //! resumes rather than paying a full handshake, which the record counts apart.
 
@@ -38,9 +39,14 @@ pub enum Handshake {
     Resumed,
 }
 
-/// A handshake that did not give a usable connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HandshakeFailed;
+/// Why a handshake gave no usable connection.
+#[derive(Debug)]
+pub enum HandshakeFailed {
+    /// TLS refused it: the certificate, the name, no common version or ALPN protocol.
+    Refused,
+    /// The connection failed during it (a reset, an end), as a connect failure would.
+    Io(std::io::Error),
+}
 
 impl Tls {
     /// The configuration the flags describe; errors name the flag and the file.
@@ -91,16 +97,19 @@ impl Tls {
     ) -> Result<(TlsStream<TcpStream>, Handshake), HandshakeFailed> {
         let name = match &self.server_name {
             Some(n) => n.clone(),
-            None => ServerName::try_from(host.to_string()).map_err(|_| HandshakeFailed)?,
+            None => ServerName::try_from(host.to_string()).map_err(|_| HandshakeFailed::Refused)?,
         };
-        let stream = self
-            .connector
-            .connect(name, tcp)
-            .await
-            .map_err(|_| HandshakeFailed)?;
+        // tokio-rustls reports what TLS refused as `InvalidData`.
+        let stream = self.connector.connect(name, tcp).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                HandshakeFailed::Refused
+            } else {
+                HandshakeFailed::Io(e)
+            }
+        })?;
         let session = stream.get_ref().1;
         if self.http2 && session.alpn_protocol() != Some(b"h2") {
-            return Err(HandshakeFailed);
+            return Err(HandshakeFailed::Refused);
         }
         let kind = match session.handshake_kind() {
             Some(HandshakeKind::Resumed) => Handshake::Resumed,

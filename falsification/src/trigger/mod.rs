@@ -127,14 +127,15 @@ impl TriggerConfig {
                 "refusing to send load to {target} without --yes (use --dry-run for the plan only)"
             );
         }
-        if self.plan.retries > 0
-            && !self.plan.not_idempotent.is_empty()
-            && !self.run.requests.allow_retried_posts
-        {
+        // From the requests that will be sent, whoever built this config; retried by the
+        // client or by a layer of the stack (`check`'s A above 1).
+        let not_idempotent = self.run.requests.flags.request_set()?.unsafe_to_retry();
+        let retried = self.plan.retries > 0 || self.plan.stack.as_ref().is_some_and(|s| s.a > 1.0);
+        if retried && !not_idempotent.is_empty() && !self.run.requests.allow_retried_posts {
             bail!(
                 "refusing to retry {} (not idempotent: a retry may take effect again) without \
                  --allow-retried-posts; --yes alone does not start it",
-                self.plan.not_idempotent.join(", ")
+                not_idempotent.join(", ")
             );
         }
         Ok(target)

@@ -205,7 +205,9 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         max_duration_s: 0.0,
         max_rate: rate.map(|r| r * k.max(1.0)),
         requests: input.requests.clone(),
-        retried_not_idempotent: if input.retries > 0 {
+        retried_not_idempotent: if input.retries > 0
+            || input.stack.as_ref().is_some_and(|s| s.a > 1.0)
+        {
             input.not_idempotent.clone()
         } else {
             Vec::new()

@@ -170,8 +170,14 @@ fn launch(p: &Plan, target: &str, config: &TriggerConfig) -> anyhow::Result<Laun
         return Ok(Launch::Cluster(Box::new(invocation)));
     }
     let binary = Binaries::find(settings.bin_dir.as_deref(), "loadgen")?;
+    // Secret header values go to the child in its environment, not its argv.
+    let (request, env) = invocation.request.literals_to_env();
+    let invocation = loadgen::Invocation {
+        request,
+        ..invocation
+    };
     let mut command = Command::new(&binary);
-    command.args(invocation.args());
+    command.args(invocation.args()).envs(env);
     Ok(Launch::Local {
         command: Box::new(command),
         binary,
