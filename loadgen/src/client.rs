@@ -123,20 +123,22 @@ pub struct Speech {
 }
 
 impl Speech {
-    /// The requests prepared (values read from the environment and files once, here), and
-    /// TLS when a target is `https://` (`https`) or a TLS flag was given.
+    /// The requests prepared (values read from the environment and files once, here); HTTP/2
+    /// when asked (`http2`) or for gRPC; TLS when one of `targets` is `https://` or a TLS flag
+    /// was given.
     pub fn new(
         requests: &RequestSet,
         tls: &TlsFlags,
         http2: bool,
         timeout: Duration,
         deadline: bool,
-        https: bool,
+        targets: &Targets,
     ) -> Result<Speech, String> {
         let prepared = requests
             .prepare(&|name| std::env::var(name).ok())
             .map_err(|e| e.0)?;
-        let tls = (https || tls.any())
+        let http2 = http2 || requests.grpc;
+        let tls = (targets.any_tls() || tls.any())
             .then(|| Tls::new(tls, http2))
             .transpose()?;
         Ok(Speech {

@@ -585,8 +585,6 @@ pub struct Plan {
     pub retry_on: Vec<RetryOn>,
     /// What each attempt sends (values not yet read: see [`RequestSet::prepare`]).
     pub requests: RequestSet,
-    /// HTTP/2 on every connection: `--http2` or `--grpc`.
-    pub http2: bool,
 }
 
 impl Plan {
@@ -622,7 +620,6 @@ impl Config {
             .request
             .request_set()
             .map_err(|e| LoadgenError::Config(e.0))?;
-        let http2 = self.http2 || self.request.grpc;
         if self.request.grpc && self.connections > 0 {
             return Err(LoadgenError::Config(format!(
                 "--connections {}: applies to HTTP/1.1, and --grpc speaks HTTP/2",
@@ -666,7 +663,6 @@ impl Config {
             },
             retry_on: self.retry_on.clone(),
             requests,
-            http2,
         })
     }
 

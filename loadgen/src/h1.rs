@@ -175,15 +175,17 @@ pub async fn exchange_stream<S: AsyncRead + AsyncWrite + Unpin>(
     // HTTP/1.1 included, this much larger while it waits.
     let mut scratch = vec![0u8; 4096];
     loop {
-        let answer = match stream.read(&mut scratch).await {
-            Ok(0) => Some(buffer.end_of_stream().ok_or(Broken)?),
-            Ok(n) => buffer.feed(&scratch[..n]).map_err(|Malformed| Broken)?,
+        let n = match stream.read(&mut scratch).await {
+            Ok(n) => n,
             // A server that closes without TLS's close_notify: the end, for an answer framed
             // by the close (rustls reports it as an unexpected end).
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Some(buffer.end_of_stream().ok_or(Broken)?)
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
             Err(_) => return Err(Broken),
+        };
+        let answer = if n == 0 {
+            Some(buffer.end_of_stream().ok_or(Broken)?)
+        } else {
+            buffer.feed(&scratch[..n]).map_err(|Malformed| Broken)?
         };
         if let Some(answer) = answer {
             crate::gather::answered();

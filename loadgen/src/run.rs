@@ -155,7 +155,7 @@ impl Ctx {
 }
 
 /// What ran, for the records; says so at the start of a trace's replay.
-fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64, tls: bool) -> RunMeta {
+fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64, speech: &Speech) -> RunMeta {
     if let ArrivalSource::Trace(replay) = &plan.arrivals {
         tracing::info!(
             "replaying {replay}: the last due at {:.3} s",
@@ -175,23 +175,22 @@ fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64, tls: bool) -> R
         timeout_seconds: config.timeout.as_secs_f64(),
         retries: config.retries,
         retry_on: plan.retry_on.iter().map(|r| r.name().to_string()).collect(),
-        http2: plan.http2,
+        http2: speech.http2,
         open_files_limit,
         requests: plan.requests.describe(),
-        tls: tls.then(|| config.tls.describe()),
+        tls: speech.tls.is_some().then(|| config.tls.describe()),
     }
 }
 
 /// How the shards' clients speak (see [`Speech::new`]).
 fn speech(plan: &Plan, config: &Config, targets: &Targets) -> Result<Speech, LoadgenError> {
-    let https = targets.urls().iter().any(|u| u.starts_with("https://"));
     Speech::new(
         &plan.requests,
         &config.tls,
-        plan.http2,
+        config.http2,
         config.timeout,
         config.deadline,
-        https,
+        targets,
     )
     .map_err(LoadgenError::Config)
 }
@@ -222,7 +221,7 @@ pub async fn run(
 
     let speech = speech(&plan, &config, &targets)?;
     let handshakes = Arc::new(Handshakes::default());
-    let meta = run_meta(&plan, &config, open_files_limit, speech.tls.is_some());
+    let meta = run_meta(&plan, &config, open_files_limit, &speech);
     // The shards open their --connections first; the schedule's clock starts once they have.
     // A signal meanwhile (the shutdown future installs its handlers when first polled) ends
     // the run before its first arrival, with its records.

@@ -136,6 +136,11 @@ impl Targets {
         Some(list[rand::rng().random_range(0..list.len())].clone())
     }
 
+    /// Whether any target is `https://`.
+    pub fn any_tls(&self) -> bool {
+        self.list().iter().any(|t| t.tls)
+    }
+
     pub fn urls(&self) -> Vec<String> {
         self.list().iter().map(|t| t.url.clone()).collect()
     }

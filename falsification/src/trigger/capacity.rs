@@ -71,23 +71,18 @@ pub async fn probe(
     timeout: Duration,
 ) -> anyhow::Result<CapacityProbe> {
     let set = requests.flags.request_set()?;
-    let http2 = requests.http2 || requests.flags.grpc;
+    let parsed = Target::parse(target).map_err(|e| anyhow!("capacity auto: {e}"))?;
+    let targets = Arc::new(Targets::new(vec![parsed]));
     let speech = Speech::new(
         &set,
         &requests.tls,
-        http2,
+        requests.http2,
         timeout,
         false,
-        target.starts_with("https://"),
+        &targets,
     )
     .map_err(|e| anyhow!("capacity auto: {e}"))?;
-    let parsed = Target::parse(target).map_err(|e| anyhow!("capacity auto: {e}"))?;
-    let client = Arc::new(Client::new(
-        Arc::new(Targets::new(vec![parsed])),
-        Vec::new(),
-        speech,
-        Arc::default(),
-    ));
+    let client = Arc::new(Client::new(targets, Vec::new(), speech, Arc::default()));
     let seconds = duration.as_secs().max(2) as usize;
     let answered: Arc<Vec<AtomicU64>> = Arc::new((0..seconds).map(|_| AtomicU64::new(0)).collect());
     let failed = Arc::new(AtomicU64::new(0));

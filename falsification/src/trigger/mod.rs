@@ -130,8 +130,10 @@ impl TriggerConfig {
         // From the requests that will be sent, whoever built this config; retried by the
         // client or by a layer of the stack (`check`'s A above 1).
         let not_idempotent = self.run.requests.flags.request_set()?.unsafe_to_retry();
-        let retried = self.plan.retries > 0 || self.plan.stack.as_ref().is_some_and(|s| s.a > 1.0);
-        if retried && !not_idempotent.is_empty() && !self.run.requests.allow_retried_posts {
+        if self.plan.retried()
+            && !not_idempotent.is_empty()
+            && !self.run.requests.allow_retried_posts
+        {
             bail!(
                 "refusing to retry {} (not idempotent: a retry may take effect again) without \
                  --allow-retried-posts; --yes alone does not start it",

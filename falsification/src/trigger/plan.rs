@@ -40,6 +40,14 @@ pub struct PlanInput {
     pub not_idempotent: Vec<String>,
 }
 
+impl PlanInput {
+    /// Whether a request may be sent more than once: the client retries, or a layer of the
+    /// stack does (`check`'s A above 1).
+    pub fn retried(&self) -> bool {
+        self.retries > 0 || self.stack.as_ref().is_some_and(|s| s.a > 1.0)
+    }
+}
+
 /// `A` from the stack's files, with what it was read from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StackAmplification {
@@ -205,9 +213,7 @@ pub fn plan(input: &PlanInput) -> anyhow::Result<Plan> {
         max_duration_s: 0.0,
         max_rate: rate.map(|r| r * k.max(1.0)),
         requests: input.requests.clone(),
-        retried_not_idempotent: if input.retries > 0
-            || input.stack.as_ref().is_some_and(|s| s.a > 1.0)
-        {
+        retried_not_idempotent: if input.retried() {
             input.not_idempotent.clone()
         } else {
             Vec::new()
