@@ -9,6 +9,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+use kit_defense::breaker::BreakerParams;
+use kit_defense::codel::CodelParams;
+use kit_defense::concurrency::AimdParams;
+use kit_defense::discipline::DisciplineKind;
+use kit_defense::throttle::ThrottleParams;
+pub use kit_defense::{ClientDefenses, Discipline, QuotaMode};
 
 use crate::control::{AutoscalerConfig, Control, CpuModel};
 use crate::hpa::{
@@ -911,6 +917,10 @@ pub struct Scenario {
     pub gateway: Option<Gateway>,
     pub abandoned: Abandoned,
     pub service: ServiceTime,
+    /// How each pod orders and sheds its queue (F11; FIFO elsewhere).
+    pub discipline: Discipline,
+    /// What the clients do before they send (F11; nothing elsewhere).
+    pub client: ClientDefenses,
     /// Topology of the request-level model (the fluid reports both).
     pub topology: Topology,
     /// How attempts reach the pods in the per-pod models and on a cluster.
@@ -1207,6 +1217,8 @@ impl Scenario {
             initial_readiness_delay_s: h.initial_readiness_delay_s / s,
             ..h.clone()
         });
+        x.discipline = self.discipline.time_scaled(s);
+        x.client = self.client.time_scaled(s);
         x.fault = self.fault.map(|f| f.time_scaled(s));
         x.remedy = self.remedy.map(|r| r.time_scaled(s));
         x.trace = self.trace.as_ref().map(|t| ArrivalTrace {
@@ -1456,6 +1468,129 @@ pub struct Params {
     pub fault: Option<FaultParams>,
     /// `remedy = { kind = "raise-min", at = "300s", min = 40, length = "600s" }`.
     pub remedy: Option<RemedyParams>,
+    /// `discipline = { kind = "codel", target = "50ms", interval = "1s" }`; parameters left
+    /// out take `Discipline::with_defaults` for the pods' service time.
+    pub discipline: Option<DisciplineParams>,
+    /// `client = { throttling = { k = 2.0 }, quota = "aws-standard", breaker = { failures = 5 } }`.
+    pub client: Option<ClientParams>,
+}
+
+/// A pod's discipline as written in files: the kind, and any parameter to set.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DisciplineParams {
+    pub kind: Option<DisciplineKind>,
+    pub target: Option<Span>,
+    pub interval: Option<Span>,
+    pub limit: Option<u32>,
+    pub initial: Option<u32>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+    pub latency: Option<Span>,
+    pub backoff: Option<f64>,
+}
+
+impl DisciplineParams {
+    fn over(self, base: DisciplineParams) -> DisciplineParams {
+        // Another kind's parameters do not carry over.
+        if self.kind.is_some() && base.kind.is_some() && self.kind != base.kind {
+            return self;
+        }
+        DisciplineParams {
+            kind: self.kind.or(base.kind),
+            target: self.target.or(base.target),
+            interval: self.interval.or(base.interval),
+            limit: self.limit.or(base.limit),
+            initial: self.initial.or(base.initial),
+            min: self.min.or(base.min),
+            max: self.max.or(base.max),
+            latency: self.latency.or(base.latency),
+            backoff: self.backoff.or(base.backoff),
+        }
+    }
+
+    fn resolve(self, context: &str, mean_service_s: f64) -> Result<Discipline, ExperimentError> {
+        let kind = self.kind.unwrap_or(DisciplineKind::Fifo);
+        let d = match Discipline::with_defaults(kind, mean_service_s) {
+            Discipline::Codel(c) => Discipline::Codel(CodelParams {
+                target_s: self.target.map_or(c.target_s, Span::secs),
+                interval_s: self.interval.map_or(c.interval_s, Span::secs),
+            }),
+            Discipline::Bounded { limit } => Discipline::Bounded {
+                limit: self.limit.unwrap_or(limit),
+            },
+            Discipline::Sharing { limit } => Discipline::Sharing {
+                limit: self.limit.unwrap_or(limit),
+            },
+            Discipline::Adaptive(a) => Discipline::Adaptive(AimdParams {
+                initial: self.initial.unwrap_or(a.initial),
+                min: self.min.unwrap_or(a.min),
+                max: self.max.unwrap_or(a.max),
+                latency_s: self.latency.map_or(a.latency_s, Span::secs),
+                backoff: self.backoff.unwrap_or(a.backoff),
+            }),
+            other => other,
+        };
+        d.validate().map_err(|e| defense_err(context, e))
+    }
+}
+
+/// The clients' defenses as written in files.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientParams {
+    pub throttling: Option<ThrottlingParams>,
+    pub quota: Option<QuotaMode>,
+    pub breaker: Option<BreakerFile>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottlingParams {
+    pub k: Option<f64>,
+    pub window: Option<Span>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerFile {
+    pub failures: Option<u32>,
+    pub open: Option<Span>,
+    pub probes: Option<u32>,
+}
+
+impl ClientParams {
+    fn over(self, base: ClientParams) -> ClientParams {
+        ClientParams {
+            throttling: self.throttling.or(base.throttling),
+            quota: self.quota.or(base.quota),
+            breaker: self.breaker.or(base.breaker),
+        }
+    }
+
+    fn resolve(self, context: &str) -> Result<ClientDefenses, ExperimentError> {
+        let t = ThrottleParams::default();
+        let b = BreakerParams::default();
+        ClientDefenses {
+            throttling: self.throttling.map(|p| ThrottleParams {
+                k: p.k.unwrap_or(t.k),
+                window_s: p.window.map_or(t.window_s, Span::secs),
+            }),
+            quota: self.quota,
+            breaker: self.breaker.map(|p| BreakerParams {
+                failures: p.failures.unwrap_or(b.failures),
+                open_s: p.open.map_or(b.open_s, Span::secs),
+                probes: p.probes.unwrap_or(b.probes),
+            }),
+        }
+        .validate()
+        .map_err(|e| defense_err(context, e))
+    }
+}
+
+/// A defense's parameter out of range, as the one-line field error.
+fn defense_err(context: &str, e: kit_defense::ParamError) -> ExperimentError {
+    field_err(context, e.field, e.value, e.expected)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -1797,6 +1932,14 @@ impl Params {
             fluid_dt: self.fluid_dt.or(base.fluid_dt),
             fault: self.fault.or(base.fault),
             remedy: self.remedy.or(base.remedy),
+            discipline: match (self.discipline, base.discipline) {
+                (Some(a), Some(b)) => Some(a.over(b)),
+                (a, b) => a.or(b),
+            },
+            client: match (self.client, base.client) {
+                (Some(a), Some(b)) => Some(a.over(b)),
+                (a, b) => a.or(b),
+            },
             hpa: match (self.hpa, base.hpa) {
                 (Some(a), Some(b)) => Some(a.over(b)),
                 (a, b) => a.or(b),
@@ -1892,6 +2035,11 @@ impl Params {
                 Some(service) => service.resolve(context)?,
                 None => ServiceTime::EXPONENTIAL,
             },
+            discipline: p
+                .discipline
+                .unwrap_or_default()
+                .resolve(context, 1.0 / rate_per_pod)?,
+            client: p.client.unwrap_or_default().resolve(context)?,
             topology: p.topology.unwrap_or(Topology::Pooled),
             routing,
             bursts,
