@@ -40,12 +40,26 @@ pub struct Row {
     pub attempts: f64,
     /// Attempts sent in this row that timed out.
     pub timed_out: f64,
+    /// Attempts sent in this row that a pod refused at once (503: a shedding discipline).
+    #[serde(default)]
+    pub refused: f64,
+    /// Attempts of this row the client refused itself (throttle, rate limiter, open breaker):
+    /// never sent, and their requests end there.
+    #[serde(default)]
+    pub rejected: f64,
     /// Logical requests started in this row that failed every attempt.
     pub lost: f64,
     /// Largest wait an arrival faced in this row (over pods), seconds.
     pub max_wait_s: f64,
     pub pods_ready: u32,
     pub pods_desired: u32,
+}
+
+impl Row {
+    /// Attempts of this row that failed: timed out, refused by a pod or by the client.
+    pub fn failed(&self) -> f64 {
+        self.timed_out + self.refused + self.rejected
+    }
 }
 
 /// A per-row time series.
@@ -248,7 +262,7 @@ fn recovery_s(record: &Record, c: &Criteria) -> Option<f64> {
     let drained = c.drained_below_s(record);
     let rows = &record.rows;
     for_good(rows, record.step_s, c.reference, |i| {
-        rows[i].timed_out > 0.0 || rows[i].max_wait_s > drained
+        rows[i].failed() > 0.0 || rows[i].max_wait_s > drained
     })
 }
 
@@ -269,7 +283,7 @@ pub fn steady_wait(record: &Record, c: &Criteria) -> f64 {
         (l.min(r.max_wait_s), h.max(r.max_wait_s))
     });
     let flat = high - low <= (0.01 * high).max(1e-9);
-    if tail.is_empty() || !flat || high >= c.timeout_s || tail.iter().any(|r| r.timed_out > 0.0) {
+    if tail.is_empty() || !flat || high >= c.timeout_s || tail.iter().any(|r| r.failed() > 0.0) {
         return 0.0;
     }
     high
@@ -371,7 +385,7 @@ fn self_sustaining(record: &Record, c: &Criteria) -> bool {
     let wait_known = peak > 0.0;
     // Still failing: attempts time out in the stretch, or the wait at its end is past the timeout.
     // A steady queue under the timeout (a pod the pool keeps busy) is not a failure at all.
-    let failing = tail.iter().any(|r| r.timed_out > 0.0) || last >= c.timeout_s;
+    let failing = tail.iter().any(|r| r.failed() > 0.0) || last >= c.timeout_s;
     failing && (offered >= capacity || (wait_known && last >= 0.98 * peak))
 }
 
@@ -416,7 +430,7 @@ fn provisioning(record: &Record, c: &Criteria) -> Provisioning {
 }
 
 fn triggered(record: &Record, c: &Criteria) -> bool {
-    in_window(record, c).any(|r| r.timed_out > 0.0)
+    in_window(record, c).any(|r| r.failed() > 0.0)
 }
 
 pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
@@ -432,7 +446,7 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
         horizon_s: c.to,
         triggered,
         first_timeout_s: in_window(record, c)
-            .find(|r| r.timed_out > 0.0)
+            .find(|r| r.failed() > 0.0)
             .map(|r| r.t),
         peak_pods: in_window(record, c)
             .map(|r| r.pods_ready)

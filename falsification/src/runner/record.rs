@@ -69,6 +69,8 @@ pub fn measured_record(samples: &[Sample], step: f64, attempt_s: f64, lost_after
             first_attempts: s.load.first_attempts,
             attempts: s.load.attempts,
             timed_out: 0.0,
+            refused: 0.0,
+            rejected: 0.0,
             lost: 0.0,
             max_wait_s: s.wait_sustained_s,
             pods_ready: s.pods_ready,
