@@ -8,6 +8,25 @@
 //!   and from then on makes every attempt, first ones too, wait for a token. Only throttling
 //!   responses lower its rate: timeouts do not.
 
+/// The SDKs' published quota: 500 tokens, a retry costs 5, a retry after a timeout 10, a
+/// success that needed no retry refunds 1. The client's [`RetryQuota`] and the fluid model's
+/// flow of tokens both read these.
+pub const AWS_STANDARD: QuotaCosts = QuotaCosts {
+    capacity: 500,
+    retry_cost: 5,
+    timeout_cost: 10,
+    success_refund: 1,
+};
+
+/// A retry quota's bucket and prices, tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaCosts {
+    pub capacity: u32,
+    pub retry_cost: u32,
+    pub timeout_cost: u32,
+    pub success_refund: u32,
+}
+
 /// The AWS SDK standard-mode retry quota.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryQuota {
@@ -19,15 +38,15 @@ pub struct RetryQuota {
 }
 
 impl RetryQuota {
-    /// The SDKs' published defaults: 500 tokens, retry cost 5, timeout retry cost 10, a
-    /// success without retry refunds 1.
+    /// A full bucket at [`AWS_STANDARD`]'s prices.
     pub fn aws_standard() -> RetryQuota {
+        let c = AWS_STANDARD;
         RetryQuota {
-            capacity: 500,
-            available: 500,
-            retry_cost: 5,
-            timeout_cost: 10,
-            success_refund: 1,
+            capacity: c.capacity,
+            available: c.capacity,
+            retry_cost: c.retry_cost,
+            timeout_cost: c.timeout_cost,
+            success_refund: c.success_refund,
         }
     }
 
@@ -139,6 +158,28 @@ impl AdaptiveRate {
         Some(wait)
     }
 
+    /// `amount` attempts want to go within a step ending at `now` (the fluid model's flow):
+    /// how many get a token waiting at most `max_wait_s`.
+    pub fn acquire_flow(&mut self, now: f64, amount: f64, max_wait_s: f64) -> f64 {
+        if !self.enabled {
+            return amount;
+        }
+        self.refill(now);
+        let sent = amount.min((self.tokens + self.fill_rate * max_wait_s).max(0.0));
+        self.tokens -= sent;
+        sent
+    }
+
+    /// `answers` answers came in the step ending at `now` (the fluid model's flow), throttling
+    /// ones among them if `throttled`: one rate update for the step, as for its last answer.
+    pub fn on_responses(&mut self, now: f64, answers: f64, throttled: bool) {
+        if answers <= 0.0 {
+            return;
+        }
+        self.count += answers - 1.0;
+        self.on_response(now, throttled);
+    }
+
     /// An answer came at `now`; `throttled` if it was a throttling response.
     pub fn on_response(&mut self, now: f64, throttled: bool) {
         let measured = self.measure(now);
@@ -236,7 +277,12 @@ mod tests {
         for i in 1..=200 {
             r.on_response(5.0 + k * f64::from(i) / 200.0, false);
         }
-        assert!(r.rate() > cut / BETA * 0.95, "{} vs {}", r.rate(), cut / BETA);
+        assert!(
+            r.rate() > cut / BETA * 0.95,
+            "{} vs {}",
+            r.rate(),
+            cut / BETA
+        );
         assert!(is_throttling_status(503) && !is_throttling_status(504));
     }
 }

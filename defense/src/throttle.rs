@@ -106,6 +106,13 @@ impl Throttle {
         uniform >= p
     }
 
+    /// A step's flow ending at `now` (the fluid model): `requests` made and `accepts` answered.
+    pub fn record(&mut self, now: f64, requests: f64, accepts: f64) {
+        self.roll(now);
+        self.buckets[self.current].0 += requests;
+        self.buckets[self.current].1 += accepts;
+    }
+
     /// The backend accepted a request (answered it in time, not with an overload error).
     pub fn on_accept(&mut self, now: f64) {
         self.roll(now);
@@ -156,7 +163,11 @@ mod tests {
             t.admit(0.5, 0.9);
         }
         assert!(t.probability(5.0) > 0.9);
-        assert_eq!(t.counts(10.6), (0.0, 0.0), "the bucket of t = 0.5 left the window");
+        assert_eq!(
+            t.counts(10.6),
+            (0.0, 0.0),
+            "the bucket of t = 0.5 left the window"
+        );
         assert_eq!(t.probability(1000.0), 0.0);
     }
 

@@ -7,14 +7,14 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use thiserror::Error;
 use kit_defense::breaker::BreakerParams;
 use kit_defense::codel::CodelParams;
 use kit_defense::concurrency::AimdParams;
 use kit_defense::discipline::DisciplineKind;
 use kit_defense::throttle::ThrottleParams;
 pub use kit_defense::{ClientDefenses, Discipline, QuotaMode};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 use crate::control::{AutoscalerConfig, Control, CpuModel};
 use crate::hpa::{
@@ -25,7 +25,7 @@ use crate::outcome::Expect;
 
 /// The built-in experiments, as shipped in `falsification/model/experiments/`; the suite is F1-F4
 /// ([`SUITE`]), every claim's experiment [`CLAIMS`].
-pub const BUILTIN: [(&str, &str); 14] = [
+pub const BUILTIN: [(&str, &str); 15] = [
     ("F0", include_str!("../experiments/F0.toml")),
     (
         "F0-specimen",
@@ -49,6 +49,7 @@ pub const BUILTIN: [(&str, &str); 14] = [
     ("F8", include_str!("../experiments/F8.toml")),
     ("F9", include_str!("../experiments/F9.toml")),
     ("F10", include_str!("../experiments/F10.toml")),
+    ("F11", include_str!("../experiments/F11.toml")),
 ];
 
 /// What `falsification suite` runs by default: the falsification suite of SPEC.
@@ -1359,7 +1360,11 @@ fn parse_with(
             continue;
         }
         let context = format!("{} case {}", file.id, c.name);
-        let mut params = overrides.clone().over(c.params.over(file.defaults.clone()));
+        let base = match &c.from {
+            Some(from) => builtin_case_params(&context, from)?.over(file.defaults.clone()),
+            None => file.defaults.clone(),
+        };
+        let mut params = overrides.clone().over(c.params.over(base));
         // A trace named in a file is found beside it.
         if let (Some(t), Some(dir)) = (&params.trace, std::path::Path::new(name).parent())
             && overrides.trace.is_none()
@@ -1381,6 +1386,23 @@ fn parse_with(
         refuted_if: file.refuted_if,
         cases,
     })
+}
+
+/// The parameters of a built-in case named `ID:case`, its experiment's defaults under them.
+fn builtin_case_params(context: &str, from: &str) -> Result<Params, ExperimentError> {
+    let unknown = || field_err(context, "from", from, "names no built-in case (ID:case)");
+    let (id, case) = from.split_once(':').ok_or_else(unknown)?;
+    let (_, text) = BUILTIN
+        .iter()
+        .find(|(i, _)| i.eq_ignore_ascii_case(id))
+        .ok_or_else(unknown)?;
+    let file: ExperimentFile = toml::from_str(text).map_err(|e| parse_error(id, text, &e))?;
+    let c = file
+        .cases
+        .into_iter()
+        .find(|c| c.name == case)
+        .ok_or_else(unknown)?;
+    Ok(c.params.over(file.defaults))
 }
 
 /// A TOML error in one line: its line, the key whose value it is (if it is a value's), what.
@@ -1424,6 +1446,10 @@ struct ExperimentFile {
 #[serde(deny_unknown_fields)]
 struct CaseFile {
     name: String,
+    /// A built-in case this one varies (`"F3:first-attempt"`): its parameters under this
+    /// case's own, over this file's defaults.
+    #[serde(default)]
+    from: Option<String>,
     #[serde(default)]
     params: Params,
     #[serde(default)]

@@ -23,6 +23,10 @@
 
 use std::collections::VecDeque;
 
+use kit_defense::breaker::State as BreakerState;
+use kit_defense::quota::AWS_STANDARD;
+use kit_defense::{AdaptiveRate, Breaker, Discipline, QuotaMode, Throttle};
+
 use crate::control::{Control, PodEvent, Totals};
 use crate::experiment::{Abandoned, Routing, Scenario, Topology};
 use crate::hpa::HpaError;
@@ -65,6 +69,52 @@ struct Fluid<'s> {
     in_flight_steps: usize,
     totals: Totals,
     events: Vec<PodEvent>,
+    /// How the pods queue ([`Queueing`]).
+    queueing: Queueing,
+    /// refusals[n] holds the attempts n + 1 on their way after attempt n was refused at once
+    /// (a 503): due after the backoff alone. `after_refusal` is this step's share of them.
+    refusals: Vec<Vec<f64>>,
+    after_refusal: Vec<f64>,
+    /// Each attempt's share of a step's arrivals over the last timeout: a LIFO pod learns an
+    /// attempt's fate only at its timeout, when its retry's ring is written.
+    mix: Vec<Vec<f64>>,
+    /// Pooled with a discipline other than FIFO: the pool as one queue at its total rate.
+    pool: Option<Pod>,
+    client: Gate,
+}
+
+/// The pods' queueing as the fluid sees it. Processor sharing is FIFO here: serving up to `k`
+/// at once moves an answer by at most `k` service times, nothing at a timeout's scale.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Queueing {
+    Fifo,
+    Lifo,
+    /// At most this many requests per pod; the rest refused on arrival. An AIMD limit is taken
+    /// at its equilibrium: the count whose latency is its threshold, `latency x c`.
+    Bounded(f64),
+    /// CoDel: once the wait has stayed above `target` for `interval`, the head is refused down
+    /// to a target's worth.
+    Codel {
+        target_s: f64,
+        interval_s: f64,
+    },
+}
+
+impl Queueing {
+    fn of(d: Discipline, c: f64) -> Queueing {
+        match d {
+            Discipline::Fifo | Discipline::Sharing { .. } => Queueing::Fifo,
+            Discipline::Lifo => Queueing::Lifo,
+            Discipline::Bounded { limit } => Queueing::Bounded(f64::from(limit)),
+            Discipline::Adaptive(a) => {
+                Queueing::Bounded((a.latency_s * c).clamp(f64::from(a.min), f64::from(a.max)))
+            }
+            Discipline::Codel(p) => Queueing::Codel {
+                target_s: p.target_s,
+                interval_s: p.interval_s,
+            },
+        }
+    }
 }
 
 impl<'s> Fluid<'s> {
@@ -101,6 +151,19 @@ impl<'s> Fluid<'s> {
             in_flight_steps: (s.pod_timeout_s() / dt).round().max(1.0) as usize,
             totals: Totals::default(),
             events: Vec::new(),
+            queueing: Queueing::of(s.discipline, s.rate_per_pod),
+            refusals: (1..=retries)
+                .map(|n| {
+                    let backoff = s.retry_delay(n) - s.pod_timeout_s();
+                    vec![0.0; (backoff / dt).round().max(1.0) as usize]
+                })
+                .collect(),
+            after_refusal: vec![0.0; retries as usize + 1],
+            mix: vec![Vec::new(); (s.pod_timeout_s() / dt).round().max(1.0) as usize + 1],
+            pool: (topology == Topology::Pooled
+                && Queueing::of(s.discipline, s.rate_per_pod) != Queueing::Fifo)
+                .then(|| Pod::new(s.pod_abandoned(false))),
+            client: Gate::new(s, start),
         })
     }
 
@@ -111,18 +174,36 @@ impl<'s> Fluid<'s> {
         let ready = self.control.ready();
         let demand = self.s.demand(t);
         let slot = i as usize;
+        if self.queueing == Queueing::Lifo {
+            self.expire_stacked(slot);
+        }
+        let first = demand * self.dt;
         self.arrive(slot, demand);
         self.apply_budget(t, demand);
+        let wanted: f64 = self.arrivals.iter().sum();
+        self.gate(t);
         let total: f64 = self.arrivals.iter().sum();
-        let (failing, max_wait) = self.failing(ready, total);
+        if self.queueing == Queueing::Lifo {
+            let h = self.mix.len();
+            self.mix[slot % h] = self
+                .arrivals
+                .iter()
+                .map(|a| a / total.max(1e-300))
+                .collect();
+        }
+        let (failing, refused, max_wait) = self.failing(t, slot, ready, total);
         let timed_out = self.time_out(t, slot, failing);
-        self.serve(ready, total, failing);
+        self.refuse(t, slot, total, refused);
+        let answered = self.serve(slot, ready, total, failing);
+        self.client
+            .feedback(t, wanted, total, answered, refused, self.arrivals[0]);
         self.totals.first += self.arrivals[0];
         self.totals.all += total;
 
         let row = self.record.row_mut(t);
-        row.first_attempts += self.arrivals[0];
+        row.first_attempts += first;
         row.attempts += total;
+        row.refused += refused;
         row.timed_out += timed_out;
         row.max_wait_s = row.max_wait_s.max(max_wait);
         row.pods_ready = ready;
@@ -173,6 +254,114 @@ impl<'s> Fluid<'s> {
         for (n, ring) in self.rings.iter().enumerate() {
             self.arrivals[n + 1] = ring[slot % ring.len()];
         }
+        for (n, ring) in self.refusals.iter_mut().enumerate() {
+            let len = ring.len();
+            let due = std::mem::take(&mut ring[slot % len]);
+            self.after_refusal[n + 1] = due;
+            self.arrivals[n + 1] += due;
+        }
+    }
+
+    /// The client's own defenses before anything is sent: the retry quota prices this step's
+    /// retries (a request it cannot pay for ends, as under a budget), then an open breaker, the
+    /// throttle and the adaptive limiter refuse attempts, whose requests end there.
+    fn gate(&mut self, t: f64) {
+        let (s, retries) = (self.s, self.retries as usize);
+        if let Some(tokens) = self.client.tokens.as_mut() {
+            let price = |n: usize, arrivals: &[f64], after: &[f64]| {
+                (arrivals[n] - after[n]) * f64::from(AWS_STANDARD.timeout_cost)
+                    + after[n] * f64::from(AWS_STANDARD.retry_cost)
+            };
+            let paid: Vec<usize> = (1..=retries)
+                .filter(|n| s.is_client_retry(*n as u32))
+                .collect();
+            let cost: f64 = paid
+                .iter()
+                .map(|&n| price(n, &self.arrivals, &self.after_refusal))
+                .sum();
+            if cost > *tokens {
+                let keep = *tokens / cost;
+                for &n in &paid {
+                    self.record.row_mut(t - self.offsets[n]).lost +=
+                        self.arrivals[n] * (1.0 - keep);
+                    self.arrivals[n] *= keep;
+                    self.after_refusal[n] *= keep;
+                }
+                *tokens = 0.0;
+            } else {
+                *tokens -= cost;
+            }
+        }
+        let total: f64 = self.arrivals.iter().sum();
+        let keep = self.client.admit(t, total, self.tau);
+        if keep < 1.0 {
+            for n in 0..=retries {
+                let out = self.arrivals[n] * (1.0 - keep);
+                self.record.row_mut(t - self.offsets[n]).lost += out;
+                self.record.row_mut(t).rejected += out;
+                self.arrivals[n] -= out;
+                self.after_refusal[n] *= keep;
+            }
+        }
+    }
+
+    /// What the pods refused at once this step: each attempt's share of it retries after the
+    /// backoff, or, for the last attempt, ends its request. Refusals at the head of a CoDel
+    /// queue are split as this step's arrivals are (they arrived a target's time ago).
+    fn refuse(&mut self, t: f64, slot: usize, total: f64, refused: f64) {
+        if refused <= 0.0 {
+            return;
+        }
+        let r = self.retries as usize;
+        for n in 0..=r {
+            let share = if total > 0.0 {
+                self.arrivals[n] / total
+            } else if n == 0 {
+                1.0
+            } else {
+                0.0
+            };
+            let out = refused * share;
+            if n < r {
+                let ring = &mut self.refusals[n];
+                let len = ring.len();
+                ring[slot % len] += out;
+            } else {
+                self.record.row_mut(t - self.offsets[n]).lost += out;
+            }
+        }
+    }
+
+    /// LIFO: what is still stacked a timeout after it arrived has timed out; its retries go out
+    /// now (written into their rings before this step reads them).
+    fn expire_stacked(&mut self, slot: usize) {
+        let steps = self.in_flight_steps;
+        let Some(arrived) = slot.checked_sub(steps) else {
+            return;
+        };
+        let mut expired = 0.0;
+        for p in self.pods.iter_mut().chain(self.pool.as_mut()) {
+            expired += p.expire(arrived);
+        }
+        if expired <= 0.0 {
+            return;
+        }
+        let h = arrived % self.mix.len();
+        let mix = std::mem::take(&mut self.mix[h]);
+        let sent = self.start + arrived as f64 * self.dt;
+        self.record.row_mut(sent).timed_out += expired;
+        let r = self.retries as usize;
+        for (n, share) in mix.iter().enumerate() {
+            let out = expired * share;
+            if n < r {
+                let ring = &mut self.rings[n];
+                let len = ring.len();
+                ring[arrived % len] += out;
+            } else {
+                self.record.row_mut(sent - self.offsets[n]).lost += out;
+            }
+        }
+        self.mix[h] = mix;
     }
 
     /// A budget refuses the client's retries beyond its cap: those requests fail with the attempts
@@ -198,10 +387,29 @@ impl<'s> Fluid<'s> {
         }
     }
 
-    /// Fraction of arrivals that time out, and the largest wait an arrival faces.
-    fn failing(&mut self, ready: u32, total: f64) -> (f64, f64) {
-        let (c, tau) = (self.c, self.tau);
+    /// Fraction of arrivals that time out, the amount the pods refuse at once, and the largest
+    /// wait an arrival faces.
+    fn failing(&mut self, t: f64, slot: usize, ready: u32, total: f64) -> (f64, f64, f64) {
+        let (c, tau, dt, q) = (self.c, self.tau, self.dt, self.queueing);
+        let service = self.s.service;
         match self.topology {
+            Topology::Pooled if self.pool.is_some() => {
+                let cap = f64::from(ready) * c;
+                let Some(p) = self.pool.as_mut() else {
+                    unreachable!()
+                };
+                if cap <= 0.0 {
+                    p.share = 0.0;
+                    return (1.0, 0.0, f64::INFINITY);
+                }
+                p.share = total;
+                p.admit_as(q, f64::from(ready), cap, tau, t, dt, |share| {
+                    service.outlasted_by_gap(1.0 / cap, share / dt)
+                });
+                let failing = total - p.live_in - p.refused_entry;
+                let fraction = if total > 0.0 { failing / total } else { 0.0 };
+                (fraction, p.refused_in, p.wait(q, cap, slot, dt))
+            }
             Topology::Pooled => {
                 let cap = f64::from(ready) * c;
                 let wait = if cap > 0.0 {
@@ -209,30 +417,30 @@ impl<'s> Fluid<'s> {
                 } else {
                     f64::INFINITY
                 };
-                (if wait >= tau { 1.0 } else { 0.0 }, wait)
+                (if wait >= tau { 1.0 } else { 0.0 }, 0.0, wait)
             }
-            Topology::PerPod if self.pods.is_empty() => (1.0, f64::INFINITY),
+            Topology::PerPod if self.pods.is_empty() => (1.0, 0.0, f64::INFINITY),
             Topology::PerPod => {
                 match self.s.routing {
                     Routing::KeepAlive => route(&mut self.pods, total),
                     Routing::RoundRobin => spread(&mut self.pods, total),
                     Routing::LeastConnections => least_connections(&mut self.pods, total),
                 }
-                let (service, dt) = (self.s.service, self.dt);
-                let (mut failing, mut longest) = (0.0, 0.0f64);
+                let (mut failing, mut refused, mut longest) = (0.0, 0.0, 0.0f64);
                 for p in &mut self.pods {
-                    longest = longest.max(p.backlog);
-                    p.admit(c, tau, |share| {
+                    longest = longest.max(p.wait(q, c, slot, dt));
+                    p.admit_as(q, 1.0, c, tau, t, dt, |share| {
                         service.outlasted_by_gap(1.0 / c, share / dt)
                     });
-                    failing += p.share - p.live_in;
+                    failing += p.share - p.live_in - p.refused_entry;
+                    refused += p.refused_in;
                     // What a dropping pod has no room for arrived to a wait at the timeout.
-                    if p.share > p.live_in + p.late_in {
-                        longest = longest.max(tau * c);
+                    if q == Queueing::Fifo && p.share > p.live_in + p.late_in {
+                        longest = longest.max(tau);
                     }
                 }
                 let fraction = if total > 0.0 { failing / total } else { 0.0 };
-                (fraction, longest / c)
+                (fraction, refused, longest)
             }
         }
     }
@@ -256,10 +464,21 @@ impl<'s> Fluid<'s> {
         timed_out
     }
 
-    /// Queues this step's arrivals (abandoned work too, unless servers drop it) and serves a step.
-    fn serve(&mut self, ready: u32, total: f64, failing: f64) {
-        let (c, dt) = (self.c, self.dt);
+    /// Queues this step's arrivals (abandoned work too, unless servers drop it) and serves a
+    /// step. Returns the attempts answered in time this step, as the clients count them.
+    fn serve(&mut self, slot: usize, ready: u32, total: f64, failing: f64) -> f64 {
+        let (c, dt, q) = (self.c, self.dt, self.queueing);
         match self.topology {
+            Topology::Pooled if self.pool.is_some() => {
+                let Some(p) = self.pool.as_mut() else {
+                    unreachable!()
+                };
+                let before = p.backlog;
+                let answered =
+                    p.take_and_serve(q, f64::from(ready) * c * dt, self.in_flight_steps, slot);
+                self.totals.busy_s += (before - p.backlog) / c;
+                answered
+            }
             Topology::Pooled => {
                 // The one queue's head goes to the pods in proportion: those that drop skip
                 // the abandoned work.
@@ -270,21 +489,115 @@ impl<'s> Fluid<'s> {
                 let served = (self.pooled_backlog + queued).min(cap * dt);
                 self.pooled_backlog = (self.pooled_backlog + queued - cap * dt).max(0.0);
                 self.totals.busy_s += served / c;
+                total * (1.0 - failing)
             }
             Topology::PerPod => {
                 let steps = self.in_flight_steps;
+                let mut answered = 0.0;
                 for p in &mut self.pods {
-                    p.doomed_in_flight(p.share - p.live_in, steps);
-                    p.enqueue(p.live_in, true);
-                    p.enqueue(p.late_in, false);
                     let before = p.backlog;
-                    p.serve(c * dt);
+                    answered += p.take_and_serve(q, c * dt, steps, slot);
                     self.totals.busy_s += (before - p.backlog) / c;
                 }
                 for b in &mut self.draining {
                     *b -= c * dt;
                 }
                 self.draining.retain(|b| *b > 0.0);
+                answered
+            }
+        }
+    }
+}
+
+/// The client's defenses in the fluid: the loadgen's state machines (one client), fed a step's
+/// flows instead of single attempts.
+#[derive(Debug)]
+struct Gate {
+    throttle: Option<Throttle>,
+    breaker: Option<Breaker>,
+    failures: u32,
+    probes: u32,
+    limiter: Option<AdaptiveRate>,
+    /// The retry quota's tokens, as a flow.
+    tokens: Option<f64>,
+}
+
+impl Gate {
+    fn new(s: &Scenario, start: f64) -> Gate {
+        let c = s.client;
+        Gate {
+            throttle: c.throttling.map(|t| Throttle::new(t, start)),
+            breaker: c.breaker.map(Breaker::new),
+            failures: c.breaker.map_or(0, |b| b.failures),
+            probes: c.breaker.map_or(0, |b| b.probes),
+            limiter: (c.quota == Some(QuotaMode::Adaptive)).then(|| AdaptiveRate::new(start)),
+            tokens: c.quota.map(|_| f64::from(AWS_STANDARD.capacity)),
+        }
+    }
+
+    /// The share of `total` attempts the client lets go at `t`: none through an open breaker,
+    /// `1 - p` through the throttle, what the adaptive limiter has tokens for within `tau`.
+    fn admit(&mut self, t: f64, total: f64, tau: f64) -> f64 {
+        if total <= 0.0 {
+            return 1.0;
+        }
+        if let Some(b) = self.breaker.as_mut()
+            && !b.allow(t)
+        {
+            return 0.0;
+        }
+        let mut keep = 1.0;
+        if let Some(th) = self.throttle.as_mut() {
+            keep *= 1.0 - th.probability(t);
+        }
+        if let Some(l) = self.limiter.as_mut() {
+            keep = l.acquire_flow(t, total * keep, tau) / total;
+        }
+        keep
+    }
+
+    /// A step's outcome: `wanted` attempts made, `sent` sent, `answered` in time, `refused` by
+    /// the pods, `first` of the sent ones first attempts. A breaker trips when a run of its
+    /// failures in a row is expected within the step (`sent x f^failures >= 1` at a failing
+    /// share `f`); half open, the step's attempts are its probes.
+    fn feedback(
+        &mut self,
+        t: f64,
+        wanted: f64,
+        sent: f64,
+        answered: f64,
+        refused: f64,
+        first: f64,
+    ) {
+        if let Some(th) = self.throttle.as_mut() {
+            th.record(t, wanted, answered);
+        }
+        if let Some(l) = self.limiter.as_mut() {
+            l.on_responses(t, answered + refused, refused > 0.0);
+        }
+        if let Some(tokens) = self.tokens.as_mut()
+            && sent > 0.0
+        {
+            // A first attempt's success refunds 1; a retry's, what it paid (after a timeout).
+            let first_share = (first / sent).clamp(0.0, 1.0);
+            let refund = answered
+                * (first_share * f64::from(AWS_STANDARD.success_refund)
+                    + (1.0 - first_share) * f64::from(AWS_STANDARD.timeout_cost));
+            *tokens = (*tokens + refund).min(f64::from(AWS_STANDARD.capacity));
+        }
+        let (failures, probes) = (self.failures, self.probes);
+        if let Some(b) = self.breaker.as_mut()
+            && sent > 0.0
+        {
+            let f = (1.0 - answered / sent).clamp(0.0, 1.0);
+            match b.state() {
+                BreakerState::HalfOpen { .. } if f > 0.5 => b.on_failure(t),
+                BreakerState::HalfOpen { .. } => (0..probes).for_each(|_| b.on_success()),
+                BreakerState::Closed { .. } if sent * f.powi(failures as i32) >= 1.0 => {
+                    (0..failures).for_each(|_| b.on_failure(t));
+                }
+                BreakerState::Closed { .. } if f < 1.0 => b.on_success(),
+                _ => {}
             }
         }
     }
@@ -315,6 +628,25 @@ struct Pod {
     /// a proxy counts them in flight until their clients leave.
     doomed: VecDeque<f64>,
     doomed_sum: f64,
+    /// Refused at once this step: of this step's share on arrival (a bound), and in all
+    /// (CoDel's head too).
+    refused_entry: f64,
+    refused_in: f64,
+    /// CoDel: since when the wait has stayed above target, and whether the queue stands.
+    above_since: Option<f64>,
+    standing: bool,
+    /// LIFO: the work stacked, oldest first, and how many at the bottom have timed out.
+    stack: Vec<Stacked>,
+    expired: usize,
+}
+
+/// A step's attempts stacked on a LIFO pod.
+#[derive(Debug, Clone, Copy)]
+struct Stacked {
+    amount: f64,
+    slot: usize,
+    /// Its clients still wait for it.
+    live: bool,
 }
 
 impl Pod {
@@ -323,6 +655,157 @@ impl Pod {
             drops: abandoned == Abandoned::Drop,
             ..Pod::default()
         }
+    }
+
+    /// [`Pod::admit`] under the pods' queueing, at rate `cap`; `pods` scales a bound (one queue
+    /// for the pool). A bound refuses what does not fit on arrival; a standing CoDel queue is
+    /// cut at the head to a target's worth; a LIFO pod learns its arrivals' fate later.
+    #[allow(clippy::too_many_arguments)]
+    fn admit_as(
+        &mut self,
+        q: Queueing,
+        pods: f64,
+        cap: f64,
+        tau: f64,
+        t: f64,
+        dt: f64,
+        in_time: impl Fn(f64) -> f64,
+    ) {
+        self.refused_entry = 0.0;
+        self.refused_in = 0.0;
+        match q {
+            Queueing::Fifo => self.admit(cap, tau, in_time),
+            Queueing::Lifo => (self.live_in, self.late_in) = (self.share, 0.0),
+            Queueing::Bounded(limit) => {
+                let room = (limit * pods + cap * dt - self.backlog).max(0.0);
+                let whole = self.share;
+                self.share = whole.min(room);
+                self.admit(cap, tau, in_time);
+                self.refused_entry = whole - self.share;
+                self.refused_in = self.refused_entry;
+                self.share = whole;
+            }
+            Queueing::Codel {
+                target_s,
+                interval_s,
+            } => {
+                if self.backlog / cap >= target_s {
+                    let since = *self.above_since.get_or_insert(t);
+                    self.standing = t - since >= interval_s;
+                } else {
+                    self.above_since = None;
+                    self.standing = false;
+                }
+                if self.standing {
+                    self.refused_in = self.cut_head(self.backlog - target_s * cap);
+                }
+                self.admit(cap, tau, in_time);
+            }
+        }
+    }
+
+    /// Removes `amount` from the head of the queue; returns how much of it clients still
+    /// waited for (they get their 503 now).
+    fn cut_head(&mut self, mut amount: f64) -> f64 {
+        let mut live = 0.0;
+        while amount > 0.0 {
+            let Some((a, waited)) = self.queue.front_mut() else {
+                break;
+            };
+            let cut = a.min(amount);
+            *a -= cut;
+            amount -= cut;
+            self.backlog -= cut;
+            if *waited {
+                live += cut;
+                self.live = (self.live - cut).max(0.0);
+            }
+            if *a <= 0.0 {
+                self.queue.pop_front();
+            }
+        }
+        self.backlog = self.backlog.max(0.0);
+        live
+    }
+
+    /// The longest wait an arrival faces: the backlog at the pod's rate, or on a LIFO pod the
+    /// age of the oldest work still waited for.
+    fn wait(&self, q: Queueing, cap: f64, slot: usize, dt: f64) -> f64 {
+        match q {
+            Queueing::Lifo => self
+                .stack
+                .get(self.expired)
+                .map_or(0.0, |s| slot.saturating_sub(s.slot) as f64 * dt),
+            _ => self.backlog / cap,
+        }
+    }
+
+    /// Queues this step's admitted share and serves `work`: returns what was answered in time.
+    fn take_and_serve(&mut self, q: Queueing, work: f64, steps: usize, slot: usize) -> f64 {
+        let before = self.returned;
+        if q == Queueing::Lifo {
+            if self.share > 0.0 {
+                self.stack.push(Stacked {
+                    amount: self.share,
+                    slot,
+                    live: true,
+                });
+                self.backlog += self.share;
+                self.live += self.share;
+            }
+            self.serve_stack(work);
+        } else {
+            self.doomed_in_flight(self.share - self.live_in - self.refused_entry, steps);
+            self.enqueue(self.live_in, true);
+            self.enqueue(self.late_in, false);
+            self.serve(work);
+        }
+        self.returned - before
+    }
+
+    /// LIFO: serves `work` from the top of the stack; a pod that drops skips what timed out.
+    fn serve_stack(&mut self, mut work: f64) {
+        while work > 0.0 {
+            let Some(top) = self.stack.last_mut() else {
+                break;
+            };
+            if !top.live && self.drops {
+                self.backlog -= top.amount;
+                self.stack.pop();
+                continue;
+            }
+            let done = top.amount.min(work);
+            top.amount -= done;
+            work -= done;
+            self.backlog -= done;
+            if top.live {
+                self.returned += done;
+                self.live = (self.live - done).max(0.0);
+            }
+            if top.amount <= 0.0 {
+                self.stack.pop();
+            }
+        }
+        self.expired = self.expired.min(self.stack.len());
+        self.backlog = self.backlog.max(0.0);
+    }
+
+    /// LIFO: work stacked at or before step `arrived` and still waited for has timed out.
+    /// Returns how much.
+    fn expire(&mut self, arrived: usize) -> f64 {
+        let mut out = 0.0;
+        while let Some(s) = self.stack.get_mut(self.expired) {
+            if s.slot > arrived {
+                break;
+            }
+            if s.live {
+                s.live = false;
+                out += s.amount;
+                self.live = (self.live - s.amount).max(0.0);
+            }
+            self.expired += 1;
+        }
+        out
     }
 
     /// Splits this step's `share` into what is answered in time (`live_in`), what is queued and
@@ -590,5 +1073,111 @@ mod tests {
         p.enqueue(1.0, true);
         p.serve(2.5);
         assert_eq!((p.backlog, p.returned), (0.5, 0.5));
+    }
+}
+
+#[cfg(test)]
+mod defenses {
+    use super::*;
+    use crate::experiment::load;
+    use crate::predict::fluid_outcome;
+
+    fn case(name: &str) -> Scenario {
+        let e = load("F11").unwrap();
+        e.cases
+            .into_iter()
+            .find(|c| c.scenario.name == name)
+            .unwrap()
+            .scenario
+    }
+
+    #[test]
+    fn pods_that_bound_their_wait_or_serve_newest_first_escape_the_spike_fifo_stays_in() {
+        for (name, trapped) in [
+            ("spike-fifo", true),
+            ("spike-sharing", true),
+            ("spike-lifo", false),
+            ("spike-codel", false),
+            ("spike-bounded", false),
+            ("spike-adaptive", false),
+        ] {
+            let o = fluid_outcome(&case(name), Topology::PerPod).unwrap();
+            assert!(o.triggered, "{name}");
+            assert_eq!(
+                (o.trapped, o.recovered),
+                (trapped, !trapped),
+                "{name}: {o:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bounded_pod_never_makes_an_arrival_wait_past_its_bound() {
+        let s = case("spike-bounded");
+        let r = simulate(&s, Topology::PerPod).unwrap();
+        let longest = r.rows.iter().map(|r| r.max_wait_s).fold(0.0, f64::max);
+        // 50 waiting at 100/s, and the step's service on top.
+        assert!(longest <= 0.5 + 2.0 * s.fluid_dt_s, "{longest}");
+        assert!(r.rows.iter().map(|r| r.refused).sum::<f64>() > 0.0);
+        assert_eq!(r.rows.iter().map(|r| r.timed_out).sum::<f64>(), 0.0);
+    }
+
+    #[test]
+    fn client_defenses_end_the_retries_of_a_failed_service() {
+        for name in ["spike-throttling", "spike-aws-standard", "spike-breaker"] {
+            let o = fluid_outcome(&case(name), Topology::PerPod).unwrap();
+            assert!(o.recovered && !o.trapped, "{name}: {o:?}");
+        }
+        // The adaptive mode's limiter waits for throttling answers; FIFO pods only time out,
+        // so it is the standard quota alone.
+        let standard = simulate(&case("spike-aws-standard"), Topology::PerPod).unwrap();
+        let adaptive = simulate(&case("spike-aws-adaptive"), Topology::PerPod).unwrap();
+        assert_eq!(standard.rows, adaptive.rows);
+        // The throttle rejects at the client: counted apart, and it never rejects at base load.
+        let r = simulate(&case("spike-throttling"), Topology::PerPod).unwrap();
+        assert!(r.rows.iter().map(|r| r.rejected).sum::<f64>() > 0.0);
+        assert!(
+            r.rows
+                .iter()
+                .filter(|r| r.t < 0.0)
+                .all(|r| r.rejected == 0.0)
+        );
+    }
+
+    #[test]
+    fn a_lifo_pod_serves_the_newest_and_times_out_what_stays_stacked() {
+        let mut p = Pod::new(Abandoned::Serve);
+        p.share = 3.0;
+        p.take_and_serve(Queueing::Lifo, 1.0, 10, 0);
+        p.share = 2.0;
+        // The newest two first: nothing of step 0's is answered.
+        assert_eq!(p.take_and_serve(Queueing::Lifo, 2.0, 10, 1), 2.0);
+        assert_eq!(p.stack.len(), 1);
+        assert_eq!(p.expire(0), 2.0, "step 0's rest timed out");
+        assert_eq!(
+            p.wait(Queueing::Lifo, 100.0, 5, 0.1),
+            0.0,
+            "nothing live waits"
+        );
+        // Served later for nobody, unless the pod drops what timed out.
+        p.share = 0.0;
+        assert_eq!(p.take_and_serve(Queueing::Lifo, 5.0, 10, 2), 0.0);
+        assert_eq!(p.backlog, 0.0);
+    }
+
+    #[test]
+    fn a_standing_codel_queue_is_cut_to_a_targets_worth_at_the_head() {
+        let q = Queueing::Codel {
+            target_s: 0.05,
+            interval_s: 1.0,
+        };
+        let mut p = Pod::new(Abandoned::Serve);
+        p.enqueue(30.0, true);
+        // 0.3 s of wait at 100/s: above target, but only standing after the interval.
+        p.admit_as(q, 1.0, 100.0, 10.0, 0.0, 0.01, |_| 1.0);
+        assert_eq!(p.refused_in, 0.0);
+        p.admit_as(q, 1.0, 100.0, 10.0, 1.0, 0.01, |_| 1.0);
+        assert!((p.refused_in - 25.0).abs() < 1e-9, "{}", p.refused_in);
+        assert!((p.backlog - 5.0).abs() < 1e-9);
     }
 }

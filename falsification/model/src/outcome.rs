@@ -445,9 +445,7 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
         trapped: triggered && !recovered && self_sustaining(record, c),
         horizon_s: c.to,
         triggered,
-        first_timeout_s: in_window(record, c)
-            .find(|r| r.failed() > 0.0)
-            .map(|r| r.t),
+        first_timeout_s: in_window(record, c).find(|r| r.failed() > 0.0).map(|r| r.t),
         peak_pods: in_window(record, c)
             .map(|r| r.pods_ready)
             .max()
@@ -623,6 +621,7 @@ mod tests {
             pods_ready: 4,
             pods_desired: 4,
             lost: 0.0,
+            ..Row::default()
         }
     }
 
