@@ -158,10 +158,13 @@ mod tests {
         b.on_failure(1.5);
         assert_eq!(b.state(), State::Open { until: 2.5 });
         assert_eq!(
-            BreakerParams { probes: 0, ..BreakerParams::default() }
-                .validate()
-                .unwrap_err()
-                .to_string(),
+            BreakerParams {
+                probes: 0,
+                ..BreakerParams::default()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string(),
             "breaker probes: 0 must be at least 1"
         );
     }

@@ -139,11 +139,19 @@ mod tests {
         let mut c = codel();
         assert_eq!(c.on_dequeue(0.0, 0.010), Fate::Serve);
         assert_eq!(c.on_dequeue(0.05, 0.001), Fate::Serve);
-        assert_eq!(c.on_dequeue(0.11, 0.010), Fate::Serve, "a new interval began at 0.11");
+        assert_eq!(
+            c.on_dequeue(0.11, 0.010),
+            Fate::Serve,
+            "a new interval began at 0.11"
+        );
         assert_eq!(c.on_dequeue(0.2, 0.010), Fate::Serve);
         assert_eq!(c.on_dequeue(0.22, 0.010), Fate::Refuse);
         c.on_empty();
-        assert_eq!(c.on_dequeue(0.23, 0.010), Fate::Serve, "an empty queue stands no more");
+        assert_eq!(
+            c.on_dequeue(0.23, 0.010),
+            Fate::Serve,
+            "an empty queue stands no more"
+        );
     }
 
     #[test]

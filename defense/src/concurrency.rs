@@ -41,7 +41,11 @@ impl AimdParams {
     pub fn validate(self) -> Result<AimdParams, ParamError> {
         positive("adaptive latency", self.latency_s)?;
         if !(self.backoff > 0.0 && self.backoff < 1.0) {
-            return Err(ParamError::new("adaptive backoff", self.backoff, "must be in (0, 1)"));
+            return Err(ParamError::new(
+                "adaptive backoff",
+                self.backoff,
+                "must be in (0, 1)",
+            ));
         }
         if self.min == 0 || self.min > self.max {
             return Err(ParamError::new(
@@ -155,7 +159,12 @@ mod tests {
             initial: 1,
             ..params()
         };
-        assert!(bad.validate().unwrap_err().to_string().starts_with("adaptive initial"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("adaptive initial")
+        );
         assert!(AimdParams::for_service(0.01).validate().is_ok());
     }
 }

@@ -173,7 +173,11 @@ impl std::fmt::Display for Discipline {
             Discipline::Adaptive(a) => write!(
                 f,
                 "adaptive (AIMD limit {}..{} from {}, latency {} ms, backoff {})",
-                a.min, a.max, a.initial, ms(a.latency_s), a.backoff
+                a.min,
+                a.max,
+                a.initial,
+                ms(a.latency_s),
+                a.backoff
             ),
         }
     }
@@ -209,7 +213,10 @@ mod tests {
         }
         let e = "random".parse::<DisciplineKind>().unwrap_err().to_string();
         assert!(e.starts_with("discipline: random is none of"), "{e}");
-        let e = Discipline::Bounded { limit: 0 }.validate().unwrap_err().to_string();
+        let e = Discipline::Bounded { limit: 0 }
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "queue limit: 0 must be at least 1");
     }
 

@@ -167,6 +167,11 @@ pub struct Outcome {
     pub peak_pods: u32,
     pub final_pods: u32,
     pub lost_fraction: Option<f64>,
+    /// What a defense cost in the normal state: the share of the attempts sent over the second
+    /// half of the warm-up (base load, before the event) that a pod refused or the client
+    /// refused itself. `None` without a warm-up.
+    #[serde(default)]
+    pub base_refused: Option<f64>,
     #[serde(default)]
     pub provisioning: Provisioning,
 }
@@ -452,8 +457,19 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
             .unwrap_or(0),
         final_pods: record.rows.last().map_or(0, |r| r.pods_ready),
         lost_fraction: lost_fraction(record, c),
+        base_refused: base_refused(record),
         provisioning: provisioning(record, c),
     }
+}
+
+/// Refused attempts over attempts in the second half of the rows before the event (t < 0).
+fn base_refused(record: &Record) -> Option<f64> {
+    let start = record.rows.first()?.t;
+    let base = record.rows.iter().filter(|r| r.t >= start / 2.0 && r.t < 0.0);
+    let (refused, attempts) = base.fold((0.0, 0.0), |(f, a), r| {
+        (f + r.refused + r.rejected, a + r.attempts + r.rejected)
+    });
+    (attempts > 0.0).then(|| refused / attempts)
 }
 
 /// A case's refutation rule in machine form: what must hold for the prediction to stand.
@@ -915,6 +931,7 @@ mod tests {
             final_pods: 20,
             lost_fraction: Some(0.99),
             first_timeout_s: None,
+            base_refused: None,
             provisioning: Provisioning::default(),
         }
     }

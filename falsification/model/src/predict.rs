@@ -230,6 +230,7 @@ fn closed_form(s: &Scenario) -> Outcome {
             final_pods: s.pods,
             lost_fraction,
             first_timeout_s: None,
+            base_refused: None,
             provisioning: Default::default(),
         };
     };
@@ -279,6 +280,7 @@ fn closed_form(s: &Scenario) -> Outcome {
         final_pods: first,
         lost_fraction,
         first_timeout_s: None,
+        base_refused: None,
         provisioning: Default::default(),
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::experiment::LoadEvent;
+use crate::experiment::{Discipline, LoadEvent};
 use crate::outcome::{Judgement, Outcome, State};
 use crate::predict::{CasePrediction, ExperimentPrediction};
 
@@ -160,6 +160,20 @@ fn case_text(out: &mut String, c: &CasePrediction) {
                 firsts.join(", ")
             );
         }
+    }
+    if s.discipline != Discipline::Fifo || !s.client.is_none() {
+        let cost = |o: &Outcome| pct(o.base_refused);
+        let _ = writeln!(
+            out,
+            "  defense: pods {}, clients {}; refused at base load: fluid {} pooled, {} per pod{}",
+            s.discipline,
+            s.client,
+            cost(&c.fluid_pooled),
+            cost(&c.fluid_per_pod),
+            c.request_level
+                .as_ref()
+                .map_or(String::new(), |r| format!(", request level {}", cost(&r.median)))
+        );
     }
     let v = &c.verdict_fluid_pooled;
     let _ = writeln!(

@@ -332,6 +332,7 @@ mod tests {
             lost_fraction: Some(lost),
             triggered: true,
             first_timeout_s: None,
+            base_refused: None,
             provisioning: Default::default(),
         };
         CaseResult {

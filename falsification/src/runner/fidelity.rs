@@ -252,6 +252,7 @@ mod tests {
             peak_pods: 50,
             final_pods,
             lost_fraction: Some(lost),
+            base_refused: None,
             provisioning: Default::default(),
         }
     }

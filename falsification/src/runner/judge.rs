@@ -285,6 +285,7 @@ mod tests {
             final_pods: 4,
             lost_fraction: Some(0.2),
             first_timeout_s: None,
+            base_refused: None,
             provisioning: Default::default(),
         }
     }

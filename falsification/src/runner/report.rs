@@ -1365,6 +1365,7 @@ mod tests {
             lost_fraction: Some(if recovered { 0.03 } else { 0.98 }),
             triggered: true,
             first_timeout_s: Some(0.0),
+            base_refused: None,
             provisioning: Default::default(),
         }
     }
