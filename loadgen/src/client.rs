@@ -158,6 +158,29 @@ pub struct Handshakes {
     pub resumed: std::sync::atomic::AtomicU64,
 }
 
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exchanged {
+    /// Success on a 2xx response read to its end (a gRPC call: status OK).
+    pub outcome: AttemptOutcome,
+    /// How long the answer sat unread in the socket (plain HTTP/1.1; zero otherwise), which
+    /// its latency does not count.
+    pub unread: Duration,
+    /// The answer's HTTP status, when one came; a gRPC call's UNAVAILABLE and
+    /// RESOURCE_EXHAUSTED are a 503, as they are counted.
+    pub status: Option<u16>,
+}
+
+impl Exchanged {
+    fn failed(kind: ErrorKind) -> Exchanged {
+        Exchanged {
+            outcome: AttemptOutcome::Error(kind),
+            unread: Duration::ZERO,
+            status: None,
+        }
+    }
+}
+
 /// Sends attempts to the current targets.
 pub struct Client {
     targets: Arc<Targets>,
@@ -187,11 +210,15 @@ impl Client {
         }
     }
 
-    /// Sends attempt `attempt` of request `id`: success on a 2xx response read to its end (a
-    /// gRPC call: status OK), and how long the answer sat unread in the socket (plain
-    /// HTTP/1.1; zero otherwise), which its latency does not count. The caller bounds it with
-    /// the attempt timeout and drops it when that fires.
+    /// [`Client::exchange`]'s outcome and unread time (what the trigger's capacity probe reads).
     pub async fn attempt(&self, id: &str, attempt: u32) -> (AttemptOutcome, Duration) {
+        let e = self.exchange(id, attempt).await;
+        (e.outcome, e.unread)
+    }
+
+    /// Sends attempt `attempt` of request `id`. The caller bounds it with the attempt timeout
+    /// and drops it when that fires.
+    pub async fn exchange(&self, id: &str, attempt: u32) -> Exchanged {
         let s = &self.speech;
         let deadline_ms = s
             .deadline
@@ -203,17 +230,20 @@ impl Client {
         };
         if s.http2 {
             // Boxed: its state would otherwise size every HTTP/1.1 attempt's future too.
-            let outcome = match Box::pin(self.attempt_h2(sent, id, attempt, deadline_ms)).await {
-                Ok(outcome) => outcome,
-                Err(kind) => AttemptOutcome::Error(kind),
+            return match Box::pin(self.attempt_h2(sent, id, attempt, deadline_ms)).await {
+                Ok((outcome, status)) => Exchanged {
+                    outcome,
+                    unread: Duration::ZERO,
+                    status: Some(status),
+                },
+                Err(kind) => Exchanged::failed(kind),
             };
-            return (outcome, Duration::ZERO);
         }
         let mut conn = match self.take_idle() {
             Some(c) => c,
             None => match self.connect_h1().await {
                 Ok(c) => c,
-                Err(kind) => return (AttemptOutcome::Error(kind), Duration::ZERO),
+                Err(kind) => return Exchanged::failed(kind),
             },
         };
         let request = h1::request(&conn.target, sent, id, attempt, deadline_ms);
@@ -225,12 +255,16 @@ impl Client {
                 .map(|answer| (answer, Duration::ZERO)),
         };
         let Ok((answer, unread)) = exchanged else {
-            return (AttemptOutcome::Error(ErrorKind::Io), Duration::ZERO);
+            return Exchanged::failed(ErrorKind::Io);
         };
         if answer.reusable {
             self.put_idle(conn);
         }
-        (classify_status(answer.status), unread)
+        Exchanged {
+            outcome: classify_status(answer.status),
+            unread,
+            status: Some(answer.status),
+        }
     }
 
     /// Opens up to `n` HTTP/1.1 connections to random targets at once and keeps them idle
@@ -346,13 +380,14 @@ impl Client {
         Ok((sender, driver))
     }
 
+    /// The outcome and the status it was read from.
     async fn attempt_h2(
         &self,
         kind: &PreparedRequest,
         id: &str,
         attempt: u32,
         deadline_ms: Option<u64>,
-    ) -> Result<AttemptOutcome, ErrorKind> {
+    ) -> Result<(AttemptOutcome, u16), ErrorKind> {
         let target = self.targets.pick().ok_or(ErrorKind::NoTarget)?;
         let (mut sender, _driver) = self.h2_sender(&target).await?;
         let grpc = self.speech.requests.grpc;
@@ -363,8 +398,9 @@ impl Client {
         let resp = sender.send_request(req).await.map_err(|_| ErrorKind::Io)?;
         let (head, body) = resp.into_parts();
         let collected = body.collect().await.map_err(|_| ErrorKind::Io)?;
+        let http_status = head.status.as_u16();
         if !grpc || head.status != http::StatusCode::OK {
-            return Ok(classify_status(head.status.as_u16()));
+            return Ok((classify_status(http_status), http_status));
         }
         // A call's status is in its trailers, or in the head of a trailers-only answer.
         let status = collected
@@ -373,12 +409,14 @@ impl Client {
             .or_else(|| head.headers.get("grpc-status"))
             .and_then(|v| v.to_str().ok()?.parse::<u32>().ok());
         Ok(match status.map(GrpcOutcome::of) {
-            Some(GrpcOutcome::Ok) => AttemptOutcome::Success,
-            Some(GrpcOutcome::Deadline) => AttemptOutcome::Timeout,
-            Some(GrpcOutcome::Unavailable) => AttemptOutcome::Error(ErrorKind::Status5xx),
+            Some(GrpcOutcome::Ok) => (AttemptOutcome::Success, http_status),
+            Some(GrpcOutcome::Deadline) => (AttemptOutcome::Timeout, http_status),
+            Some(GrpcOutcome::Unavailable) => (AttemptOutcome::Error(ErrorKind::Status5xx), 503),
+            Some(GrpcOutcome::Other) => {
+                (AttemptOutcome::Error(ErrorKind::StatusOther), http_status)
+            }
             // No status is a broken call (RFC: the server must send one).
-            Some(GrpcOutcome::Other) => AttemptOutcome::Error(ErrorKind::StatusOther),
-            None => AttemptOutcome::Error(ErrorKind::Io),
+            None => return Err(ErrorKind::Io),
         })
     }
 
@@ -552,7 +590,7 @@ mod tests {
             },
             Arc::default(),
         );
-        let size = size_of_val(&client.attempt("r", 0));
+        let size = size_of_val(&client.exchange("r", 0));
         assert!(size <= 1024, "an attempt's future is {size} bytes");
     }
 

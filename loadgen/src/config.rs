@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use kit_defense::{BreakerParams, ClientDefenses, QuotaMode, ThrottleParams};
+
 use crate::LoadgenError;
 use crate::policy::{Backoff, RetryBudget, RetryPolicy, RetryQuota};
 use crate::record::{AttemptOutcome, ErrorKind};
@@ -128,9 +130,49 @@ pub struct Config {
     pub retry_budget_ttl: Duration,
 
     /// Retry quota: `aws-standard` (500 tokens; a retry costs 5, 10 after a timeout; a success
-    /// refunds 1, or the last retry's cost).
-    #[arg(long, value_name = "KIND", env = "LOADGEN_RETRY_QUOTA")]
-    pub retry_quota: Option<RetryQuota>,
+    /// refunds 1, or the last retry's cost) or `aws-adaptive` (the same quota, and the AWS SDK's
+    /// client rate limiter: after the first 429 or 503 every attempt waits for a token at a
+    /// CUBIC rate; one that would wait longer than `--timeout` is rejected locally).
+    #[arg(long, value_name = "MODE", env = "LOADGEN_RETRY_QUOTA", value_parser = quota_mode)]
+    pub retry_quota: Option<QuotaMode>,
+
+    /// Client-side adaptive throttling (the Google SRE book, "Handling Overload"): each attempt
+    /// is rejected locally with probability max(0, (requests - K x accepts) / (requests + 1))
+    /// over the last `--throttle-window`; accepts are attempts answered 2xx in time. K >= 1;
+    /// the book's is 2.
+    #[arg(
+        long,
+        value_name = "K",
+        env = "LOADGEN_THROTTLE_K",
+        allow_negative_numbers = true
+    )]
+    pub throttle_k: Option<f64>,
+
+    /// The window the throttle counts over (the book's two minutes).
+    #[arg(long, value_name = "DURATION", env = "LOADGEN_THROTTLE_WINDOW", default_value = "2m",
+          value_parser = positive_duration, requires = "throttle_k")]
+    pub throttle_window: Duration,
+
+    /// Circuit breaker: after N failed attempts in a row (timeout, 5xx, 429, a failed
+    /// connection) every attempt is rejected locally for `--breaker-open`, then
+    /// `--breaker-probes` go through and it closes when they all succeed.
+    #[arg(long, value_name = "N", env = "LOADGEN_BREAKER_FAILURES")]
+    pub breaker_failures: Option<u32>,
+
+    /// How long the breaker stays open.
+    #[arg(long, value_name = "DURATION", env = "LOADGEN_BREAKER_OPEN", default_value = "30s",
+          value_parser = positive_duration, requires = "breaker_failures")]
+    pub breaker_open: Duration,
+
+    /// Attempts let through when the open time is up (half open).
+    #[arg(
+        long,
+        value_name = "N",
+        env = "LOADGEN_BREAKER_PROBES",
+        default_value_t = 1,
+        requires = "breaker_failures"
+    )]
+    pub breaker_probes: u32,
 
     /// Send `x-deadline-ms` (unix ms when this attempt times out) so servers can drop expired work.
     #[arg(long, env = "LOADGEN_DEADLINE")]
@@ -462,6 +504,13 @@ impl FromStr for BindAddrs {
     }
 }
 
+fn quota_mode(s: &str) -> Result<QuotaMode, String> {
+    [QuotaMode::Standard, QuotaMode::Adaptive]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| "must be aws-standard or aws-adaptive".into())
+}
+
 fn positive_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
     if d.is_zero() {
@@ -582,6 +631,8 @@ pub struct Plan {
     pub drain_on_signal: Duration,
     pub seed: u64,
     pub policy: RetryPolicy,
+    /// The throttle, the adaptive rate limiter and the breaker (the quota is in `policy`).
+    pub client: ClientDefenses,
     pub retry_on: Vec<RetryOn>,
     /// What each attempt sends (values not yet read: see [`RequestSet::prepare`]).
     pub requests: RequestSet,
@@ -642,6 +693,7 @@ impl Config {
             })
             .transpose()
             .map_err(LoadgenError::Config)?;
+        let client = self.client_defenses().map_err(LoadgenError::Config)?;
         let seed = self.seed.unwrap_or_else(rand::random);
         let (arrivals, stop) = self.arrival_source(share, seed)?;
         Ok(Plan {
@@ -659,10 +711,34 @@ impl Config {
             policy: RetryPolicy {
                 backoff: self.backoff,
                 budget,
-                quota: self.retry_quota.clone(),
+                quota: self.retry_quota.map(|_| RetryQuota::aws_standard()),
             },
+            client,
             retry_on: self.retry_on.clone(),
             requests,
+        })
+    }
+
+    /// The client-side defenses the flags ask for, checked by kit-defense's rules; an error
+    /// names the flag and its value. Each `--instances` loadgen is a client with its own.
+    pub fn client_defenses(&self) -> Result<ClientDefenses, String> {
+        ClientDefenses {
+            throttling: self.throttle_k.map(|k| ThrottleParams {
+                k,
+                window_s: self.throttle_window.as_secs_f64(),
+            }),
+            quota: self.retry_quota,
+            breaker: self.breaker_failures.map(|failures| BreakerParams {
+                failures,
+                open_s: self.breaker_open.as_secs_f64(),
+                probes: self.breaker_probes,
+            }),
+        }
+        .validate()
+        .map_err(|e| {
+            // kit-defense names a field as its flag is named, with spaces for dashes.
+            let flag = e.field.replace(' ', "-");
+            format!("--{flag} {}: {}", e.value, e.expected)
         })
     }
 
@@ -872,6 +948,72 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--connections 4: applies to HTTP/1.1"), "{e}");
+    }
+
+    #[test]
+    fn client_defenses_resolve_from_their_flags_with_their_defaults() {
+        let base = "--target http://h/ --rate 5 --duration 1s";
+        let plan = |extra: &str| parse(&format!("{base} {extra}")).unwrap().plan();
+        let p = plan("").unwrap();
+        assert!(p.client.is_none() && p.policy.quota.is_none());
+        let p = plan("--throttle-k 2 --breaker-failures 5 --retry-quota aws-adaptive").unwrap();
+        assert_eq!(
+            p.client,
+            ClientDefenses {
+                throttling: Some(ThrottleParams::default()),
+                quota: Some(QuotaMode::Adaptive),
+                breaker: Some(BreakerParams::default()),
+            }
+        );
+        assert_eq!(p.policy.quota, Some(RetryQuota::aws_standard()));
+        let p = plan(
+            "--throttle-k 1.5 --throttle-window 90s --breaker-failures 3 --breaker-open 2500ms \
+             --breaker-probes 2 --retry-quota aws-standard",
+        )
+        .unwrap();
+        assert_eq!(
+            p.client,
+            ClientDefenses {
+                throttling: Some(ThrottleParams {
+                    k: 1.5,
+                    window_s: 90.0
+                }),
+                quota: Some(QuotaMode::Standard),
+                breaker: Some(BreakerParams {
+                    failures: 3,
+                    open_s: 2.5,
+                    probes: 2
+                }),
+            }
+        );
+        for (extra, error) in [
+            ("--throttle-k 0.5", "--throttle-k 0.5: must be at least 1"),
+            ("--throttle-k NaN", "--throttle-k NaN: must be at least 1"),
+            (
+                "--breaker-failures 0",
+                "--breaker-failures 0: must be at least 1",
+            ),
+            (
+                "--breaker-failures 2 --breaker-probes 0",
+                "--breaker-probes 0: must be at least 1",
+            ),
+        ] {
+            assert_eq!(plan(extra).unwrap_err().to_string(), error, "{extra}");
+        }
+        for (extra, needle) in [
+            (
+                "--retry-quota aws-legacy",
+                "'aws-legacy' for '--retry-quota <MODE>'",
+            ),
+            ("--throttle-k 2 --throttle-window 0s", "--throttle-window"),
+            ("--throttle-window 1m", "--throttle-k <K>"),
+            ("--breaker-open 10s", "--breaker-failures <N>"),
+            ("--breaker-probes 2", "--breaker-failures <N>"),
+            ("--breaker-failures x", "'x' for '--breaker-failures <N>'"),
+        ] {
+            let e = parse(&format!("{base} {extra}")).unwrap_err().to_string();
+            assert!(e.contains(needle), "{extra}: {e}");
+        }
     }
 
     #[test]

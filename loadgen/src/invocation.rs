@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kit_argv::Argv;
+use kit_defense::{ClientDefenses, QuotaMode};
 
 use crate::config::{BindAddrs, RequestFlags, RetryOn, TlsFlags};
 use crate::policy::Backoff;
@@ -36,8 +37,10 @@ pub struct Invocation {
     pub backoff: Option<Backoff>,
     /// `--retry-budget` with its `--retry-budget-min` and `--retry-budget-ttl`.
     pub retry_budget: Option<BudgetFlags>,
-    /// `--retry-quota`.
-    pub retry_quota: Option<QuotaKind>,
+    /// The client's defenses: `--throttle-k` with `--throttle-window`, `--retry-quota`,
+    /// `--breaker-failures` with `--breaker-open` and `--breaker-probes`. Each given renders
+    /// all its flags, its times to the nanosecond.
+    pub client: ClientDefenses,
     /// `--deadline`: send `x-deadline-ms`.
     pub deadline: bool,
     /// `--duration`.
@@ -114,13 +117,6 @@ pub struct BudgetFlags {
     pub ttl: Option<Duration>,
 }
 
-/// The retry quotas `--retry-quota` offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuotaKind {
-    /// `aws-standard`: the AWS SDK standard-mode token bucket.
-    AwsStandard,
-}
-
 impl Invocation {
     /// Targets and load, every other flag left to the binary.
     pub fn new(targets: TargetSource, load: Load) -> Invocation {
@@ -134,7 +130,7 @@ impl Invocation {
             retry_on: None,
             backoff: None,
             retry_budget: None,
-            retry_quota: None,
+            client: ClientDefenses::default(),
             deadline: false,
             duration: None,
             drain: None,
@@ -192,35 +188,41 @@ impl Invocation {
                 .opt("retry-budget-min", b.min_per_sec)
                 .duration("retry-budget-ttl", b.ttl);
         }
-        a.opt(
-            "retry-quota",
-            self.retry_quota
-                .map(|QuotaKind::AwsStandard| "aws-standard"),
-        )
-        .switch("deadline", self.deadline)
-        .duration("duration", self.duration)
-        .duration("drain", self.drain)
-        .opt("out", self.out.as_ref().map(|p| p.display()))
-        .opt("metrics-listen", self.metrics_listen)
-        .opt("seed", self.seed)
-        .opt("instances", self.instances)
-        .opt("instance-index", self.instance_index)
-        .opt("start-at", self.start_at)
-        .switch("stdout-rows", self.stdout_rows)
-        .switch("http2", self.http2)
-        .opt(
-            "bind",
-            self.bind.as_ref().map(|b| {
-                b.0.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }),
-        )
-        .opt("threads", self.threads)
-        .opt("connections", self.connections)
-        .opt("max-in-flight", self.max_in_flight)
-        .duration("answer-gather", self.answer_gather);
+        let c = &self.client;
+        if let Some(t) = c.throttling {
+            a.value("throttle-k", t.k)
+                .duration("throttle-window", Some(seconds(t.window_s)));
+        }
+        a.opt("retry-quota", c.quota.map(QuotaMode::name));
+        if let Some(b) = c.breaker {
+            a.value("breaker-failures", b.failures)
+                .duration("breaker-open", Some(seconds(b.open_s)))
+                .value("breaker-probes", b.probes);
+        }
+        a.switch("deadline", self.deadline)
+            .duration("duration", self.duration)
+            .duration("drain", self.drain)
+            .opt("out", self.out.as_ref().map(|p| p.display()))
+            .opt("metrics-listen", self.metrics_listen)
+            .opt("seed", self.seed)
+            .opt("instances", self.instances)
+            .opt("instance-index", self.instance_index)
+            .opt("start-at", self.start_at)
+            .switch("stdout-rows", self.stdout_rows)
+            .switch("http2", self.http2)
+            .opt(
+                "bind",
+                self.bind.as_ref().map(|b| {
+                    b.0.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+            )
+            .opt("threads", self.threads)
+            .opt("connections", self.connections)
+            .opt("max-in-flight", self.max_in_flight)
+            .duration("answer-gather", self.answer_gather);
         let r = &self.request;
         a.opt("method", r.method.as_ref());
         for h in &r.headers {
@@ -240,12 +242,18 @@ impl Invocation {
     }
 }
 
+/// Seconds as a duration, to the nanosecond; one no duration holds (not above zero, not
+/// finite, too long) as `0s`, which the binary refuses.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Config;
-    use crate::policy::RetryQuota;
     use clap::Parser;
+    use kit_defense::{BreakerParams, ThrottleParams};
 
     fn parse(inv: &Invocation) -> Config {
         let args = inv.args();
@@ -277,6 +285,21 @@ mod tests {
         }
     }
 
+    fn client_defenses() -> ClientDefenses {
+        ClientDefenses {
+            throttling: Some(ThrottleParams {
+                k: 1.5,
+                window_s: 90.25,
+            }),
+            quota: Some(QuotaMode::Adaptive),
+            breaker: Some(BreakerParams {
+                failures: 4,
+                open_s: 0.5,
+                probes: 3,
+            }),
+        }
+    }
+
     #[test]
     fn every_flag_round_trips_through_the_loadgens_parser() {
         let schedule = Schedule::parse_steps("0s:200,1500ms:1000,90s:0.5,11m:end").unwrap();
@@ -297,7 +320,7 @@ mod tests {
                 min_per_sec: Some(0.0),
                 ttl: Some(Duration::from_secs(7)),
             }),
-            retry_quota: Some(QuotaKind::AwsStandard),
+            client: client_defenses(),
             deadline: true,
             duration: Some(Duration::from_nanos(12_000_000_007)),
             drain: Some(Duration::ZERO),
@@ -343,7 +366,12 @@ mod tests {
             retry_budget: Some(0.2),
             retry_budget_min: 0.0,
             retry_budget_ttl: Duration::from_secs(7),
-            retry_quota: Some(RetryQuota::aws_standard()),
+            retry_quota: Some(QuotaMode::Adaptive),
+            throttle_k: Some(1.5),
+            throttle_window: Duration::from_millis(90_250),
+            breaker_failures: Some(4),
+            breaker_open: Duration::from_millis(500),
+            breaker_probes: 3,
             deadline: true,
             duration: Some(Duration::from_nanos(12_000_000_007)),
             drain: Some(Duration::ZERO),
@@ -364,6 +392,7 @@ mod tests {
             tls: tls_flags(),
         };
         assert_eq!(parse(&inv), expected);
+        assert_eq!(expected.client_defenses(), Ok(inv.client));
     }
 
     #[test]
@@ -394,6 +423,11 @@ mod tests {
             retry_budget_min: 10.0,
             retry_budget_ttl: Duration::from_secs(10),
             retry_quota: None,
+            throttle_k: None,
+            throttle_window: Duration::from_secs(120),
+            breaker_failures: None,
+            breaker_open: Duration::from_secs(30),
+            breaker_probes: 1,
             deadline: false,
             duration: None,
             drain: None,
@@ -428,6 +462,51 @@ mod tests {
             (c.retry_budget, c.retry_budget_min, c.retry_budget_ttl),
             (Some(0.1), 10.0, Duration::from_secs(10))
         );
+    }
+
+    #[test]
+    fn client_defenses_render_every_flag_and_read_back() {
+        let client = ClientDefenses {
+            throttling: Some(ThrottleParams::default()),
+            quota: Some(QuotaMode::Standard),
+            // 30 s of experiment time at a time scale of 7.
+            breaker: Some(BreakerParams {
+                open_s: 30.0 / 7.0,
+                ..BreakerParams::default()
+            }),
+        };
+        let inv = Invocation {
+            client,
+            ..Invocation::new(
+                TargetSource::Urls(vec!["http://127.0.0.1:8080/work".into()]),
+                Load::Rate(10.0),
+            )
+        };
+        assert_eq!(
+            inv.args()[2..],
+            [
+                "--throttle-k=2",
+                "--throttle-window=120s",
+                "--retry-quota=aws-standard",
+                "--breaker-failures=5",
+                "--breaker-open=4285714286ns",
+                "--breaker-probes=1",
+            ]
+        );
+        let read = parse(&inv).client_defenses().unwrap();
+        let open = read.breaker.unwrap().open_s;
+        assert!((open - 30.0 / 7.0).abs() < 1e-9, "{open}");
+        let exact = ClientDefenses {
+            breaker: Some(BreakerParams::default()),
+            ..client
+        };
+        let inv = Invocation {
+            client: exact,
+            ..inv
+        };
+        assert_eq!(parse(&inv).client_defenses(), Ok(exact));
+        assert_eq!(seconds(-1.0), Duration::ZERO);
+        assert_eq!(seconds(f64::INFINITY), Duration::ZERO);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! - [`schedule`]: piecewise-constant rate schedules and the Poisson / constant arrival times.
 //! - [`trace`]: arrival traces (`--trace`): send times read from a file, sampled, sped up.
 //! - [`policy`]: retry policies as pure state machines (backoff, retry budget, AWS retry quota).
+//! - [`gate`]: the client-side defenses each attempt passes (circuit breaker, adaptive
+//!   throttling, the AWS adaptive rate limiter), kit-defense's rules in a pure gate.
 //! - [`request`]: what an attempt sends (method, path, headers, body; a weighted mix from a
 //!   request file; gRPC's framing), with secrets read from the environment or files and
 //!   redacted wherever a request is shown.
@@ -37,6 +39,7 @@
 #[cfg(feature = "runtime")]
 pub mod client;
 pub mod config;
+pub mod gate;
 #[cfg(feature = "runtime")]
 pub mod gather;
 #[cfg(feature = "runtime")]
@@ -60,7 +63,7 @@ pub mod trace;
 use std::path::PathBuf;
 
 pub use config::Config;
-pub use invocation::{BudgetFlags, Invocation, Load, QuotaKind, TargetSource, TraceFlags};
+pub use invocation::{BudgetFlags, Invocation, Load, TargetSource, TraceFlags};
 pub use record::metrics;
 pub use record::{Percentiles, Row, RunMeta, Summary};
 pub use schedule::{ArrivalKind, Schedule, ScheduleError};

@@ -24,8 +24,16 @@ async fn main() -> ExitCode {
                 loadgen::ArrivalKind::Trace => format!("{}: ", s.meta.schedule),
                 _ => String::new(),
             };
+            let rejected = if s.meta.client.is_none() {
+                String::new()
+            } else {
+                format!(
+                    ", {} throttled, {} breaker open",
+                    s.throttled, s.breaker_open
+                )
+            };
             eprintln!(
-                "loadgen: {trace}{} first attempts, {} attempts, {} succeeded, {} failed, {} unfinished, {} timeouts, {} shed{}",
+                "loadgen: {trace}{} first attempts, {} attempts, {} succeeded, {} failed, {} unfinished, {} timeouts, {} shed{rejected}{}",
                 s.first_attempts,
                 s.attempts,
                 s.succeeded,

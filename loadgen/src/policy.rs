@@ -5,13 +5,15 @@
 //! - [`Backoff`]: how long to wait before retry n (exponential, capped, optional full jitter).
 //! - [`RetryBudget`]: tower / Finagle TPS budget: over a sliding `ttl` window, retries may be at
 //!   most `ratio` x first attempts plus a floor of `min_per_sec` x `ttl`.
-//! - [`RetryQuota`]: the AWS SDK "standard" retry quota (token bucket).
+//! - [`RetryQuota`]: the AWS SDK "standard" retry quota (token bucket), kit-defense's, which
+//!   the models share.
 //!
 //! [`RetryPolicy`] combines the three for the client.
 
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use kit_defense::RetryQuota;
 use rand::Rng;
 
 /// Exponential backoff: retry n (1-based) waits `min(cap, base * 2^(n-1))`, or a uniform
@@ -170,64 +172,6 @@ impl RetryBudget {
     }
 }
 
-/// The AWS SDK standard-mode retry quota: a bucket of `capacity` tokens; a retry costs
-/// `retry_cost` (`timeout_cost` after a timeout) and is refused when the bucket cannot pay;
-/// a success puts back the last retry's cost, or `success_refund` if it needed no retry.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetryQuota {
-    capacity: u32,
-    available: u32,
-    retry_cost: u32,
-    timeout_cost: u32,
-    success_refund: u32,
-}
-
-impl RetryQuota {
-    pub fn aws_standard() -> RetryQuota {
-        RetryQuota {
-            capacity: 500,
-            available: 500,
-            retry_cost: 5,
-            timeout_cost: 10,
-            success_refund: 1,
-        }
-    }
-
-    pub fn available(&self) -> u32 {
-        self.available
-    }
-
-    /// Pays for a retry; `None` when the bucket cannot pay (no retry).
-    pub fn acquire(&mut self, after_timeout: bool) -> Option<u32> {
-        let cost = if after_timeout {
-            self.timeout_cost
-        } else {
-            self.retry_cost
-        };
-        self.available = self.available.checked_sub(cost)?;
-        Some(cost)
-    }
-
-    /// A request succeeded; `last_retry_cost` is what its last retry paid, if it retried.
-    pub fn on_success(&mut self, last_retry_cost: Option<u32>) {
-        let refund = last_retry_cost.unwrap_or(self.success_refund);
-        self.available = (self.available + refund).min(self.capacity);
-    }
-}
-
-impl FromStr for RetryQuota {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<RetryQuota, String> {
-        match s {
-            "aws-standard" => Ok(RetryQuota::aws_standard()),
-            other => Err(format!(
-                "retry quota `{other}`: the only one offered is aws-standard"
-            )),
-        }
-    }
-}
-
 /// Why a retry was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
@@ -381,23 +325,28 @@ mod tests {
     }
 
     #[test]
-    fn aws_quota_costs_and_refunds() {
-        let mut q = RetryQuota::aws_standard();
-        assert_eq!(q.acquire(false), Some(5));
-        assert_eq!(q.acquire(true), Some(10));
-        assert_eq!(q.available(), 485);
-        q.on_success(Some(10));
-        assert_eq!(q.available(), 495);
-        q.on_success(None);
-        assert_eq!(q.available(), 496);
-        q.on_success(None);
-        q.on_success(Some(10));
-        assert_eq!(q.available(), 500, "never above capacity");
-        // 50 timeout retries empty the bucket; the 51st is refused.
-        assert_eq!((0..60).filter(|_| q.acquire(true).is_some()).count(), 50);
-        assert_eq!(q.acquire(false), None);
-        assert_eq!(q.available(), 0);
-        assert!("aws-legacy".parse::<RetryQuota>().is_err());
+    fn the_quota_charges_a_retry_after_a_timeout_double_and_refuses_when_empty() {
+        let mut rng = SmallRng::seed_from_u64(4);
+        let mut p = RetryPolicy {
+            quota: Some(RetryQuota::aws_standard()),
+            ..RetryPolicy::default()
+        };
+        let paid = |p: &mut RetryPolicy, after_timeout, rng: &mut SmallRng| {
+            p.permit_retry(0.0, 1, after_timeout, rng)
+                .map(|permit| permit.quota_cost)
+        };
+        assert_eq!(paid(&mut p, false, &mut rng), Ok(Some(5)));
+        assert_eq!(paid(&mut p, true, &mut rng), Ok(Some(10)));
+        p.on_success(Some(10));
+        p.on_success(None);
+        assert_eq!(p.quota.as_ref().unwrap().available(), 496);
+        // 49 more timeout retries leave 6 tokens: one more plain retry, then none.
+        for _ in 0..49 {
+            assert!(paid(&mut p, true, &mut rng).is_ok());
+        }
+        assert_eq!(paid(&mut p, true, &mut rng), Err(Denied::Quota));
+        assert_eq!(paid(&mut p, false, &mut rng), Ok(Some(5)));
+        assert_eq!(paid(&mut p, false, &mut rng), Err(Denied::Quota));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
+use kit_defense::ClientDefenses;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::Denied;
@@ -75,12 +76,25 @@ pub enum AttemptOutcome {
     Error(ErrorKind),
 }
 
+/// Which client defense rejected an attempt locally ([`crate::gate`]): it is not sent, and
+/// its request fails at once, with no retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// The circuit breaker is open (or half open with its probes out).
+    BreakerOpen,
+    /// The adaptive throttle drew a rejection.
+    Throttle,
+    /// The adaptive mode's rate limiter would hold the attempt longer than its timeout.
+    RateLimit,
+}
+
 /// How one logical request ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RequestOutcome {
     /// Some attempt succeeded; latency from the first send to that success.
     Succeeded(Duration),
-    /// Every attempt it was allowed failed (or a retry was denied).
+    /// Every attempt it was allowed failed (or a retry was denied, or a client defense
+    /// rejected an attempt).
     Failed,
     /// The run stopped before it finished (no retry after the stop, or drain ran out).
     Unfinished,
@@ -113,6 +127,13 @@ pub struct Row {
     /// timeout counts when it fired), microseconds: what a stop rule on the clients' p99 reads.
     #[serde(default)]
     pub attempt_p99_us: u64,
+    /// Attempts rejected locally by the client's throttle or adaptive rate limiter (not sent;
+    /// their requests failed).
+    #[serde(default)]
+    pub throttled: u64,
+    /// Attempts rejected locally because the client's circuit breaker was open.
+    #[serde(default)]
+    pub breaker_open: u64,
 }
 
 impl Row {
@@ -139,6 +160,8 @@ impl Row {
         self.requests_succeeded += other.requests_succeeded;
         self.requests_failed += other.requests_failed;
         self.requests_unfinished += other.requests_unfinished;
+        self.throttled += other.throttled;
+        self.breaker_open += other.breaker_open;
         // Percentiles do not add: shards merged keep the worst.
         self.attempt_p99_us = self.attempt_p99_us.max(other.attempt_p99_us);
     }
@@ -328,6 +351,15 @@ impl Recorder {
         }
     }
 
+    /// A client defense rejected an attempt before it was sent.
+    pub fn attempt_rejected(&self, why: Rejected) {
+        let mut st = self.now();
+        match why {
+            Rejected::Throttle | Rejected::RateLimit => st.current.throttled += 1,
+            Rejected::BreakerOpen => st.current.breaker_open += 1,
+        }
+    }
+
     pub fn request_done(&self, outcome: RequestOutcome) {
         let mut st = self.now();
         st.in_flight = st.in_flight.saturating_sub(1);
@@ -397,7 +429,8 @@ impl Recorder {
         for kind in ErrorKind::ALL {
             let _ = write!(out, ",errors_{}", kind.name());
         }
-        out.push_str(",denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms\n");
+        // Columns added later go last, so readers by position keep working.
+        out.push_str(",denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms,throttled,breaker_open\n");
         if final_row {
             st.fill_current();
         }
@@ -425,7 +458,7 @@ impl Recorder {
             });
             let _ = writeln!(
                 out,
-                ",{},{},{},{},{},{},{},{:.3},{:.3}",
+                ",{},{},{},{},{},{},{},{:.3},{:.3},{},{}",
                 r.denied_budget,
                 r.denied_quota,
                 r.shed,
@@ -434,7 +467,9 @@ impl Recorder {
                 r.requests_unfinished,
                 r.in_flight,
                 r.send_lag_p99_us as f64 / 1000.0,
-                r.attempt_p99_us as f64 / 1000.0
+                r.attempt_p99_us as f64 / 1000.0,
+                r.throttled,
+                r.breaker_open
             );
         }
         out
@@ -463,6 +498,8 @@ impl Recorder {
                 .collect(),
             denied_budget: total.denied_budget,
             denied_quota: total.denied_quota,
+            throttled: total.throttled,
+            breaker_open: total.breaker_open,
             shed: total.shed,
             peak_in_flight: st.peak_in_flight,
             attempt_latency_seconds: Percentiles::of(&st.attempt_latency),
@@ -509,6 +546,8 @@ pub mod metrics {
     pub const ERRORS_TOTAL: &str = "retrydebt_loadgen_errors_total";
     /// Counter: retries a policy refused, by [`POLICY_LABEL`].
     pub const RETRIES_DENIED_TOTAL: &str = "retrydebt_loadgen_retries_denied_total";
+    /// Counter: attempts a client defense rejected locally, by [`DEFENSE_LABEL`].
+    pub const ATTEMPTS_REJECTED_TOTAL: &str = "retrydebt_loadgen_attempts_rejected_total";
     /// Counter: arrivals shed at `--max-in-flight`.
     pub const SHED_TOTAL: &str = "retrydebt_loadgen_shed_total";
     /// Counter: logical requests finished, by [`OUTCOME_LABEL`].
@@ -532,6 +571,11 @@ pub mod metrics {
     pub const POLICY_LABEL: &str = "policy";
     pub const POLICY_BUDGET: &str = "budget";
     pub const POLICY_QUOTA: &str = "quota";
+    /// Which client defense rejected an attempt: the throttle (adaptive throttling or the
+    /// adaptive rate limiter, the record's `throttled`) or the open breaker (`breaker_open`).
+    pub const DEFENSE_LABEL: &str = "defense";
+    pub const DEFENSE_THROTTLE: &str = "throttle";
+    pub const DEFENSE_BREAKER: &str = "breaker";
     /// How a logical request ended.
     pub const OUTCOME_LABEL: &str = "outcome";
     pub const OUTCOME_SUCCEEDED: &str = "succeeded";
@@ -628,6 +672,17 @@ fn counter_families(out: &mut String, t: &Row) {
         "counter",
         "Retries not sent because a retry policy refused them.",
         &denied,
+    );
+    let rejected = vec![
+        (label(DEFENSE_LABEL, DEFENSE_THROTTLE), t.throttled as f64),
+        (label(DEFENSE_LABEL, DEFENSE_BREAKER), t.breaker_open as f64),
+    ];
+    family(
+        out,
+        ATTEMPTS_REJECTED_TOTAL,
+        "counter",
+        "Attempts not sent because a client defense (throttle, open breaker) rejected them.",
+        &rejected,
     );
     family(
         out,
@@ -736,6 +791,9 @@ pub struct RunMeta {
     /// How the target's certificate was checked, for `https://` targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// The client's defenses: throttling, retry quota, breaker; left out when none.
+    #[serde(default, skip_serializing_if = "ClientDefenses::is_none")]
+    pub client: ClientDefenses,
 }
 
 /// `summary.json`. Every count is over the whole run; latencies are in seconds.
@@ -757,6 +815,12 @@ pub struct Summary {
     pub errors: std::collections::BTreeMap<String, u64>,
     pub denied_budget: u64,
     pub denied_quota: u64,
+    /// Attempts the client's throttle or adaptive rate limiter rejected locally.
+    #[serde(default)]
+    pub throttled: u64,
+    /// Attempts rejected locally while the client's circuit breaker was open.
+    #[serde(default)]
+    pub breaker_open: u64,
     pub shed: u64,
     pub peak_in_flight: u64,
     pub attempt_latency_seconds: Percentiles,
@@ -791,9 +855,10 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    /// A recorder whose run began 2.5 s ago (events now land in second 2), with three arrivals:
+    /// A recorder whose run began 2.5 s ago (events now land in second 2), with five arrivals:
     /// one shed, one that succeeds on its retry after a timeout, one that fails to connect and is
-    /// denied its retry by the quota.
+    /// denied its retry by the quota, one whose first attempt the rate limiter rejects and one
+    /// whose first attempt the open breaker rejects.
     fn recorded() -> Recorder {
         let rec = Recorder::new(Instant::now() - Duration::from_millis(2500), 1);
         assert!(rec.admit(2));
@@ -823,6 +888,11 @@ mod tests {
         );
         rec.request_done(RequestOutcome::Failed);
         rec.retry_denied(Denied::Quota);
+        for why in [Rejected::RateLimit, Rejected::BreakerOpen] {
+            assert!(rec.admit(2));
+            rec.attempt_rejected(why);
+            rec.request_done(RequestOutcome::Failed);
+        }
         rec
     }
 
@@ -838,6 +908,7 @@ mod tests {
             open_files_limit: 1024,
             requests: vec!["GET (target's path)".into()],
             tls: None,
+            client: ClientDefenses::default(),
         })
     }
 
@@ -849,22 +920,27 @@ mod tests {
         assert_eq!(lines.len(), 4, "header + seconds 0, 1, 2:\n{csv}");
         assert_eq!(
             lines[0],
-            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,errors_tls,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms"
+            "second,unix_time,arrivals,first_attempts,attempts,attempts_0,attempts_1,successes,successes_0,successes_1,timeouts,errors_connect,errors_addr_not_available,errors_open_files,errors_no_target,errors_io,errors_status_5xx,errors_status_other,errors_tls,denied_budget,denied_quota,shed,requests_succeeded,requests_failed,requests_unfinished,in_flight,send_lag_p99_ms,attempt_p99_ms,throttled,breaker_open"
         );
         let cells: Vec<&str> = lines[3].split(',').collect();
         assert_eq!(cells[0], "2");
         assert_eq!(
             [
-                "3", "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0",
-                "0", "0", "1", "1", "1", "1", "0", "0", "0.700"
+                "5", "2", "3", "2", "1", "1", "0", "1", "1", "1", "0", "0", "0", "0", "0", "0",
+                "0", "0", "1", "1", "1", "3", "0", "0", "0.700"
             ]
             .as_slice(),
-            &cells[2..cells.len() - 1]
+            &cells[2..cells.len() - 3]
         );
         // The p99 of the second's three attempts is its timeout, counted when it fired.
-        let p99: f64 = cells[cells.len() - 1].parse().unwrap();
+        let p99: f64 = cells[cells.len() - 3].parse().unwrap();
         assert!((1002.0..1004.0).contains(&p99), "{p99}");
-        assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000,0.000"));
+        assert_eq!(
+            cells[cells.len() - 2..],
+            ["1", "1"],
+            "throttled, breaker_open"
+        );
+        assert!(lines[1].starts_with("0,") && lines[1].ends_with(",0,0,0,0,0,0,0,0.000,0.000,0,0"));
     }
 
     #[test]
@@ -880,8 +956,9 @@ mod tests {
                 s.timeouts,
                 s.shed
             ),
-            (3, 2, 3, 1, 1, 1, 1)
+            (5, 2, 3, 1, 3, 1, 1)
         );
+        assert_eq!((s.throttled, s.breaker_open), (1, 1));
         assert_eq!(s.attempts_by_number, [2, 1]);
         assert_eq!(s.errors["connect"], 1);
         assert!((s.timeout_lateness_seconds.max - 0.002).abs() < 1e-5);
@@ -893,12 +970,26 @@ mod tests {
             "failed",
             "timeouts",
             "shed",
+            "throttled",
+            "breaker_open",
             "seed",
             "schedule",
         ] {
             assert!(json.get(key).is_some(), "summary.json lacks {key}");
         }
         assert!(json["request_latency_seconds"]["p99_9"].as_f64().unwrap() > 1.0);
+        assert!(json.get("client").is_none(), "no defense, no `client`");
+        // A summary written before the client defenses reads with none of them.
+        let mut older = json.clone();
+        for key in ["throttled", "breaker_open"] {
+            older.as_object_mut().unwrap().remove(key);
+        }
+        let read: Summary = serde_json::from_value(older).unwrap();
+        assert_eq!((read.throttled, read.breaker_open), (0, 0));
+        let mut defended = s.clone();
+        defended.meta.client.quota = Some(kit_defense::QuotaMode::Adaptive);
+        let json = serde_json::to_value(&defended).unwrap();
+        assert_eq!(json["client"], serde_json::json!({"quota": "adaptive"}));
     }
 
     /// A `--stdout-rows` line, printed and read back (floats to within JSON's decimal round trip).

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{Client, Handshakes, Speech};
 use crate::config::{ArrivalSource, Plan};
+use crate::gate::ClientGate;
 use crate::policy::RetryPolicy;
 use crate::record::{
     AttemptOutcome, ErrorKind, Recorder, RequestOutcome, StdoutLine, TlsHandshakes,
@@ -28,14 +29,29 @@ use crate::{
     targets,
 };
 
+/// The client's decisions: its retry policy, its defenses and the draws they take.
+///
+/// One for the process, shared by the shards behind a lock, because a loadgen is one client:
+/// the breaker's failures in a row, the throttle's and the quota's counts and the limiter's
+/// measured rate are the whole client's. Split per shard, each breaker would see only every
+/// n-th failure of a run and each limiter 1/n of the rate, and no split of the rates would
+/// give them back. The state is small and each decision a few operations, so one short lock
+/// per attempt holds at the rates the loadgen sends.
+struct Decisions {
+    policy: RetryPolicy,
+    gate: ClientGate,
+    rng: SmallRng,
+}
+
 /// Everything a request task needs, shared by the shards (each has its own [`Client`]).
 struct Ctx {
     recorder: Recorder,
     plan: Plan,
     retries: u32,
     timeout: Duration,
-    /// `None` when no budget/quota/backoff is set, so plain runs take no extra lock.
-    policy: Option<Mutex<(RetryPolicy, SmallRng)>>,
+    /// `None` when no budget, quota, backoff or client defense is set, so plain runs take no
+    /// extra lock.
+    decisions: Option<Mutex<Decisions>>,
     stopping: AtomicBool,
     id_prefix: u32,
     next_id: AtomicU64,
@@ -64,12 +80,10 @@ impl Ctx {
         print_stdout(&out);
     }
 
-    fn with_policy<T>(&self, f: impl FnOnce(&mut RetryPolicy, &mut SmallRng) -> T) -> Option<T> {
-        self.policy.as_ref().map(|m| {
-            let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
-            let (policy, rng) = &mut *g;
-            f(policy, rng)
-        })
+    fn decide<T>(&self, f: impl FnOnce(&mut Decisions) -> T) -> Option<T> {
+        self.decisions
+            .as_ref()
+            .map(|m| f(&mut m.lock().unwrap_or_else(|p| p.into_inner())))
     }
 }
 
@@ -132,16 +146,19 @@ async fn wait_for_start_at(at: f64, shutdown: impl Future<Output = ()>) -> bool 
 impl Ctx {
     /// The run's shared state, its clock starting at `start`.
     fn new(plan: Plan, config: &Config, start: Instant) -> Ctx {
-        let has_policy = plan.policy.backoff.is_some()
+        let gate = ClientGate::new(plan.client, 0.0);
+        let decides = plan.policy.backoff.is_some()
             || plan.policy.budget.is_some()
-            || plan.policy.quota.is_some();
+            || plan.policy.quota.is_some()
+            || !gate.is_empty();
         Ctx {
             recorder: Recorder::new(start, config.retries),
-            policy: has_policy.then(|| {
-                Mutex::new((
-                    plan.policy.clone(),
-                    SmallRng::seed_from_u64(plan.seed ^ 0x9e37_79b9),
-                ))
+            decisions: decides.then(|| {
+                Mutex::new(Decisions {
+                    policy: plan.policy.clone(),
+                    gate,
+                    rng: SmallRng::seed_from_u64(plan.seed ^ 0x9e37_79b9),
+                })
             }),
             plan,
             retries: config.retries,
@@ -179,6 +196,7 @@ fn run_meta(plan: &Plan, config: &Config, open_files_limit: u64, speech: &Speech
         open_files_limit,
         requests: plan.requests.describe(),
         tls: speech.tls.is_some().then(|| config.tls.describe()),
+        client: plan.client,
     }
 }
 
@@ -599,7 +617,8 @@ async fn due(pacer: Option<&Pacer>, at: Instant) {
     tokio::time::sleep_until(at.into()).await;
 }
 
-/// One logical request: attempts 0..=retries until one succeeds or a failure is not retried.
+/// One logical request: attempts 0..=retries until one succeeds, a failure is not retried, or
+/// a client defense rejects an attempt.
 async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
     let first_send = Instant::now();
     let id = format!(
@@ -608,7 +627,7 @@ async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
         ctx.next_id.fetch_add(1, Ordering::Relaxed)
     );
     let rec = &ctx.recorder;
-    ctx.with_policy(|p, _| p.first_attempt(ctx.seconds()));
+    ctx.decide(|d| d.policy.first_attempt(ctx.seconds()));
     let mut quota_cost = None;
     let mut after_timeout = false;
     for attempt in 0..=ctx.retries {
@@ -616,8 +635,10 @@ async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
             if ctx.stopping.load(Ordering::SeqCst) {
                 return rec.request_done(RequestOutcome::Unfinished);
             }
-            let permit = ctx
-                .with_policy(|p, rng| p.permit_retry(ctx.seconds(), attempt, after_timeout, rng));
+            let permit = ctx.decide(|d| {
+                d.policy
+                    .permit_retry(ctx.seconds(), attempt, after_timeout, &mut d.rng)
+            });
             match permit {
                 Some(Err(why)) => {
                     rec.retry_denied(why);
@@ -635,21 +656,40 @@ async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
                 None => {}
             }
         }
+        // The defenses see the attempt when it would be sent: after its backoff, and its
+        // timeout starts once the limiter's wait is over.
+        let gate = ctx.decide(|d| {
+            d.gate
+                .admit(ctx.seconds(), ctx.timeout.as_secs_f64(), &mut d.rng)
+        });
+        match gate {
+            Some(Err(why)) => {
+                rec.attempt_rejected(why);
+                return rec.request_done(RequestOutcome::Failed);
+            }
+            Some(Ok(wait)) if wait > 0.0 => {
+                tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+                if ctx.stopping.load(Ordering::SeqCst) {
+                    return rec.request_done(RequestOutcome::Unfinished);
+                }
+            }
+            _ => {}
+        }
         let lag = (attempt == 0).then(|| first_send.saturating_duration_since(scheduled));
         rec.attempt_sent(attempt, lag);
         let began = Instant::now();
-        let result = tokio::time::timeout(ctx.timeout, client.attempt(&id, attempt)).await;
+        let result = tokio::time::timeout(ctx.timeout, client.exchange(&id, attempt)).await;
         // Latencies end when the answer arrived, not when the shard read it.
-        let (outcome, unread) = match result {
-            Ok((AttemptOutcome::Success, unread)) => (AttemptOutcome::Success, unread),
+        let (outcome, unread, status) = match result {
+            Ok(e) if e.outcome == AttemptOutcome::Success => (e.outcome, e.unread, e.status),
             // A failure that came at the timeout came to a client that had given up: its timer
             // fires up to a millisecond late, and a pod that drops expired work answers its 503
             // in that millisecond; counted as the error, it would not be retried.
-            Ok((_, unread)) if began.elapsed().saturating_sub(unread) >= ctx.timeout => {
-                (AttemptOutcome::Timeout, Duration::ZERO)
+            Ok(e) if began.elapsed().saturating_sub(e.unread) >= ctx.timeout => {
+                (AttemptOutcome::Timeout, Duration::ZERO, None)
             }
-            Ok((outcome, unread)) => (outcome, unread),
-            Err(_) => (AttemptOutcome::Timeout, Duration::ZERO),
+            Ok(e) => (e.outcome, e.unread, e.status),
+            Err(_) => (AttemptOutcome::Timeout, Duration::ZERO, None),
         };
         rec.attempt_done(
             attempt,
@@ -657,8 +697,14 @@ async fn request(ctx: Arc<Ctx>, client: Arc<Client>, scheduled: Instant) {
             began.elapsed().saturating_sub(unread),
             ctx.timeout,
         );
-        if outcome == AttemptOutcome::Success {
-            ctx.with_policy(|p, _| p.on_success(quota_cost));
+        let succeeded = outcome == AttemptOutcome::Success;
+        ctx.decide(|d| {
+            d.gate.on_end(ctx.seconds(), outcome, status);
+            if succeeded {
+                d.policy.on_success(quota_cost);
+            }
+        });
+        if succeeded {
             let latency = first_send.elapsed().saturating_sub(unread);
             return rec.request_done(RequestOutcome::Succeeded(latency));
         }

@@ -384,6 +384,65 @@ async fn server_errors_are_retried_only_when_asked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_rejects_attempts_locally_and_stops_the_retries() {
+    let srv = server(|_| Reply::After(Duration::ZERO, 503)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Open for longer than the run: no probe goes.
+    let s = run(&format!(
+        "--target {} --rate 50 --arrivals constant --duration 1s --timeout 1s --retries 2 \
+         --retry-on 5xx --breaker-failures 5 --breaker-open 1m --threads 2 --out {}",
+        srv.url(),
+        dir.path().display()
+    ))
+    .await;
+    let n = scheduled(50.0, 1.0);
+    // The two shards share the one client's breaker: five 503s in a row open it, and only
+    // attempts already past it then (a few, on a slow machine) go after them.
+    assert!((5..=10).contains(&s.attempts), "{s:?}");
+    assert_eq!(srv.seen().len() as u64, s.attempts);
+    assert_eq!(s.errors["status_5xx"], s.attempts);
+    assert_eq!(
+        (s.failed, s.succeeded, s.timeouts, s.throttled),
+        (n, 0, 0, 0)
+    );
+    // A request ends on its third 503 or on the breaker, at once and with no retry.
+    assert_eq!(s.breaker_open + s.attempts_by_number[2], n, "{s:?}");
+    let csv = std::fs::read_to_string(dir.path().join(loadgen::TIMESERIES_FILE)).unwrap();
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",throttled,breaker_open")
+    );
+    let per_second: u64 = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(per_second, s.breaker_open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_throttle_rejects_locally_what_a_silent_server_never_accepts() {
+    let srv = server(|_| Reply::Never).await;
+    let s = run(&format!(
+        "--target {} --rate 100 --arrivals constant --duration 1s --timeout 200ms --retries 1 \
+         --throttle-k 2 --seed 7",
+        srv.url()
+    ))
+    .await;
+    let n = scheduled(100.0, 1.0);
+    // With no accept the k-th attempt the client makes goes with probability 1 / k: first
+    // attempts and retries alike, about ln(2n) of them in all.
+    assert!(s.attempts < n / 4, "{s:?}");
+    assert!(s.throttled > n * 3 / 4, "{s:?}");
+    assert_eq!(srv.seen().len() as u64, s.attempts);
+    assert_eq!((s.timeouts, s.failed, s.breaker_open), (s.attempts, n, 0));
+    // A request ends when its retry times out or on a rejection, which is not retried.
+    assert_eq!(s.throttled + s.attempts_by_number[1], n, "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_answered_at_the_timeout_is_a_timeout_and_retried() {
     // A pod dropping expired work answers 503 at the deadline, which races the client's timer:
     // whichever the client reads first, the attempt timed out.
@@ -575,6 +634,7 @@ async fn metrics_endpoint_passes_promtool() {
         "retrydebt_loadgen_attempts_total{attempt=\"1\"} ",
         "retrydebt_loadgen_timeouts_total ",
         "retrydebt_loadgen_errors_total{kind=\"connect\"} ",
+        "retrydebt_loadgen_attempts_rejected_total{defense=\"breaker\"} ",
         "retrydebt_loadgen_requests_total{outcome=\"succeeded\"} ",
         "retrydebt_loadgen_in_flight ",
         "retrydebt_loadgen_attempt_latency_seconds{quantile=\"0.99\"} ",

@@ -102,7 +102,7 @@ fn bench_memory(count: usize) {
     let before = vm_rss();
     fill(&pod, count);
     let after = vm_rss();
-    let (depth, _) = pod.queue().snapshot(Instant::now());
+    let depth = pod.queue().snapshot(Instant::now()).depth;
     println!(
         "in-process: {depth} queued abandoned requests: VmRSS {} -> {} KiB = {:.1} bytes each",
         before / 1024,

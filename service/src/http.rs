@@ -11,8 +11,10 @@ use axum::routing::get;
 use serde::Serialize;
 
 use crate::arrivals::check_id;
+use crate::backlog::Refusal;
 use crate::metrics::Rejection;
 use crate::pod::Pod;
+use crate::queue::Verdict;
 
 /// The pod's routes. Other paths get 404, other methods on them 405.
 pub fn app(pod: Pod) -> Router {
@@ -53,11 +55,12 @@ async fn work(State(pod): State<Pod>, headers: HeaderMap) -> Response {
     pod.metrics().arrival(attempt);
     pod.arrivals().record(attempt, request_id);
     let deadline = deadline_ms.and_then(|ms| deadline_instant(ms, arrival, SystemTime::now()));
-    let Ok(reply) = pod.queue().admit(arrival, deadline) else {
-        return queue_full(&pod);
+    let reply = match pod.queue().admit(arrival, deadline) {
+        Ok(reply) => reply,
+        Err(refusal) => return refused(&pod, refusal),
     };
     let mut response = match reply.await {
-        Ok(wait) => {
+        Ok(Verdict::Served(wait)) => {
             let answer = Answer {
                 pod: pod.name(),
                 attempt,
@@ -65,6 +68,11 @@ async fn work(State(pod): State<Pod>, headers: HeaderMap) -> Response {
             };
             axum::Json(answer).into_response()
         }
+        // The worker counted it.
+        Ok(Verdict::Refused) => unavailable(
+            pod.queue().snapshot(Instant::now()).wait,
+            "refused unserved: the queue has stood above the CoDel target for an interval (--discipline=codel)".into(),
+        ),
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "dropped unserved: deadline passed or pod shutting down\n",
@@ -86,15 +94,35 @@ fn bad_request(pod: &Pod, why: Rejection, reason: String) -> Response {
     (StatusCode::BAD_REQUEST, reason + "\n").into_response()
 }
 
-fn queue_full(pod: &Pod) -> Response {
-    pod.metrics().rejection(Rejection::QueueFull);
-    let (depth, wait) = pod.queue().snapshot(Instant::now());
-    // Suggest coming back once the present backlog has been served.
+/// An arrival turned away at once by `--max-queue` or the discipline.
+fn refused(pod: &Pod, refusal: Refusal) -> Response {
+    let snapshot = pod.queue().snapshot(Instant::now());
+    let depth = snapshot.depth;
+    let (why, reason) = match refusal {
+        Refusal::MaxQueue => (
+            Rejection::QueueFull,
+            format!("queue full: {depth} requests waiting (--max-queue)"),
+        ),
+        Refusal::QueueLimit => (
+            Rejection::QueueFull,
+            format!("queue full: {depth} requests waiting (--queue-limit)"),
+        ),
+        Refusal::ConcurrencyLimit { limit } => (
+            Rejection::Adaptive,
+            format!("at the adaptive limit: {limit} requests in the pod (--discipline=adaptive)"),
+        ),
+    };
+    pod.metrics().rejection(why);
+    unavailable(snapshot.wait, reason)
+}
+
+/// 503 with `retry-after`: come back once the present backlog (`wait`) has been served.
+fn unavailable(wait: Duration, reason: String) -> Response {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [(header::RETRY_AFTER, HeaderValue::from(secs.max(1)))],
-        format!("queue full: {depth} requests waiting (--max-queue)\n"),
+        reason + "\n",
     )
         .into_response()
 }

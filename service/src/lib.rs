@@ -1,13 +1,16 @@
-//! The retry-debt pod: one FIFO queue served one request at a time at a fixed
-//! rate, which by default finishes work whose client has gone.
+//! The retry-debt pod: one queue served at a fixed rate, by default FIFO and one
+//! request at a time, which by default finishes work whose client has gone.
 //!
 //! Layout, from the pure core outwards:
 //!
-//! - [`backlog`]: [`Backlog`], the FIFO and its schedule (absolute completion
-//!   deadlines, seeded service times, drop modes). Pure: time is an argument.
+//! - [`backlog`]: [`Backlog`], the queue and its schedule (absolute completion
+//!   deadlines, seeded service times, drop modes) under its discipline
+//!   (`kit_defense::Discipline`: FIFO, LIFO, CoDel, bounded, processor sharing,
+//!   an adaptive limit). Pure: time is an argument.
 //! - [`queue`]: [`Queue`], the backlog behind a lock, and the single worker
-//!   thread that sleeps or spins through each service time.
-//! - [`cpu`]: the process's and the worker's CPU clocks, and [`CpuAccount`],
+//!   thread that sleeps or spins through each service time (sharing: through
+//!   each stretch until the next completion or arrival).
+//! - [`cpu`]: the process's and the worker's CPU clocks, and [`CpuAccount`](cpu::CpuAccount),
 //!   which makes the spin pay for the HTTP path's CPU (pure).
 //! - [`metrics`]: the counters and their Prometheus text.
 //! - [`arrivals`]: [`ArrivalLog`], the bounded log of `(x-request-id,
@@ -19,7 +22,8 @@
 //!   `/arrivals`).
 //! - [`server`]: [`run`], the accept loop with HTTP/1 limits and the graceful
 //!   shutdown; [`bind`] and [`shutdown_signal`] for `main`.
-//! - [`config`]: [`Config`], every flag also from an environment variable;
+//! - [`config`]: [`Config`], every flag also from an environment variable
+//!   ([`DisciplineArg`]: `--discipline` and its parameters, resolved);
 //!   [`PodFlags`], the typed command line other processes start a pod with.
 
 pub mod arrivals;
@@ -34,7 +38,7 @@ pub mod server;
 
 pub use arrivals::ArrivalLog;
 pub use backlog::{Abandoned, Backlog, ServiceTime};
-pub use config::{Config, PodFlags};
+pub use config::{Config, DisciplineArg, PodFlags};
 pub use http::app;
 pub use pod::Pod;
 pub use queue::{Queue, Work, Worker};

@@ -18,7 +18,9 @@ pub const ATTEMPT_CAP: u32 = 99;
 pub const ARRIVALS_TOTAL: &str = "retrydebt_arrivals_total";
 /// Counter of requests that left the queue, by [`OUTCOME_LABEL`] ([`Outcome::label`]).
 pub const COMPLETIONS_TOTAL: &str = "retrydebt_completions_total";
-/// Counter of requests turned away before queueing, by [`REASON_LABEL`].
+/// Counter of requests turned away unserved with a 400 or a 503 the pod chose, by
+/// [`REASON_LABEL`]: malformed, a full queue or the adaptive limit before queueing; CoDel at
+/// the head of the queue.
 pub const REJECTIONS_TOTAL: &str = "retrydebt_rejections_total";
 /// Gauge: requests waiting in the queue.
 pub const QUEUE_DEPTH: &str = "retrydebt_queue_depth";
@@ -35,6 +37,9 @@ pub const SPIN_SECONDS_TOTAL: &str = "retrydebt_spin_seconds_total";
 pub const PROCESS_CPU_SECONDS_TOTAL: &str = "process_cpu_seconds_total";
 /// Gauge: 1 when ready, else 0.
 pub const READY: &str = "retrydebt_ready";
+/// Gauge: the adaptive discipline's limit on requests in the pod; only with
+/// `--discipline=adaptive`.
+pub const CONCURRENCY_LIMIT: &str = "retrydebt_concurrency_limit";
 /// [`ARRIVALS_TOTAL`]'s label: the attempt number (`x-attempt`), "0" for a first attempt.
 pub const ATTEMPT_LABEL: &str = "attempt";
 /// [`COMPLETIONS_TOTAL`]'s label; its values are [`Outcome::label`].
@@ -42,21 +47,28 @@ pub const OUTCOME_LABEL: &str = "outcome";
 /// [`REJECTIONS_TOTAL`]'s label.
 pub const REASON_LABEL: &str = "reason";
 
-/// Why a request was turned away before queueing.
+/// Why a request was turned away unserved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
     BadAttempt,
     BadDeadline,
+    /// `--max-queue`, or the bounded discipline's `--queue-limit`.
     QueueFull,
     BadRequestId,
+    /// Refused at the head of the queue by CoDel.
+    Codel,
+    /// Over the adaptive limit on requests in the pod.
+    Adaptive,
 }
 
 /// `reason` labels, indexed by [`Rejection`].
-const REJECTION_LABELS: [&str; 4] = [
+const REJECTION_LABELS: [&str; 6] = [
     "bad_attempt",
     "bad_deadline",
     "queue_full",
     "bad_request_id",
+    "codel",
+    "adaptive",
 ];
 
 /// How a queued request left the queue.
@@ -93,11 +105,15 @@ const OUTCOME_LABELS: [&str; 3] = [
 pub struct Metrics {
     arrivals: [AtomicU64; ATTEMPT_CAP as usize + 1],
     completions: [AtomicU64; 3],
-    rejections: [AtomicU64; 4],
+    rejections: [AtomicU64; REJECTION_LABELS.len()],
     busy_nanos: AtomicU64,
     cpu_nanos: AtomicU64,
     spin_nanos: AtomicU64,
+    /// [`NO_LIMIT`] unless the discipline is adaptive.
+    concurrency_limit: AtomicU64,
 }
+
+const NO_LIMIT: u64 = u64::MAX;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -108,6 +124,7 @@ impl Default for Metrics {
             busy_nanos: AtomicU64::new(0),
             cpu_nanos: AtomicU64::new(0),
             spin_nanos: AtomicU64::new(0),
+            concurrency_limit: AtomicU64::new(NO_LIMIT),
         }
     }
 }
@@ -145,6 +162,11 @@ impl Metrics {
     /// CPU the worker thread spun for a request.
     pub fn spun(&self, used: Duration) {
         add_nanos(&self.spin_nanos, used);
+    }
+
+    /// The adaptive discipline's limit now.
+    pub fn concurrency_limit(&self, limit: u32) {
+        self.concurrency_limit.store(u64::from(limit), Relaxed);
     }
 
     /// Completions so far with this outcome.
@@ -190,7 +212,7 @@ impl Metrics {
             &mut out,
             REJECTIONS_TOTAL,
             "counter",
-            "Requests turned away before queueing, by reason.",
+            "Requests turned away unserved, by reason: malformed (400), or 503 for a full queue (--max-queue, --queue-limit) or the adaptive limit before queueing, or CoDel at the head of the queue.",
         );
         labelled(
             &mut out,
@@ -206,13 +228,13 @@ impl Metrics {
             (
                 QUEUE_DEPTH,
                 "gauge",
-                "Requests waiting in the queue, not counting the one in service.",
+                "Requests waiting in the queue, not counting those in service.",
                 g.queue_depth as f64,
             ),
             (
                 WAIT_SECONDS,
                 "gauge",
-                "Wait the newest arrival faces before its service starts: rest of the current service plus all queued work.",
+                "Wait the newest arrival faces before its service starts: rest of the current service plus all queued work (LIFO: the former; sharing: none while a place in service is free).",
                 g.wait.as_secs_f64(),
             ),
             (
@@ -250,7 +272,22 @@ impl Metrics {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
+        self.render_limit(&mut out);
         out
+    }
+
+    /// The adaptive limit's gauge, for the discipline that has one.
+    fn render_limit(&self, out: &mut String) {
+        let limit = self.concurrency_limit.load(Relaxed);
+        if limit != NO_LIMIT {
+            header(
+                out,
+                CONCURRENCY_LIMIT,
+                "gauge",
+                "The adaptive discipline's AIMD limit on requests in the pod (queued and in service); an arrival at it gets 503.",
+            );
+            let _ = writeln!(out, "{CONCURRENCY_LIMIT} {limit}");
+        }
     }
 }
 
@@ -321,6 +358,36 @@ mod tests {
             );
         }
         assert!(!text.contains("attempt=\"1\""));
+        assert!(
+            !text.contains(CONCURRENCY_LIMIT),
+            "only for the adaptive discipline"
+        );
         assert_eq!(m.arrivals(), 4);
+    }
+
+    #[test]
+    fn renders_the_disciplines_refusals_and_the_adaptive_limit() {
+        let m = Metrics::default();
+        m.rejection(Rejection::Codel);
+        m.rejection(Rejection::Adaptive);
+        m.rejection(Rejection::Adaptive);
+        m.concurrency_limit(17);
+        let text = m.render(Gauges {
+            queue_depth: 0,
+            wait: Duration::ZERO,
+            ready: true,
+        });
+        for line in [
+            "retrydebt_rejections_total{reason=\"codel\"} 1",
+            "retrydebt_rejections_total{reason=\"adaptive\"} 2",
+            "retrydebt_rejections_total{reason=\"queue_full\"} 0",
+            "# TYPE retrydebt_concurrency_limit gauge",
+            "retrydebt_concurrency_limit 17",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
     }
 }

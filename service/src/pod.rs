@@ -34,7 +34,13 @@ impl Pod {
         let seed = config.seed.unwrap_or_else(rand::random);
         let times = ServiceTimes::new(config.service_time.0, config.rate, seed);
         let metrics = Arc::new(Metrics::default());
-        let backlog = Backlog::new(now, times, config.abandoned, config.max_queue);
+        let backlog = Backlog::new(
+            now,
+            times,
+            config.abandoned,
+            config.max_queue,
+            config.discipline.0,
+        );
         Self(Arc::new(Shared {
             name: config.pod_name.clone(),
             queue: Queue::new(backlog, metrics.clone()),
@@ -86,10 +92,10 @@ impl Pod {
 
     /// The `/metrics` page.
     pub fn render_metrics(&self) -> String {
-        let (queue_depth, wait) = self.0.queue.snapshot(Instant::now());
+        let snapshot = self.0.queue.snapshot(Instant::now());
         self.0.metrics.render(Gauges {
-            queue_depth,
-            wait,
+            queue_depth: snapshot.depth,
+            wait: snapshot.wait,
             ready: self.is_ready(),
         })
     }

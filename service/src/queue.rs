@@ -1,5 +1,5 @@
 //! The shell around the [`Backlog`]: a lock the handlers push through, and one
-//! worker thread that serves the head of the queue.
+//! worker thread that serves the queue.
 //!
 //! The worker is an OS thread, not a tokio task: `--work spin` must burn CPU
 //! without starving the runtime, and `std::thread::sleep` paces 100 µs service
@@ -12,13 +12,21 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::backlog::{Backlog, Client, Full, Step};
+use crate::backlog::{Backlog, Client, Refusal, Snapshot, Step};
 use crate::cpu::{self, CpuAccount};
-use crate::metrics::{Metrics, Outcome};
+use crate::metrics::{Metrics, Outcome, Rejection};
 
-/// How the answer reaches the handler: the time the request waited before its
-/// service started. A closed receiver means the client has gone.
-pub type Reply = oneshot::Sender<Duration>;
+/// What the worker tells the handler waiting for a queued request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Served, after waiting this long before its service started.
+    Served(Duration),
+    /// Refused unserved at the head of the queue (CoDel).
+    Refused,
+}
+
+/// How the verdict reaches the handler. A closed receiver means the client has gone.
+pub type Reply = oneshot::Sender<Verdict>;
 
 impl Client for Reply {
     fn is_gone(&self) -> bool {
@@ -26,7 +34,11 @@ impl Client for Reply {
     }
 
     fn answer(self, wait: Duration) -> bool {
-        self.send(wait).is_ok()
+        self.send(Verdict::Served(wait)).is_ok()
+    }
+
+    fn refuse(self) -> bool {
+        self.send(Verdict::Refused).is_ok()
     }
 }
 
@@ -45,7 +57,7 @@ pub enum Work {
 /// with long service times.
 const SLEEP_SLICE: Duration = Duration::from_millis(20);
 
-/// The FIFO shared by the handlers (producers) and the worker (consumer).
+/// The queue shared by the handlers (producers) and the worker (consumer).
 #[derive(Debug)]
 pub struct Queue {
     backlog: Mutex<Backlog<Reply>>,
@@ -56,6 +68,7 @@ pub struct Queue {
 
 impl Queue {
     pub fn new(backlog: Backlog<Reply>, metrics: Arc<Metrics>) -> Arc<Self> {
+        publish_limit(&metrics, &backlog);
         Arc::new(Self {
             backlog: Mutex::new(backlog),
             wake: Condvar::new(),
@@ -64,23 +77,29 @@ impl Queue {
         })
     }
 
-    /// Queues a request that arrived at `arrival`; the receiver yields its wait
-    /// once served, or an error if it was dropped unserved.
+    /// Queues a request that arrived at `arrival`, unless it is refused at once; the receiver
+    /// yields its verdict, or an error if it was dropped unserved.
     pub fn admit(
         &self,
         arrival: Instant,
         deadline: Option<Instant>,
-    ) -> Result<oneshot::Receiver<Duration>, Full> {
+    ) -> Result<oneshot::Receiver<Verdict>, Refusal> {
         let (tx, rx) = oneshot::channel();
-        self.lock().admit(arrival, deadline, tx)?;
+        {
+            let mut backlog = self.lock();
+            let admitted = backlog.admit(arrival, deadline, tx);
+            if let Err(Refusal::ConcurrencyLimit { .. }) = admitted {
+                publish_limit(&self.metrics, &backlog);
+            }
+            admitted?;
+        }
         self.wake.notify_one();
         Ok(rx)
     }
 
-    /// Queue depth and the wait a request arriving at `now` faces.
-    pub fn snapshot(&self, now: Instant) -> (usize, Duration) {
-        let b = self.lock();
-        (b.len(), b.wait(now))
+    /// Queue depth, the wait a request arriving at `now` faces, and whether the pod is idle.
+    pub fn snapshot(&self, now: Instant) -> Snapshot {
+        self.lock().snapshot(now)
     }
 
     /// Mean service time of this queue.
@@ -108,9 +127,12 @@ impl Queue {
     }
 
     /// The worker loop; returns how many requests it abandoned mid-service
-    /// because it was stopped (0 or 1).
+    /// because it was stopped (0 or 1; a sharing pod's are still in the backlog).
     fn serve(&self, work: Work, cpu_share: f64) -> usize {
         let mut account = CpuAccount::new(cpu_share, cpu::process_seconds());
+        // Sharing: the process CPU seconds to spin up to, the budgets of the requests that
+        // entered service so far; `None` once reached.
+        let mut shared_spin_to = None;
         loop {
             let step = {
                 let mut backlog = self.lock();
@@ -118,22 +140,45 @@ impl Queue {
                     if self.stopping.load(Ordering::Acquire) {
                         return 0;
                     }
-                    if let Some(step) = backlog.next(Instant::now()) {
-                        break step;
+                    let now = Instant::now();
+                    match backlog.next(now) {
+                        // Nothing to charge or spin: wait for the next completion, or for an
+                        // arrival that enters service (and brings a budget to spin).
+                        Some(Step::Share { until, started })
+                            if started.is_zero() && shared_spin_to.is_none() =>
+                        {
+                            let timeout = until.saturating_duration_since(now);
+                            backlog = self
+                                .wake
+                                .wait_timeout(backlog, timeout)
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .0;
+                        }
+                        Some(step) => break step,
+                        None => {
+                            backlog = self
+                                .wake
+                                .wait(backlog)
+                                .unwrap_or_else(PoisonError::into_inner);
+                        }
                     }
-                    backlog = self
-                        .wake
-                        .wait(backlog)
-                        .unwrap_or_else(PoisonError::into_inner);
                 }
             };
             match step {
                 Step::Drop(_) => self.metrics.completion(Outcome::Dropped),
+                Step::Refuse(client) => {
+                    if client.refuse() {
+                        self.metrics.rejection(Rejection::Codel);
+                    } else {
+                        self.metrics.completion(Outcome::Dropped);
+                    }
+                }
                 Step::Serve {
                     client,
                     wait,
                     service,
                     done,
+                    sample,
                 } => {
                     // The CPU share comes first: on a busy pod the spinning is spread
                     // evenly, as a quota's throttling spreads it.
@@ -148,24 +193,68 @@ impl Queue {
                     let spun_from = spin_to.map(|_| cpu::thread_seconds());
                     let finished = self.work_until(spin_to, done);
                     if let Some(from) = spun_from {
-                        self.metrics.spun(Duration::from_secs_f64(
-                            (cpu::thread_seconds() - from).max(0.0),
-                        ));
+                        self.spun_since(from);
                     }
                     if !finished {
                         return 1;
                     }
                     self.metrics.busy(service);
                     self.metrics.cpu(share);
-                    let outcome = if client.answer(wait) {
-                        Outcome::Answered
-                    } else {
-                        Outcome::Abandoned
-                    };
-                    self.metrics.completion(outcome);
+                    let answered = client.answer(wait);
+                    self.metrics.completion(outcome(answered));
+                    if answered && let Some(sample) = sample {
+                        let mut backlog = self.lock();
+                        backlog.sample(sample);
+                        publish_limit(&self.metrics, &backlog);
+                    }
+                }
+                Step::Finish {
+                    client,
+                    wait,
+                    service,
+                } => {
+                    self.metrics.busy(service);
+                    self.metrics.cpu(service.mul_f64(cpu_share));
+                    self.metrics.completion(outcome(client.answer(wait)));
+                }
+                Step::Share { until, started } => {
+                    // Each request's budget is charged as it enters service, so the spin of
+                    // those sharing the rate is the sum of theirs.
+                    if work == Work::Spin && !started.is_zero() {
+                        let budget = started.mul_f64(cpu_share).as_secs_f64();
+                        shared_spin_to = Some(account.serve(budget, cpu::process_seconds()));
+                    }
+                    if let Some(to) = shared_spin_to
+                        && self.spin(to, until)
+                    {
+                        shared_spin_to = None;
+                    }
                 }
             }
         }
+    }
+
+    /// Sharing: spins while the process has used less CPU than `to` seconds, until `until`;
+    /// true once it has.
+    fn spin(&self, to: f64, until: Instant) -> bool {
+        let from = cpu::thread_seconds();
+        let reached = loop {
+            if cpu::process_seconds() >= to {
+                break true;
+            }
+            if Instant::now() >= until || self.stopping.load(Ordering::Relaxed) {
+                break false;
+            }
+            std::hint::spin_loop();
+        };
+        self.spun_since(from);
+        reached
+    }
+
+    /// Counts the worker thread's CPU since `from` as spun.
+    fn spun_since(&self, from: f64) {
+        let used = (cpu::thread_seconds() - from).max(0.0);
+        self.metrics.spun(Duration::from_secs_f64(used));
     }
 
     /// Spins while the process has used less CPU than `spin_to` seconds, then
@@ -199,8 +288,8 @@ pub struct Worker {
 
 impl Worker {
     /// Stops serving (interrupting the current service), then drops every
-    /// request still queued so its handler answers at once. Returns how many
-    /// requests were left unserved, including an interrupted one.
+    /// request still queued or sharing the rate so its handler answers at once.
+    /// Returns how many requests were left unserved, including interrupted ones.
     pub fn stop(mut self) -> usize {
         self.halt()
     }
@@ -224,5 +313,20 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+fn outcome(answered: bool) -> Outcome {
+    if answered {
+        Outcome::Answered
+    } else {
+        Outcome::Abandoned
+    }
+}
+
+/// Sets the adaptive limit's gauge, if the discipline has one.
+fn publish_limit(metrics: &Metrics, backlog: &Backlog<Reply>) {
+    if let Some(limit) = backlog.concurrency_limit() {
+        metrics.concurrency_limit(limit);
     }
 }

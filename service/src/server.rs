@@ -88,6 +88,7 @@ pub async fn run(listener: TcpListener, config: Config, shutdown: impl Future) -
         work = ?config.work,
         ready_after = %config.ready_after,
         max_queue = ?config.max_queue,
+        discipline = %config.discipline.0,
         "serving"
     );
 
@@ -142,9 +143,8 @@ async fn drained(pod: &Pod, grace_end: Instant) {
         if arrivals != seen {
             (seen, quiet_since) = (arrivals, now);
         }
-        let (depth, wait) = pod.queue().snapshot(std::time::Instant::now());
-        let empty = depth == 0 && wait.is_zero();
-        if (empty && now >= quiet_since + QUIET) || now >= grace_end {
+        let idle = pod.queue().snapshot(std::time::Instant::now()).idle;
+        if (idle && now >= quiet_since + QUIET) || now >= grace_end {
             return;
         }
         tokio::time::sleep(DRAIN_POLL).await;

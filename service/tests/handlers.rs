@@ -1,11 +1,13 @@
 //! Handler tests through `Router` + `oneshot`, without a socket.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use service::{Config, Pod, app};
+use kit_defense::{AimdParams, CodelParams, Discipline};
+use service::{Config, DisciplineArg, Pod, app};
+use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
 fn config() -> Config {
@@ -175,6 +177,184 @@ async fn full_queue_gets_503_with_retry_after_and_arrival_still_counted() {
     )
     .await;
     first.abort();
+}
+
+/// A pod of this discipline at `rate`, ready at once.
+fn disciplined(discipline: Discipline, rate: f64) -> Pod {
+    Pod::new(&Config {
+        rate,
+        discipline: DisciplineArg(discipline),
+        ..config()
+    })
+}
+
+/// `n` requests sent at once; each task yields the status, `retry-after` and body.
+fn burst(pod: &Pod, n: usize) -> Vec<JoinHandle<(StatusCode, Option<String>, String)>> {
+    (0..n)
+        .map(|_| {
+            let router = app(pod.clone());
+            tokio::spawn(async move {
+                let resp = router.oneshot(get("/work", &[])).await.unwrap();
+                let status = resp.status();
+                let retry = resp.headers().get(header::RETRY_AFTER);
+                let retry = retry.map(|v| v.to_str().unwrap().to_owned());
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                (status, retry, String::from_utf8(body.to_vec()).unwrap())
+            })
+        })
+        .collect()
+}
+
+/// The answers of the tasks that end within a second; the others (still queued) are aborted.
+async fn answered_at_once(
+    tasks: Vec<JoinHandle<(StatusCode, Option<String>, String)>>,
+    expected: usize,
+) -> Vec<(StatusCode, Option<String>, String)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while tasks.iter().filter(|t| t.is_finished()).count() < expected {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fewer than {expected} answered"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        if task.is_finished() {
+            answers.push(task.await.unwrap());
+        } else {
+            task.abort();
+        }
+    }
+    answers
+}
+
+#[tokio::test]
+async fn a_bounded_pod_answers_a_burst_past_its_limit_with_503() {
+    // 1 s a request, no worker: what is admitted stays queued.
+    let pod = disciplined(Discipline::Bounded { limit: 2 }, 1.0);
+    let tasks = burst(&pod, 5);
+    expect(
+        &pod,
+        &[
+            ("retrydebt_rejections_total{reason=\"queue_full\"}", 3.0),
+            ("retrydebt_queue_depth", 2.0),
+            ("retrydebt_arrivals_total{attempt=\"0\"}", 5.0),
+        ],
+    )
+    .await;
+    let refused = answered_at_once(tasks, 3).await;
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    for (status, retry, body) in refused {
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        // Two queued requests of 1 s each are ahead.
+        assert_eq!(retry.as_deref(), Some("2"));
+        assert_eq!(body, "queue full: 2 requests waiting (--queue-limit)\n");
+    }
+}
+
+#[tokio::test]
+async fn a_codel_pod_refuses_a_burst_at_the_head_once_the_queue_stood() {
+    // 10 ms a request: request k of the burst waits about 10k ms. From the third on every wait
+    // is over the 20 ms target; 50 ms later the rest are refused at once.
+    let codel = CodelParams {
+        target_s: 0.020,
+        interval_s: 0.050,
+    };
+    let pod = disciplined(Discipline::Codel(codel), 100.0);
+    let _worker = pod.spawn_worker();
+    let mut served = 0;
+    let mut refused = 0;
+    for task in burst(&pod, 30) {
+        let (status, retry, body) = task.await.unwrap();
+        if status == StatusCode::OK {
+            served += 1;
+        } else {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+            assert!(retry.is_some(), "{body}");
+            assert!(body.contains("--discipline=codel"), "{body}");
+            refused += 1;
+        }
+    }
+    assert!(
+        (3..=15).contains(&served),
+        "{served} served, {refused} refused"
+    );
+    expect(
+        &pod,
+        &[
+            (
+                "retrydebt_rejections_total{reason=\"codel\"}",
+                f64::from(refused),
+            ),
+            (
+                "retrydebt_completions_total{outcome=\"answered\"}",
+                f64::from(served),
+            ),
+            ("retrydebt_busy_seconds_total", f64::from(served) * 0.01),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_adaptive_pod_refuses_at_its_limit_and_shows_it() {
+    let aimd = AimdParams {
+        initial: 2,
+        min: 1,
+        max: 4,
+        latency_s: 1.0,
+        backoff: 0.5,
+    };
+    // No worker: the first two stay in the pod.
+    let pod = disciplined(Discipline::Adaptive(aimd), 1.0);
+    expect(&pod, &[("retrydebt_concurrency_limit", 2.0)]).await;
+    let refused = answered_at_once(burst(&pod, 3), 1).await;
+    assert_eq!(refused.len(), 1);
+    let (status, retry, body) = &refused[0];
+    assert_eq!(*status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry.as_deref(), Some("2"));
+    assert_eq!(
+        body,
+        "at the adaptive limit: 2 requests in the pod (--discipline=adaptive)\n"
+    );
+    // The refusal shrank the limit.
+    expect(
+        &pod,
+        &[
+            ("retrydebt_rejections_total{reason=\"adaptive\"}", 1.0),
+            ("retrydebt_concurrency_limit", 1.0),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_sharing_pod_serves_its_limit_at_once_and_the_rest_wait() {
+    // 100 ms a request; two share the rate: both done after about 200 ms, having waited for
+    // nothing. The third waits for a place until then, and is done 100 ms later.
+    let pod = disciplined(Discipline::Sharing { limit: 2 }, 10.0);
+    let _worker = pod.spawn_worker();
+    let t0 = Instant::now();
+    let mut answers = Vec::new();
+    for task in burst(&pod, 3) {
+        let (status, _, body) = task.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        answers.push((json["wait_ms"].as_u64().unwrap(), t0.elapsed()));
+    }
+    answers.sort();
+    let [(w0, d0), (w1, d1), (w2, d2)] = answers[..] else {
+        panic!("{answers:?}")
+    };
+    assert!(w0 < 20 && w1 < 20, "{answers:?}");
+    assert!((150..=260).contains(&w2), "{answers:?}");
+    let ms = Duration::from_millis;
+    assert!(
+        d0 >= ms(180) && d1 >= ms(180) && d2 >= ms(280),
+        "{answers:?}"
+    );
+    expect(&pod, &[("retrydebt_busy_seconds_total", 0.3)]).await;
 }
 
 #[tokio::test]

@@ -3,13 +3,15 @@
 
 use std::time::{Duration, Instant};
 
+use kit_defense::Discipline;
 use service::metrics::Outcome;
-use service::{Config, Pod, Work};
+use service::{Config, DisciplineArg, Pod, Work};
 
-fn served_rate(rate: f64, work: Work, window: Duration) -> f64 {
+fn served_rate(rate: f64, work: Work, discipline: Discipline, window: Duration) -> f64 {
     let pod = Pod::new(&Config {
         rate,
         work,
+        discipline: DisciplineArg(discipline),
         ..Config::default()
     });
     // Enough abandoned work (receivers dropped at once) to stay saturated.
@@ -31,12 +33,19 @@ fn served_rate(rate: f64, work: Work, window: Duration) -> f64 {
 
 #[test]
 fn saturated_queue_is_served_at_the_configured_rate_sleeping() {
-    let r = served_rate(200.0, Work::Sleep, Duration::from_secs(2));
+    let r = served_rate(200.0, Work::Sleep, Discipline::Fifo, Duration::from_secs(2));
     assert!((r / 200.0 - 1.0).abs() < 0.1, "served {r}/s, want 200/s");
 }
 
 #[test]
 fn saturated_queue_is_served_at_the_configured_rate_spinning() {
-    let r = served_rate(500.0, Work::Spin, Duration::from_secs(1));
+    let r = served_rate(500.0, Work::Spin, Discipline::Fifo, Duration::from_secs(1));
     assert!((r / 500.0 - 1.0).abs() < 0.1, "served {r}/s, want 500/s");
+}
+
+#[test]
+fn a_saturated_sharing_pod_is_served_at_the_configured_rate() {
+    let sharing = Discipline::Sharing { limit: 4 };
+    let r = served_rate(200.0, Work::Sleep, sharing, Duration::from_secs(2));
+    assert!((r / 200.0 - 1.0).abs() < 0.1, "served {r}/s, want 200/s");
 }

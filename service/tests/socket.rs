@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use service::{Abandoned, Config, Report};
+use kit_defense::Discipline;
+use kit_defense::discipline::DisciplineKind;
+use service::{Abandoned, Config, DisciplineArg, Report};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -310,14 +312,30 @@ async fn oversized_headers_get_431() {
 
 #[tokio::test]
 async fn promtool_accepts_a_live_scrape() {
-    let pod = start(config(1000.0)).await;
-    for attempt in ["0", "1", "x"] {
-        response(send(pod.addr, "/work", &[("x-attempt", attempt.into())]).await).await;
+    // The adaptive discipline adds its limit's gauge to the series every pod exports.
+    for kind in [DisciplineKind::Fifo, DisciplineKind::Adaptive] {
+        let pod = start(Config {
+            discipline: DisciplineArg(Discipline::with_defaults(kind, 0.001)),
+            ..config(1000.0)
+        })
+        .await;
+        for attempt in ["0", "1", "x"] {
+            response(send(pod.addr, "/work", &[("x-attempt", attempt.into())]).await).await;
+        }
+        let (status, text) = get(pod.addr, "/metrics").await;
+        assert_eq!(status, 200);
+        pod.shutdown().await;
+        assert_eq!(
+            text.contains("retrydebt_concurrency_limit"),
+            kind == DisciplineKind::Adaptive,
+            "{text}"
+        );
+        promtool(&text);
     }
-    let (status, text) = get(pod.addr, "/metrics").await;
-    assert_eq!(status, 200);
-    pod.shutdown().await;
+}
 
+/// `promtool check metrics` accepts `text` without a word.
+fn promtool(text: &str) {
     let child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
