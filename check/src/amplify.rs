@@ -10,6 +10,9 @@
 //! keeps trying, nginx stops). So a layer's tries that cannot fit inside the caller's timeout do
 //! not count when the layer aborts, and a budget caps the layer's factor at `1 + budget`.
 
+use kit_defense::Discipline;
+
+use super::defenses;
 use super::layer::{
     Abandoned, Autoscaler, Budget, FailureClass, InputError, Layer, Sees, Target, Tier, Tries,
 };
@@ -73,10 +76,9 @@ fn chain(layers: &[Layer], class: FailureClass, leave_s: f64, tries: &mut Vec<f6
     } else {
         most
     };
-    // In the failed state a budget lets through `ratio` retries per request; a quota none.
+    // In the failed state a budget lets through its ratio of retries per request; a quota none.
     let effective = match layer.budget {
-        Some(Budget::Ratio { ratio }) => 1.0 + (made - 1.0).min(ratio.max(0.0)),
-        Some(Budget::Quota { .. }) => 1.0,
+        Some(b) => 1.0 + (made - 1.0).min(b.failed_ratio()),
         None => made,
     };
     let attempts = if made.is_finite() {
@@ -293,6 +295,27 @@ pub struct Stack {
     pub abandoned: Abandoned,
     /// Today's utilization, when given.
     pub rho: Option<f64>,
+    /// How each pod orders and sheds its queue (FIFO unless a file says otherwise).
+    pub discipline: Discipline,
+    /// A request's mean service time at one pod (one over a pod's capacity), when known.
+    pub service_s: Option<f64>,
+    /// First-attempt requests/s (`--rho` x `--capacity`), when known.
+    pub rate: Option<f64>,
+}
+
+impl Stack {
+    /// A stack of FIFO pods with nothing known about their rates.
+    pub fn new(layers: Vec<Layer>, hpa: Option<HpaFigure>, abandoned: Abandoned) -> Stack {
+        Stack {
+            layers,
+            hpa,
+            abandoned,
+            rho: None,
+            discipline: Discipline::Fifo,
+            service_s: None,
+            rate: None,
+        }
+    }
 }
 
 /// Check's diagnosis of a stack: whether the service has a second state, and why.
@@ -384,8 +407,16 @@ fn fixed_diagnosis(rho: Option<f64>, threshold: f64) -> (bool, String) {
     }
 }
 
-/// The publication's recipe on the timeout class's `A`.
+/// What the stack's pods do to the trap with their queue ([`defenses::queue_verdict`]).
+pub fn queue_verdict(stack: &Stack) -> Option<defenses::QueueVerdict> {
+    let tau = service_timeout_s(&stack.layers);
+    defenses::queue_verdict(stack.discipline, stack.service_s, tau)
+}
+
+/// The publication's recipe on the timeout class's `A`, with what the pods' discipline and the
+/// clients' defenses change.
 pub fn diagnose(stack: &Stack, timeout: &ClassFigure) -> Diagnosis {
+    let queue = queue_verdict(stack);
     let (second_state, reason) = if stack.abandoned == Abandoned::Dropped {
         (
             false,
@@ -393,6 +424,8 @@ pub fn diagnose(stack: &Stack, timeout: &ClassFigure) -> Diagnosis {
              condition does not apply"
                 .to_string(),
         )
+    } else if let Some(q) = queue.as_ref().filter(|q| q.removes) {
+        (false, q.reason.clone())
     } else if timeout.a <= 1.0 + 1e-9 {
         (
             false,
@@ -408,9 +441,14 @@ pub fn diagnose(stack: &Stack, timeout: &ClassFigure) -> Diagnosis {
             None => fixed_diagnosis(stack.rho, timeout.threshold),
         }
     };
+    let mut reasons = vec![reason];
+    reasons.extend(queue.filter(|q| !q.removes).map(|q| q.reason));
+    if second_state {
+        reasons.extend(defenses::client_reasons(&stack.layers, &timeout.tries));
+    }
     Diagnosis {
         second_state,
-        reasons: vec![reason],
+        reasons,
     }
 }
 
@@ -462,8 +500,8 @@ fn budgeted(layers: &[Layer], at: impl Fn(usize) -> bool) -> Vec<Layer> {
     let mut out = layers.to_vec();
     for (_, l) in out.iter_mut().enumerate().filter(|(i, _)| at(*i)) {
         let ratio = match l.budget {
-            Some(Budget::Ratio { ratio }) => ratio.min(PROPOSED_BUDGET),
             Some(Budget::Quota { .. }) => continue,
+            Some(b) => b.failed_ratio().min(PROPOSED_BUDGET),
             None => PROPOSED_BUDGET,
         };
         l.budget = Some(Budget::Ratio { ratio });
@@ -592,6 +630,7 @@ mod tests {
             per_try_timeout_s: per_try_s,
             overall_timeout_s: None,
             budget: None,
+            defenses: Default::default(),
             aborts_on_close: aborts,
             defaults: Vec::new(),
             notes: Vec::new(),
@@ -741,12 +780,7 @@ mod tests {
         let mut layers = f5(10.0, false);
         layers[0].budget = Some(Budget::Ratio { ratio: 0.1 });
         let figure = class_figure(&layers, FailureClass::Timeout);
-        let stack = Stack {
-            layers,
-            hpa: Some(hpa(0.5)),
-            abandoned: Abandoned::Served,
-            rho: None,
-        };
+        let stack = Stack::new(layers, Some(hpa(0.5)), Abandoned::Served);
         for f in fixes(&stack, &figure) {
             assert!(f.a <= figure.a + 1e-9, "{f:?} raises A from {}", figure.a);
         }
@@ -773,10 +807,8 @@ mod tests {
         let layers = f5(10.0, false);
         let figure = class_figure(&layers, FailureClass::Timeout);
         let stack = |hpa: Option<HpaFigure>, rho: Option<f64>, abandoned| Stack {
-            layers: layers.clone(),
-            hpa,
-            abandoned,
             rho,
+            ..Stack::new(layers.clone(), hpa, abandoned)
         };
         let v = diagnose(&stack(Some(hpa(0.5)), None, Abandoned::Served), &figure);
         assert!(v.second_state);
@@ -797,15 +829,47 @@ mod tests {
     }
 
     #[test]
+    fn the_pods_discipline_and_the_clients_defenses_enter_the_diagnosis() {
+        use kit_defense::{BreakerParams, ClientDefenses};
+        let layers = f5(10.0, false);
+        let figure = class_figure(&layers, FailureClass::Timeout);
+        let at = |discipline, layers: Vec<Layer>| Stack {
+            discipline,
+            service_s: Some(0.01),
+            ..Stack::new(layers, Some(hpa(0.5)), Abandoned::Served)
+        };
+        // 50 waiting at 10 ms is 500 ms, under the gateway's 3 s: no debt from the queue.
+        let bounded = at(Discipline::Bounded { limit: 50 }, layers.clone());
+        let v = diagnose(&bounded, &figure);
+        assert!(!v.second_state && v.reasons.len() == 1, "{v:?}");
+        assert!(fixes(&bounded, &figure).is_empty());
+        // 500 waiting is 5 s: the scaler's verdict, and why the bound does not help.
+        let v = diagnose(
+            &at(Discipline::Bounded { limit: 500 }, layers.clone()),
+            &figure,
+        );
+        assert!(
+            v.second_state && v.reasons[1].contains("not under the 3 s"),
+            "{v:?}"
+        );
+        // A breaker at the client: the verdict stands and says what it cuts.
+        let mut guarded = layers;
+        guarded[0].defenses = ClientDefenses {
+            breaker: Some(BreakerParams::default()),
+            ..ClientDefenses::default()
+        };
+        let v = diagnose(&at(Discipline::Fifo, guarded), &figure);
+        assert!(
+            v.second_state && v.reasons[1].contains("circuit breaker"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
     fn fixes_are_ranked_and_give_their_a() {
         let layers = f5(10.0, false);
         let figure = class_figure(&layers, FailureClass::Timeout);
-        let stack = Stack {
-            layers,
-            hpa: Some(hpa(0.5)),
-            abandoned: Abandoned::Served,
-            rho: None,
-        };
+        let stack = Stack::new(layers, Some(hpa(0.5)), Abandoned::Served);
         let f = fixes(&stack, &figure);
         assert!(f[0].change.starts_with("drop abandoned work"));
         let budget = f

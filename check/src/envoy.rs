@@ -11,9 +11,11 @@ use std::path::Path;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
+use kit_defense::discipline::DisciplineKind;
+
 use super::layer::{
-    Budget, DefaultUsed, InputError, Layer, Parsed, RetryOn, Skipped, Source, Tier, Tries,
-    envoy_retry_on, protobuf_duration_s,
+    Budget, DefaultUsed, DisciplineSpec, InputError, Layer, Parsed, QueueDiscipline, RetryOn,
+    Skipped, Source, Tier, Tries, envoy_retry_on, protobuf_duration_s,
 };
 
 const VERSION: &str = "Envoy v3 API (data-plane-api 84e84367, January 2026)";
@@ -40,7 +42,8 @@ pub fn parse(file: &Path, text: &str) -> Result<Parsed, InputError> {
     let mut found = Found::default();
     found.walk(file, &root, None);
     let nothing = found.route_configs.is_empty() && found.hosts.is_empty();
-    if nothing && found.clusters.is_empty() && found.skipped.is_empty() {
+    let limits = found.limits.is_empty();
+    if nothing && limits && found.clusters.is_empty() && found.skipped.is_empty() {
         return Err(InputError::UnknownKind {
             file: file.to_path_buf(),
             why: "no Envoy route configuration (virtual_hosts) or cluster in it".into(),
@@ -66,6 +69,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Parsed, InputError> {
     if nothing {
         for c in &found.clusters {
             parsed.skipped.push(cx.lone_cluster(c)?);
+        }
+    }
+    for f in &found.limits {
+        match adaptive_concurrency(file, f)? {
+            Ok(d) => parsed.disciplines.push(d),
+            Err(skipped) => parsed.skipped.push(skipped),
         }
     }
     Ok(parsed)
@@ -248,12 +257,15 @@ fn list<'a>(file: &Path, node: &'a Node, key: &str) -> Result<&'a [Node], InputE
     Ok(items)
 }
 
-/// Route configurations, bare virtual hosts and clusters, wherever they are in the file.
+/// Route configurations, bare virtual hosts, clusters and adaptive concurrency filters,
+/// wherever they are in the file.
 #[derive(Default)]
 struct Found<'a> {
     route_configs: Vec<&'a Node>,
     hosts: Vec<&'a Node>,
     clusters: Vec<&'a Node>,
+    /// `http_filters` entries of the adaptive concurrency filter.
+    limits: Vec<&'a Node>,
     skipped: Vec<Skipped>,
 }
 
@@ -261,6 +273,12 @@ impl<'a> Found<'a> {
     fn walk(&mut self, file: &Path, node: &'a Node, key: Option<&str>) {
         match &node.val {
             Val::Map(entries) => {
+                // An HTTP connection manager's filters, before the branches that stop at its
+                // routes.
+                if let Some(Val::Seq(filters)) = node.get("http_filters").map(|f| &f.val) {
+                    self.limits
+                        .extend(filters.iter().filter(|f| is_adaptive_concurrency(f)));
+                }
                 if node.get("virtual_hosts").is_some() {
                     self.route_configs.push(node);
                 } else if node.get("domains").is_some() && node.get("routes").is_some() {
@@ -318,6 +336,139 @@ fn is_cluster(node: &Node, key: Option<&str>) -> bool {
     .iter()
     .any(|k| node.get(k).is_some());
     node.get("name").is_some() && (typed || in_list || shaped)
+}
+
+const ADAPTIVE_FILTER: &str = "envoy.filters.http.adaptive_concurrency";
+const ADAPTIVE_TYPE: &str =
+    "envoy.extensions.filters.http.adaptive_concurrency.v3.AdaptiveConcurrency";
+const ADAPTIVE_PROTO: &str =
+    "api/envoy/extensions/filters/http/adaptive_concurrency/v3/adaptive_concurrency.proto";
+
+/// The adaptive concurrency filter, by its name or its config's type.
+fn is_adaptive_concurrency(filter: &Node) -> bool {
+    let named = filter.get("name").and_then(Node::str) == Some(ADAPTIVE_FILTER);
+    let typed = filter
+        .get("typed_config")
+        .and_then(|c| c.get("@type"))
+        .and_then(Node::str)
+        .is_some_and(|t| t.ends_with(ADAPTIVE_TYPE));
+    named || typed
+}
+
+/// The latency the gradient controller holds requests to, when it is fixed: `fixed_value x (1 +
+/// buffer)` once minRTT is not sampled (its `interval` absent or zero); else none (Envoy
+/// measures it). With the note's words for it.
+fn rtt_latency(file: &Path, rtt: Option<&Node>) -> Result<(Option<f64>, String), InputError> {
+    let get = |key: &str| rtt.and_then(|r| r.get(key));
+    let interval = get("interval").map(|i| duration(file, "interval", i));
+    let fixed = get("fixed_value").map(|f| duration(file, "fixed_value", f));
+    let buffer = match get("buffer").and_then(|b| b.get("value")) {
+        Some(v) => match v.val {
+            Val::Num(x) if (0.0..=100.0).contains(&x) => x,
+            _ => return Err(v.bad(file, "buffer", "a percentage from 0 to 100")),
+        },
+        None => 25.0,
+    };
+    Ok(
+        match (interval.transpose()?.unwrap_or(0.0), fixed.transpose()?) {
+            (0.0, Some(f)) => {
+                let l = f * (1.0 + buffer / 100.0);
+                (
+                    Some(l),
+                    format!("latency {l} s (fixed_value x (1 + buffer {buffer}%))"),
+                )
+            }
+            _ => (
+                None,
+                "latency the kit's 20 service times (Envoy measures the minimum round trip)".into(),
+            ),
+        },
+    )
+}
+
+/// The adaptive concurrency filter (`AdaptiveConcurrency`, its gradient controller) as the
+/// kit's `adaptive` discipline: Envoy answers 503 past a concurrency limit it lowers while the
+/// sampled latency rises above the minimum round trip, as the kit's AIMD limit does past its
+/// latency. What corresponds is taken, the rest are the kit's defaults, and the note says which.
+/// A filter turned off (`enabled.default_value: false`) is listed as skipped.
+fn adaptive_concurrency(
+    file: &Path,
+    filter: &Node,
+) -> Result<Result<QueueDiscipline, Skipped>, InputError> {
+    let what = "adaptive_concurrency filter";
+    let config = filter.get("typed_config");
+    let off = config
+        .and_then(|c| c.get("enabled"))
+        .and_then(|e| e.get("default_value"))
+        .is_some_and(|v| matches!(v.val, Val::Bool(false)));
+    if off {
+        let why = "enabled.default_value false: a pass-through unless its runtime key turns it on";
+        return Ok(Err(Skipped::new(file, what, filter.line, why)));
+    }
+    let gradient = config.and_then(|c| c.get("gradient_controller_config"));
+    let Some(gradient) = gradient else {
+        let why = "no gradient_controller_config: Envoy requires it";
+        return Err(filter.bad(file, "gradient_controller_config", why));
+    };
+    let limits = gradient.get("concurrency_limit_params");
+    let rtt = gradient.get("min_rtt_calc_params");
+    let count = |n: Option<&Node>, name: &str| n.map(|n| whole(file, name, n)).transpose();
+    let max = count(
+        limits.and_then(|l| l.get("max_concurrency_limit")),
+        "max_concurrency_limit",
+    )?;
+    let min = count(
+        limits.and_then(|l| l.get("min_concurrency_limit")),
+        "min_concurrency_limit",
+    )?;
+    let min = match min {
+        Some(m) => Some(m),
+        None => count(
+            rtt.and_then(|r| r.get("min_concurrency")),
+            "min_concurrency",
+        )?,
+    };
+    let (max, min) = (max.unwrap_or(1000), min.unwrap_or(3));
+    let (latency_s, latency) = rtt_latency(file, rtt)?;
+    let mut notes = vec![format!(
+        "the kit's adaptive discipline: max {max} (max_concurrency_limit{}), min and initial \
+         {min} (the limit while Envoy measures the minimum round trip), {latency}, backoff the \
+         kit's 0.9 (Envoy's gradient may halve the limit each concurrency_update_interval); \
+         defaults of {VERSION}, {ADAPTIVE_PROTO}",
+        if limits
+            .and_then(|l| l.get("max_concurrency_limit"))
+            .is_some()
+        {
+            ""
+        } else {
+            ", default"
+        }
+    )];
+    notes.push(
+        "its limit covers every pod behind this Envoy: read as one pod's, the most wait it allows"
+            .into(),
+    );
+    let status = config
+        .and_then(|c| c.get("concurrency_limit_exceeded_status"))
+        .and_then(|s| s.get("code"));
+    if let Some(code) = status {
+        notes.push(format!(
+            "answers {} past the limit (503 unless set): retried only by a client that retries it",
+            code.summary()
+        ));
+    }
+    let spec = DisciplineSpec {
+        initial: Some(min),
+        min: Some(min),
+        max: Some(max),
+        latency_s,
+        ..DisciplineSpec::of(DisciplineKind::Adaptive)
+    };
+    Ok(Ok(QueueDiscipline {
+        source: Source::new(file, filter.line, what),
+        spec,
+        notes,
+    }))
 }
 
 struct Cx<'a> {
@@ -590,9 +741,10 @@ impl Cx<'_> {
             .find(|t| t.get("priority").and_then(Node::str).unwrap_or("DEFAULT") == priority);
         match ours.and_then(|t| t.get("retry_budget")) {
             Some(rb) => {
-                let percent = retry_budget(self.file, rb, defaults, notes)?;
-                Ok(Some(Budget::Ratio {
-                    ratio: percent / 100.0,
+                let (percent, min_retry_concurrency) = retry_budget(self.file, rb, defaults)?;
+                Ok(Some(Budget::InFlight {
+                    percent,
+                    min_retry_concurrency,
                 }))
             }
             None => {
@@ -614,13 +766,14 @@ impl Cx<'_> {
     }
 }
 
-/// A `retry_budget`'s percentage, with its defaults and what it means.
+/// A `retry_budget` (`CircuitBreakers.Thresholds.RetryBudget`: `budget_percent {value}`,
+/// `min_retry_concurrency`): the percentage and the floor, with their defaults. What they allow
+/// per request is [`in_flight_ratio`], which the report prints beside them.
 fn retry_budget(
     file: &Path,
     rb: &Node,
     defaults: &mut Vec<DefaultUsed>,
-    notes: &mut Vec<String>,
-) -> Result<f64, InputError> {
+) -> Result<(f64, u32), InputError> {
     let percent = match rb.get("budget_percent") {
         Some(p) => {
             let v = p
@@ -651,8 +804,7 @@ fn retry_budget(
             3
         }
     };
-    notes.push(format!("retry budget: retries in flight at most {percent}% of active and pending requests, never fewer than {min}; as a ratio of retries to requests it holds when a retry lasts as long as a first try"));
-    Ok(percent)
+    Ok((percent, min))
 }
 
 impl Cx<'_> {
@@ -660,8 +812,6 @@ impl Cx<'_> {
     fn lone_cluster(&self, c: &Node) -> Result<Skipped, InputError> {
         let name = c.get("name").and_then(Node::str).unwrap_or("?");
         let mut defaults = Vec::new();
-        // What the budget means is said where a route uses it.
-        let mut notes = Vec::new();
         let thresholds = match c.get("circuit_breakers") {
             Some(cb) => list(self.file, cb, "thresholds")?,
             None => &[],
@@ -671,7 +821,7 @@ impl Cx<'_> {
             .find(|t| t.get("priority").and_then(Node::str).unwrap_or("DEFAULT") == "DEFAULT");
         let limit = match default.and_then(|t| t.get("retry_budget")) {
             Some(rb) => {
-                let percent = retry_budget(self.file, rb, &mut defaults, &mut notes)?;
+                let (percent, _) = retry_budget(self.file, rb, &mut defaults)?;
                 format!("retry budget {percent}%")
             }
             None => match default.and_then(|t| t.get("max_retries")) {
@@ -953,7 +1103,16 @@ static_resources:
         assert_eq!(a.retry_on, ALL);
         assert_eq!(a.per_try_timeout_s, Some(0.5));
         assert_eq!(a.overall_timeout_s, Some(3.0));
-        assert_eq!(a.budget, Some(Budget::Ratio { ratio: 0.25 }));
+        // 25% of the requests in flight: a third of a retry per request once tries time out.
+        let budget = a.budget.unwrap();
+        assert_eq!(
+            budget,
+            Budget::InFlight {
+                percent: 25.0,
+                min_retry_concurrency: 10
+            }
+        );
+        assert!((budget.failed_ratio() - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(a.source.line, Some(16));
         assert!(a.notes.iter().any(|n| n.contains("from the virtual host")));
         // Not merged: the route's own policy has Envoy's default count.
@@ -980,6 +1139,93 @@ static_resources:
         );
         assert!(d.defaults.iter().any(|x| x.setting == "max_retries"));
         assert_eq!(parsed.skipped.len(), 1);
+    }
+
+    #[test]
+    fn a_clusters_retry_budget_is_a_share_of_the_requests_in_flight() {
+        let text = include_str!("../tests/data/envoy/retry-budget.yaml");
+        let parsed = read("retry-budget.yaml", text);
+        let [route] = parsed.layers.as_slice() else {
+            panic!("{parsed:#?}")
+        };
+        assert_eq!(
+            (route.tries, route.per_try_timeout_s),
+            (Tries::AtMost(3), Some(1.0))
+        );
+        let budget = route.budget.unwrap();
+        assert_eq!(
+            budget,
+            Budget::InFlight {
+                percent: 20.0,
+                min_retry_concurrency: 10
+            }
+        );
+        assert_eq!(budget.failed_ratio(), 0.25);
+        assert!(parsed.disciplines.is_empty());
+    }
+
+    #[test]
+    fn the_adaptive_concurrency_filter_is_the_adaptive_discipline() {
+        let text = include_str!("../tests/data/envoy/adaptive-concurrency.yaml");
+        let parsed = read("adaptive-concurrency.yaml", text);
+        assert!(parsed.layers.is_empty());
+        assert_eq!(parsed.skipped[0].what, "rds inbound (line 12)");
+        let [limit] = parsed.disciplines.as_slice() else {
+            panic!("{parsed:#?}")
+        };
+        assert_eq!(limit.source.locator, "adaptive_concurrency filter");
+        assert_eq!(limit.source.line, Some(16));
+        // max_concurrency_limit 400; min_concurrency 5 is the minimum and the start; minRTT is
+        // sampled, so the latency is the kit's default, in service times.
+        let s = limit.spec;
+        assert_eq!(s.kind, DisciplineKind::Adaptive);
+        assert_eq!((s.max, s.min, s.initial), (Some(400), Some(5), Some(5)));
+        assert_eq!((s.latency_s, s.backoff), (None, None));
+        assert!(s.needs_service_time());
+        assert!(
+            limit.notes[0].contains("max 400 (max_concurrency_limit)"),
+            "{:?}",
+            limit.notes
+        );
+        let d = s.resolve(Some(0.01)).unwrap();
+        assert_eq!(
+            d.to_string(),
+            "adaptive (AIMD limit 5..400 from 5, latency 200 ms, backoff 0.9)"
+        );
+    }
+
+    #[test]
+    fn a_fixed_minimum_round_trip_gives_the_latency_and_a_filter_turned_off_is_skipped() {
+        let filter = |config: &str| {
+            format!(
+                "http_filters:\n- name: envoy.filters.http.adaptive_concurrency\n  typed_config:\n{config}"
+            )
+        };
+        let fixed = filter(
+            "    gradient_controller_config:\n      concurrency_limit_params: \
+             {concurrency_update_interval: 0.1s}\n      min_rtt_calc_params: {fixed_value: 0.04s, \
+             buffer: {value: 50}}\n",
+        );
+        let parsed = read("fixed.yaml", &fixed);
+        let s = parsed.disciplines[0].spec;
+        assert_eq!((s.max, s.min), (Some(1000), Some(3)));
+        assert!((s.latency_s.unwrap() - 0.06).abs() < 1e-12);
+        assert!(!s.needs_service_time());
+        assert!(parsed.disciplines[0].notes[0].contains("max_concurrency_limit, default"));
+        let off = filter(
+            "    enabled: {default_value: false, runtime_key: ac}\n    \
+             gradient_controller_config: {}\n",
+        );
+        let parsed = read("off.yaml", &off);
+        assert!(parsed.disciplines.is_empty());
+        assert!(parsed.skipped[0].why.contains("pass-through"));
+        match parse(
+            Path::new("bare.yaml"),
+            &filter("    enabled: {default_value: true}\n"),
+        ) {
+            Err(InputError::Field { field, .. }) => assert_eq!(field, "gradient_controller_config"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

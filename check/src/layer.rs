@@ -6,6 +6,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use kit_defense::discipline::DisciplineKind;
+use kit_defense::{AimdParams, ClientDefenses, CodelParams, Discipline, ParamError};
 use serde::Serialize;
 
 /// How a request fails at the service, and so which retries a failure sets off.
@@ -98,13 +100,56 @@ impl Tries {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum Budget {
-    /// Retries at most `ratio` x requests (tower/Finagle, Linkerd, Envoy's retry budget): the
-    /// layer's factor is `1 + min(retries, ratio)`.
+    /// Retries at most `ratio` x requests (tower/Finagle, Linkerd, Gateway API): the layer's
+    /// factor is `1 + min(retries, ratio)`.
     Ratio { ratio: f64 },
+    /// Envoy's retry budget (a cluster's `circuit_breakers`, Istio's `retryBudget`): retries in
+    /// flight at most `percent`% of the requests in flight, and never fewer than
+    /// `min_retry_concurrency`; [`in_flight_ratio`] is what that allows per request.
+    InFlight {
+        percent: f64,
+        min_retry_concurrency: u32,
+    },
     /// A token bucket refilled only by successes (AWS SDK retry quota, gRPC retry throttling):
     /// once every attempt fails it empties and retries stop, so in the failed state the factor
     /// is 1; `retries_paid` is how many retries the full bucket pays for before that.
     Quota { retries_paid: f64 },
+}
+
+impl Budget {
+    /// Retries per request it lets through once every attempt fails: the layer's factor is
+    /// `1 + min(retries, this)`.
+    pub fn failed_ratio(self) -> f64 {
+        match self {
+            Budget::Ratio { ratio } => ratio.max(0.0),
+            Budget::InFlight { percent, .. } => in_flight_ratio(percent),
+            Budget::Quota { .. } => 0.0,
+        }
+    }
+}
+
+/// Envoy's concurrency budget as retries per request once every try times out.
+///
+/// Envoy lets a retry start while the retries in flight are below `max(percent x (active +
+/// pending requests), min_retry_concurrency)` (source/common/upstream/resource_manager_impl.h,
+/// `RetryBudgetImpl::max`). A retry holds its place from when it is scheduled until its try
+/// ends (retry_state_impl.cc `resetRetry`), and the active requests are every try, retries
+/// among them. Once every try lasts its per-try timeout `T`, `lambda` requests/s make `lambda T`
+/// first tries and `r T` retries in flight: `r T <= p (lambda + r) T` gives at most
+/// `p / (1 - p)` retries per request (20%: 0.25; 50%: 1; 100%: no limit). Backoff holds the
+/// place a little longer, so this is the most it allows.
+///
+/// `min_retry_concurrency` is a floor: `m` retries in flight whatever the load, that is `m / T`
+/// retries/s, or `m / (lambda T)` per request at `lambda` requests/s through one Envoy (each
+/// Envoy counts its own). It lets more through than the percentage when
+/// `m > p / (1 - p) x lambda T`: at low rates, and on sidecars, which each see a share.
+pub fn in_flight_ratio(percent: f64) -> f64 {
+    let p = (percent / 100.0).clamp(0.0, 1.0);
+    if p >= 1.0 {
+        f64::INFINITY
+    } else {
+        p / (1.0 - p)
+    }
 }
 
 /// Where a value came from, for the report and SARIF.
@@ -175,6 +220,9 @@ pub struct Layer {
     /// `proxy_next_upstream_timeout`, a gRPC deadline); `None`: none.
     pub overall_timeout_s: Option<f64>,
     pub budget: Option<Budget>,
+    /// A client's own defenses (throttling, an AWS retry mode, a circuit breaker).
+    #[serde(skip_serializing_if = "ClientDefenses::is_none")]
+    pub defenses: ClientDefenses,
     /// Whether the layer stops its tries (and closes its inner connection) when its caller has
     /// gone. HAProxy only with `option abortonclose`; nginx unless `proxy_ignore_client_abort`;
     /// Envoy does; a client has no caller.
@@ -198,6 +246,7 @@ impl Layer {
             per_try_timeout_s: None,
             overall_timeout_s: None,
             budget: None,
+            defenses: ClientDefenses::default(),
             aborts_on_close: true,
             defaults: Vec::new(),
             notes: Vec::new(),
@@ -296,12 +345,93 @@ impl Skipped {
     }
 }
 
+/// A queue discipline as a file writes it: its kind and the parameters given. The rest take
+/// [`Discipline::with_defaults`] for the pods' mean service time, which only the whole check
+/// knows (`--pod-capacity` or the stack file's): see [`DisciplineSpec::resolve`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DisciplineSpec {
+    pub kind: DisciplineKind,
+    pub target_s: Option<f64>,
+    pub interval_s: Option<f64>,
+    pub limit: Option<u32>,
+    pub initial: Option<u32>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+    pub latency_s: Option<f64>,
+    pub backoff: Option<f64>,
+}
+
+impl DisciplineSpec {
+    /// A kind with its defaults.
+    pub fn of(kind: DisciplineKind) -> DisciplineSpec {
+        DisciplineSpec {
+            kind,
+            target_s: None,
+            interval_s: None,
+            limit: None,
+            initial: None,
+            min: None,
+            max: None,
+            latency_s: None,
+            backoff: None,
+        }
+    }
+
+    /// Whether a default left out is in service times (CoDel's times, the AIMD latency).
+    pub fn needs_service_time(&self) -> bool {
+        match self.kind {
+            DisciplineKind::Codel => self.target_s.is_none() || self.interval_s.is_none(),
+            DisciplineKind::Adaptive => self.latency_s.is_none(),
+            _ => false,
+        }
+    }
+
+    /// The discipline, given the pods' mean service time when [`Self::needs_service_time`];
+    /// `Err` names the parameter out of range.
+    pub fn resolve(&self, mean_service_s: Option<f64>) -> Result<Discipline, ParamError> {
+        // NaN is never read: a kind whose defaults are in service times has them all given
+        // when the time is unknown (the caller asks for it otherwise).
+        let base = Discipline::with_defaults(self.kind, mean_service_s.unwrap_or(f64::NAN));
+        let d = match base {
+            Discipline::Codel(c) => Discipline::Codel(CodelParams {
+                target_s: self.target_s.unwrap_or(c.target_s),
+                interval_s: self.interval_s.unwrap_or(c.interval_s),
+            }),
+            Discipline::Bounded { limit } => Discipline::Bounded {
+                limit: self.limit.unwrap_or(limit),
+            },
+            Discipline::Sharing { limit } => Discipline::Sharing {
+                limit: self.limit.unwrap_or(limit),
+            },
+            Discipline::Adaptive(a) => Discipline::Adaptive(AimdParams {
+                initial: self.initial.unwrap_or(a.initial),
+                min: self.min.unwrap_or(a.min),
+                max: self.max.unwrap_or(a.max),
+                latency_s: self.latency_s.unwrap_or(a.latency_s),
+                backoff: self.backoff.unwrap_or(a.backoff),
+            }),
+            other => other,
+        };
+        d.validate()
+    }
+}
+
+/// The pods' queue discipline, or a limit in front of them that sheds as one (Envoy's adaptive
+/// concurrency filter), as a file gives it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueDiscipline {
+    pub source: Source,
+    pub spec: DisciplineSpec,
+    pub notes: Vec<String>,
+}
+
 /// Everything read from one file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Parsed {
     pub layers: Vec<Layer>,
     pub autoscalers: Vec<Autoscaler>,
     pub skipped: Vec<Skipped>,
+    pub disciplines: Vec<QueueDiscipline>,
 }
 
 /// A file `check` cannot read: the file and the field named, nothing guessed. Exit code 2.

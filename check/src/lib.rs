@@ -12,7 +12,8 @@
 //!   the kit loadgen's flags read by its own parser, gRPC service configs).
 //! - [`detect`]: a file's kind from its content.
 //! - [`amplify`]: the pure core: `A` per class with time caps and budgets, the diagnosis, the
-//!   fixes.
+//!   fixes; [`defenses`]: what the pods' discipline and the clients' throttling and breakers
+//!   change in it; [`headroom`]: the largest budget and count each layer can keep.
 //! - [`output`]: text, JSON and SARIF.
 //! - this file: [`check`], which reads the files (the only code here that does I/O), picks the
 //!   autoscaler and the judged path, and adds the trigger and a spike's recovery from the
@@ -23,9 +24,11 @@
 
 pub mod amplify;
 pub mod clients;
+pub mod defenses;
 pub mod detect;
 pub mod envoy;
 pub mod haproxy;
+pub mod headroom;
 pub mod kube;
 pub mod layer;
 pub mod nginx;
@@ -41,7 +44,13 @@ use detect::FileKind;
 use falsification_model::experiment::Spike;
 use falsification_model::laws;
 use falsification_model::predict::PooledSpike;
-use layer::{Abandoned, Autoscaler, FailureClass, InputError, Layer, Parsed, Sees, Skipped};
+use headroom::Headroom;
+use kit_defense::Discipline;
+use kit_defense::discipline::DisciplineKind;
+use layer::{
+    Abandoned, Autoscaler, FailureClass, InputError, Layer, Parsed, QueueDiscipline, Sees, Skipped,
+    Source,
+};
 
 /// What `check` is asked.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,12 +73,18 @@ pub struct CheckInput {
     pub predict: bool,
 }
 
-/// What the service does with abandoned work, and whether the user said so.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// What the service does with abandoned work, and whether the user said so; how its pods
+/// order and shed their queue, and where that was read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServiceFigure {
     pub abandoned: Abandoned,
     /// True when nobody said: the publication's assumption (the service finishes it).
     pub assumed: bool,
+    /// FIFO unless the stack file's `[service] discipline` or a limit in front of the pods
+    /// (Envoy's adaptive concurrency filter) says otherwise.
+    pub discipline: Discipline,
+    pub discipline_source: Option<Source>,
+    pub discipline_notes: Vec<String>,
 }
 
 /// The trigger that would put the service in its second state, and a spike's recovery.
@@ -116,6 +131,9 @@ pub struct Report {
     pub second_state: bool,
     pub reasons: Vec<String>,
     pub fixes: Vec<Fix>,
+    /// The largest budget and count each retrying layer can keep (envoyproxy/envoy#25660,
+    /// twitter/finagle#946), when the trap has a utilization to be judged at.
+    pub retry_allowances: Option<Headroom>,
     pub trigger: Option<TriggerFigure>,
     /// Routes read but not on the judged path (the path with the largest `A` for timeouts is
     /// judged; `--route` picks one).
@@ -167,6 +185,8 @@ struct Inputs {
     abandoned: Option<Abandoned>,
     pod_capacity: Option<f64>,
     answers: Vec<(String, Sees)>,
+    /// The stack file's `[service] discipline`, which the proxies' limits do not override.
+    discipline: Option<QueueDiscipline>,
 }
 
 fn read_stack(path: &Path, text: &str, into: &mut Inputs) -> Result<(), InputError> {
@@ -177,6 +197,7 @@ fn read_stack(path: &Path, text: &str, into: &mut Inputs) -> Result<(), InputErr
     into.abandoned = s.abandoned.or(into.abandoned);
     into.pod_capacity = s.pod_capacity.or(into.pod_capacity);
     into.answers.extend(s.metrics);
+    into.discipline = s.discipline.or(into.discipline.take());
     Ok(())
 }
 
@@ -208,6 +229,7 @@ fn read_all(input: &CheckInput) -> Result<Inputs, InputError> {
         r.parsed.layers.extend(parsed.layers);
         r.parsed.autoscalers.extend(parsed.autoscalers);
         r.parsed.skipped.extend(parsed.skipped);
+        r.parsed.disciplines.extend(parsed.disciplines);
     }
     r.parsed.layers.sort_by_key(|l| l.tier);
     Ok(r)
@@ -240,6 +262,7 @@ fn read_config_maps(file: &Path, text: &str, into: &mut Parsed) {
             .retain(|s| !(s.file == file && s.what.starts_with(&prefix)));
         into.layers.extend(parsed.layers);
         into.skipped.extend(parsed.skipped);
+        into.disciplines.extend(parsed.disciplines);
     }
 }
 
@@ -356,11 +379,61 @@ fn check_input(input: &CheckInput) -> Result<(), InputError> {
     Ok(())
 }
 
+/// The discipline judged: the first that is not FIFO of the stack file's `[service]
+/// discipline` and the limits proxies put in front of the pods (a limit in front of FIFO pods
+/// sheds for them), the others listed as skipped; resolved with a pod's service time when its
+/// defaults are in service times.
+fn pick_discipline(
+    read: &mut Inputs,
+    service_s: Option<f64>,
+) -> Result<Option<(QueueDiscipline, Discipline)>, InputError> {
+    let mut all: Vec<QueueDiscipline> = read.discipline.take().into_iter().collect();
+    all.append(&mut read.parsed.disciplines);
+    let Some(at) = all
+        .iter()
+        .position(|d| d.spec.kind != DisciplineKind::Fifo)
+        .or((!all.is_empty()).then_some(0))
+    else {
+        return Ok(None);
+    };
+    let chosen = all.remove(at);
+    for other in all {
+        let why = format!("{} is the one judged", chosen.source.locator);
+        let s = &other.source;
+        read.parsed
+            .skipped
+            .push(Skipped::new(&s.file, &s.locator, s.line, why));
+    }
+    let spec = chosen.spec;
+    if spec.needs_service_time() && service_s.is_none() {
+        return Err(InputError::Question {
+            question: format!(
+                "{}: {} is {}, whose defaults are in service times: how many requests/s does one \
+                 pod serve? Give --pod-capacity or [service] pod_capacity in the stack file",
+                chosen.source.file.display(),
+                chosen.source.locator,
+                spec.kind
+            ),
+        });
+    }
+    let discipline = spec.resolve(service_s).map_err(|e| {
+        InputError::field(
+            &chosen.source.file,
+            &chosen.source.locator,
+            &e.value,
+            e.to_string(),
+        )
+    })?;
+    Ok(Some((chosen, discipline)))
+}
+
 /// Reads the files and computes the report.
 pub fn check(input: &CheckInput) -> Result<Report, InputError> {
     check_input(input)?;
-    let read = read_all(input)?;
+    let mut read = read_all(input)?;
     let pod_capacity = input.pod_capacity.or(read.pod_capacity);
+    let service_s = pod_capacity.map(|c| 1.0 / c);
+    let discipline = pick_discipline(&mut read, service_s)?;
     let hpa = pick_hpa(read.parsed.autoscalers, input.hpa.as_deref())?
         .map(|h| answer(h, &read.answers))
         .map(|h| amplify::hpa_figure(&h, pod_capacity))
@@ -373,13 +446,15 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
         .map(|c| amplify::class_figure(&layers, c))
         .collect();
     let stack = Stack {
-        layers,
-        hpa,
-        abandoned: read.abandoned.unwrap_or(Abandoned::Served),
         rho: input.rho,
+        discipline: discipline.as_ref().map_or(Discipline::Fifo, |(_, d)| *d),
+        service_s,
+        rate: input.rho.zip(input.capacity).map(|(r, c)| r * c),
+        ..Stack::new(layers, hpa, read.abandoned.unwrap_or(Abandoned::Served))
     };
     let diagnosis = amplify::diagnose(&stack, &classes[0]);
     let fixes = amplify::fixes(&stack, &classes[0]);
+    let retry_allowances = headroom::headroom(&stack, &classes[0]);
     let tau_out_s = amplify::service_timeout_s(&stack.layers);
     let trigger = trigger_figure(input, &stack, &classes[0], tau_out_s)?;
     Ok(Report {
@@ -388,11 +463,15 @@ pub fn check(input: &CheckInput) -> Result<Report, InputError> {
         service: ServiceFigure {
             abandoned: stack.abandoned,
             assumed: read.abandoned.is_none(),
+            discipline: stack.discipline,
+            discipline_source: discipline.as_ref().map(|(q, _)| q.source.clone()),
+            discipline_notes: discipline.map(|(q, _)| q.notes).unwrap_or_default(),
         },
         tau_out_s,
         second_state: diagnosis.second_state,
         reasons: diagnosis.reasons,
         fixes,
+        retry_allowances,
         trigger,
         other_routes,
         skipped: read.parsed.skipped,
@@ -417,7 +496,8 @@ fn trigger_figure(
     let (Some(rho), Some(tau)) = (input.rho.or(held), tau_out_s) else {
         return Ok(None);
     };
-    if stack.abandoned == Abandoned::Dropped || rho >= 1.0 {
+    let queue_clears = amplify::queue_verdict(stack).is_some_and(|q| q.removes);
+    if stack.abandoned == Abandoned::Dropped || queue_clears || rho >= 1.0 {
         return Ok(None);
     }
     let a = timeout.a;
@@ -475,4 +555,123 @@ fn trigger_figure(
         shortest_spikes,
         spike,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(path: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(path)
+    }
+
+    /// A client behind Envoy's 3 tries of 1 s under a 20% budget, at 30% of 200 requests/s.
+    fn behind_envoy(stack: &str, envoy: &[&str]) -> CheckInput {
+        CheckInput {
+            files: envoy.iter().map(|f| data(&format!("envoy/{f}"))).collect(),
+            stack: Some(data(stack)),
+            rho: Some(0.3),
+            capacity: Some(200.0),
+            ..CheckInput::default()
+        }
+    }
+
+    #[test]
+    fn codel_pods_hold_no_debt_and_the_other_limits_are_listed() {
+        let both = ["retry-budget.yaml", "adaptive-concurrency.yaml"];
+        let r = check(&behind_envoy("clients/stack-defenses.toml", &both)).unwrap();
+        // The client's quota empties while every attempt fails; Envoy's 20% lets 0.25 through.
+        assert_eq!(r.timeout().tries, [1.0, 1.25]);
+        // The stack file's CoDel is judged; Envoy's adaptive limit is listed.
+        // Refusing past 50 ms once the queue has stood 500 ms: under Envoy's 1 s per try.
+        let codel = "codel (target 50 ms, interval 500 ms)";
+        assert_eq!(r.service.discipline.to_string(), codel);
+        assert!(
+            r.skipped
+                .iter()
+                .any(|s| s.what.starts_with("adaptive_concurrency filter")
+                    && s.why == "[service] discipline is the one judged"),
+            "{:?}",
+            r.skipped
+        );
+        assert!(!r.second_state);
+        assert!(
+            r.reasons[0].starts_with("no second state from the queue"),
+            "{:?}",
+            r.reasons
+        );
+        assert_eq!((&r.trigger, &r.retry_allowances), (&None, &None));
+        let text = output::text(&r);
+        assert!(
+            text.contains(&format!("Pods: {codel} ([service] discipline, ")),
+            "{text}"
+        );
+        assert!(
+            text.contains("throttling (K 2, window 120 s), aws-adaptive, breaker"),
+            "{text}"
+        );
+        let json = output::json(&r);
+        assert_eq!(json["service"]["discipline"]["kind"], "codel");
+        assert_eq!(json["layers"][0]["defenses"]["quota"], "adaptive");
+        assert_eq!(json["layers"][1]["budget"]["kind"], "in-flight");
+    }
+
+    #[test]
+    fn a_limit_in_front_of_fifo_pods_sheds_for_them() {
+        let both = ["retry-budget.yaml", "adaptive-concurrency.yaml"];
+        let input = CheckInput {
+            pod_capacity: Some(200.0),
+            ..behind_envoy("clients/stack-aws.toml", &both)
+        };
+        let r = check(&input).unwrap();
+        // The filter's limit holds requests near the kit's 20 service times (100 ms at 200/s),
+        // under Envoy's 1 s per try.
+        assert_eq!(r.service.discipline.kind(), DisciplineKind::Adaptive);
+        assert!(r.reasons[0].contains("adaptive limit"), "{:?}", r.reasons);
+        // Without a pod's capacity its latency cannot be set: asked, not guessed.
+        let asked = check(&behind_envoy("clients/stack-aws.toml", &both));
+        match asked {
+            Err(InputError::Question { question }) => assert!(
+                question.contains("adaptive_concurrency filter is adaptive")
+                    && question.contains("--pod-capacity"),
+                "{question}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn fifo_pods_get_each_layers_room_and_envoys_floor() {
+        let input = CheckInput {
+            hpa: None,
+            ..behind_envoy("clients/stack-kit-loadgen-f5.toml", &["retry-budget.yaml"])
+        };
+        let r = check(&input).unwrap();
+        // The loadgen's 3 tries of 10 s over Envoy's 1.25: A = 3.75, trapped at 30%.
+        assert_eq!(r.timeout().tries, [3.0, 1.25]);
+        assert!(r.second_state);
+        let h = r.retry_allowances.as_ref().unwrap();
+        assert_eq!(h.utilization, 0.3);
+        let [client, envoy] = h.layers.as_slice() else {
+            panic!("{h:?}")
+        };
+        // (1 + b) x 1.25 x 0.3 < 1: b < 1.67, one retry; Envoy: (1 + b) x 3 x 0.3 < 1: b < 0.11.
+        assert_eq!(client.retries_at_most, Some(1));
+        assert_eq!(envoy.retries_at_most, Some(0));
+        let b = envoy.budget_below.unwrap();
+        assert!((b - 1.0 / 9.0).abs() < 1e-12);
+        assert!((envoy.budget_percent_below.unwrap() - 10.0).abs() < 1e-9);
+        // Its floor of 10 is past what 60 requests/s of 1 s tries allow: 0.111 x 60 = 6.67.
+        let floor = envoy.min_retry_concurrency.as_ref().unwrap();
+        assert_eq!(floor.at_rate.as_ref().unwrap().at_most, 6);
+        let text = output::text(&r);
+        assert!(
+            text.contains("(budget_percent below 10%)")
+                && text.contains("min_retry_concurrency 10: at most 0.11 x")
+                && text.contains("at 60/s: at most 6"),
+            "{text}"
+        );
+    }
 }

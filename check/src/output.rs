@@ -8,16 +8,12 @@ use serde_json::{Value, json};
 
 use super::Report;
 use super::amplify::SignalSees;
+use super::defenses::span;
+use super::headroom::Held;
 use super::layer::{Abandoned, Budget, Layer, Source, Tries};
 
 fn secs(s: Option<f64>) -> String {
-    s.map_or("none".into(), |s| {
-        if s < 1.0 {
-            format!("{:.0} ms", s * 1000.0)
-        } else {
-            format!("{s} s")
-        }
-    })
+    s.map_or("none".into(), span)
 }
 
 fn place(s: &Source) -> String {
@@ -51,6 +47,19 @@ fn layer_line(i: usize, l: &Layer, tries: Option<f64>) -> String {
         Some(Budget::Ratio { ratio }) => {
             let _ = write!(line, "; budget {:.0}% of requests", ratio * 100.0);
         }
+        Some(
+            b @ Budget::InFlight {
+                percent,
+                min_retry_concurrency,
+            },
+        ) => {
+            let _ = write!(
+                line,
+                "; budget {percent}% of requests in flight, at least {min_retry_concurrency} \
+                 ({:.2} retries per request once every try times out)",
+                b.failed_ratio()
+            );
+        }
         Some(Budget::Quota { retries_paid }) => {
             let _ = write!(
                 line,
@@ -58,6 +67,9 @@ fn layer_line(i: usize, l: &Layer, tries: Option<f64>) -> String {
             );
         }
         None => {}
+    }
+    if !l.defenses.is_none() {
+        let _ = write!(line, "; {}", l.defenses);
     }
     if l.aborts_on_close {
         line.push_str("; stops when its caller leaves");
@@ -135,6 +147,18 @@ fn system_text(out: &mut String, r: &Report) {
             (Abandoned::Dropped, _) => "drops abandoned work",
         }
     );
+    if let Some(source) = &r.service.discipline_source {
+        let _ = writeln!(
+            out,
+            "Pods: {} ({}, {})",
+            r.service.discipline,
+            source.locator,
+            place(source)
+        );
+        for n in &r.service.discipline_notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
+    }
 }
 
 fn fixes_text(out: &mut String, r: &Report) {
@@ -159,6 +183,66 @@ fn fixes_text(out: &mut String, r: &Report) {
             }
         );
     }
+}
+
+/// Each retrying layer's largest budget and count (envoyproxy/envoy#25660, twitter/finagle#946).
+fn headroom_text(out: &mut String, r: &Report) {
+    let Some(h) = r.retry_allowances.as_ref().filter(|h| !h.layers.is_empty()) else {
+        return;
+    };
+    let at = match h.held {
+        Held::Target => "the target u*",
+        Held::Today => "today's utilization",
+    };
+    let _ = writeln!(
+        out,
+        "\nThe most each layer can retry, the others as they are (1/A must stay above {at} = \
+         {:.2}):",
+        h.utilization
+    );
+    for a in &h.layers {
+        let room = match (a.budget_below, a.retries_at_most) {
+            (Some(b), Some(n)) => format!(
+                "a budget below {} retries per request{}, or at most {n} retr{}",
+                down(b),
+                a.budget_percent_below.map_or(String::new(), |p| format!(
+                    " (budget_percent below {}%)",
+                    percent(p)
+                )),
+                if n == 1 { "y" } else { "ies" }
+            ),
+            _ => "nothing at this layer is enough: the others alone are trapped".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {}: {:.2} tries now, the others A = {:.2}: {room}",
+            a.layer, a.tries, a.others_a
+        );
+        if let Some(f) = &a.min_retry_concurrency {
+            let at_rate = f.at_rate.as_ref().map_or(String::new(), |x| {
+                format!("; at {}/s: at most {}", x.rate, x.at_most)
+            });
+            let _ = writeln!(
+                out,
+                "     min_retry_concurrency {}: at most {:.2} x the requests/s through one Envoy \
+                 (tries of {}){at_rate}",
+                f.now,
+                f.per_rate,
+                span(f.try_s)
+            );
+        }
+    }
+}
+
+/// Two decimals, rounded down: "below 0.33" must not overstate a supremum of 0.335 (the 1e-6
+/// keeps a supremum of 1 computed as 0.99999... at 1.00).
+fn down(x: f64) -> String {
+    format!("{:.2}", ((x * 100.0) + 1e-6).floor() / 100.0)
+}
+
+/// A percentage to a tenth, rounded down likewise: "33.3", "10".
+fn percent(x: f64) -> String {
+    (((x * 10.0) + 1e-6).floor() / 10.0).to_string()
 }
 
 fn provenance_text(out: &mut String, r: &Report) {
@@ -225,6 +309,7 @@ pub fn text(r: &Report) -> String {
         trigger_text(&mut out, t);
     }
     fixes_text(&mut out, r);
+    headroom_text(&mut out, r);
     provenance_text(&mut out, r);
     out
 }

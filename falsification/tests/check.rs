@@ -360,3 +360,70 @@ fn the_trigger_plan_uses_the_stacks_a_and_says_where_it_comes_from() {
     // A = 9 at rho 0.2: trapped, where the client alone predicts a recovery.
     assert!(stacked.contains("A rho = 1.800"), "{stacked}");
 }
+
+#[test]
+fn defenses_change_the_verdict_and_each_layer_gets_its_room() {
+    let dir = tempfile::tempdir().unwrap();
+    // The kit's client behind a first-attempt HPA at 50%: A = 3, trapped.
+    let client = "[[client]]\nname = \"web\"\nattempts = 3\ntimeout = \"10s\"\n";
+    let hpa = "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: web}\n\
+               spec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  \
+               maxReplicas: 10\n  metrics:\n  - type: External\n    external:\n      metric: \
+               {name: first_attempts_per_second}\n      target: {type: AverageValue, averageValue: \
+               \"50\"}\n";
+    std::fs::write(dir.path().join("hpa.yaml"), hpa).unwrap();
+    let run = |stack: &str| {
+        std::fs::write(dir.path().join("stack.toml"), stack).unwrap();
+        check(
+            &["hpa.yaml", "--stack", "stack.toml", "--format", "json"],
+            dir.path(),
+        )
+    };
+    let fifo = run(&format!("{client}[service]\npod_capacity = 100.0\n"));
+    assert_eq!(
+        fifo.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&fifo.stderr)
+    );
+    let r = json(&fifo);
+    // A budget below 1 retry per request keeps 1/A above 0.5; one retry (A = 2) does not.
+    let room = &r["retry_allowances"]["layers"][0];
+    assert_eq!(r["retry_allowances"]["held"], "target");
+    assert_eq!(room["budget_below"].as_f64(), Some(1.0));
+    assert_eq!(room["retries_at_most"].as_u64(), Some(0));
+    // 50 waiting at 10 ms each is 500 ms of wait: no attempt reaches its 10 s timeout.
+    let bounded = run(&format!(
+        "{client}[service]\npod_capacity = 100.0\ndiscipline = {{ kind = \"bounded\", limit = 50 }}\n"
+    ));
+    assert_eq!(bounded.status.code(), Some(0));
+    let r = json(&bounded);
+    assert_eq!(r["service"]["discipline"]["kind"], "bounded");
+    let reason = r["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.starts_with("no second state from the queue"),
+        "{reason}"
+    );
+    // A breaker keeps the verdict and says what it cuts, and where that is measured.
+    let breaker = run(&format!(
+        "{client}circuit_breaker = {{ failures = 5 }}\n[service]\npod_capacity = 100.0\n"
+    ));
+    assert_eq!(breaker.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&breaker.stdout).to_string();
+    let r: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        r["reasons"][1]
+            .as_str()
+            .unwrap()
+            .contains("measured in F11"),
+        "{text}"
+    );
+    // A bad discipline is an input error naming the field and the value.
+    let bad = run(&format!("{client}[service]\ndiscipline = \"random\"\n"));
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("service.discipline") && err.contains("random") && err.lines().count() == 1,
+        "{err}"
+    );
+}

@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+use kit_defense::QuotaMode;
+
+use super::libraries::AWS_STANDARD_TIMEOUT_RETRIES;
 use super::{Setting, Settings};
 use crate::layer::{Budget, InputError, RetryOn};
 
@@ -97,8 +100,10 @@ fn loadgen_figures(config: &loadgen::Config) -> Settings {
                  attempt fails, sets the figures",
             );
         }
-        // aws-standard: 500 tokens, 10 a retry after a timeout (5 otherwise).
-        s.budget = Some(Budget::Quota { retries_paid: 50.0 });
+        s.budget = Some(Budget::Quota {
+            retries_paid: AWS_STANDARD_TIMEOUT_RETRIES,
+        });
+        s.defenses.quota = Some(QuotaMode::Standard);
         s = s.note(
             Some(Setting::Budget),
             "--retry-quota aws-standard: 50 retries after timeouts (500 tokens, 10 each), 100 \

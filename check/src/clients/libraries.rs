@@ -2,6 +2,8 @@
 //! down: AWS SDK standard retry mode before and after the 2026 update, botocore 1.43 legacy mode,
 //! urllib3 2.x, requests 2.x, Go 1.26 net/http, OkHttp 5.x, Finagle and tower 0.5.
 
+use kit_defense::{ClientDefenses, QuotaMode};
+
 use super::{Setting, Settings};
 use crate::layer::{Budget, RetryOn};
 
@@ -50,6 +52,10 @@ fn aws_common(version: &str) -> Settings {
     Settings {
         tries: Some(3),
         retry_on: Some(EVERY_CLASS),
+        defenses: ClientDefenses {
+            quota: Some(QuotaMode::Standard),
+            ..ClientDefenses::default()
+        },
         ..Settings::default()
     }
     .default_used(
@@ -81,11 +87,15 @@ fn aws_common(version: &str) -> Settings {
     )
 }
 
+/// A retry after a timeout costs 10 of the standard quota's 500 tokens: 50 retries, then none
+/// while every attempt fails (a success refunds 1, or its retry's cost).
+pub(super) const AWS_STANDARD_TIMEOUT_RETRIES: f64 = 50.0;
+
 fn aws_standard() -> Settings {
     Settings {
-        // A retry after a timeout costs 10 of the 500 tokens: 50 retries, then none while every
-        // attempt fails (a success refunds 1, or its retry's cost).
-        budget: Some(Budget::Quota { retries_paid: 50.0 }),
+        budget: Some(Budget::Quota {
+            retries_paid: AWS_STANDARD_TIMEOUT_RETRIES,
+        }),
         ..aws_common(AWS_PRE_2026)
     }
     .default_used(

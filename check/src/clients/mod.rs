@@ -11,6 +11,11 @@
 //! overall_timeout = "30s"       # optional, over all attempts
 //! budget = 0.2                  # optional retry budget: retries at most 20% of requests
 //! retry_on = ["timeout", "connect-failure", "5xx"]   # optional; default every class
+//! # The client's defenses, optional, in an experiment's words (kit-defense's defaults for the
+//! # parameters left out):
+//! throttling = { k = 2.0, window = "2m" }            # the SRE book's adaptive throttling
+//! circuit_breaker = { failures = 5, open = "30s", probes = 1 }
+//! retry_quota = "aws-standard"  # or "aws-adaptive" (the AWS SDK's retry_mode); not with budget
 //! # library = "kit-loadgen" reads args = ["--timeout=10s", "--retries=2", ...] with the kit
 //! # loadgen's own parser; library = "grpc" reads service_config = "path.json" (relative to this
 //! # file) as gRPC does (`parse_grpc_service_config`).
@@ -18,6 +23,9 @@
 //! [service]
 //! abandoned = "served"          # or "dropped"
 //! pod_capacity = 100.0          # requests/s one pod serves
+//! discipline = "codel"          # fifo (default), lifo, codel, bounded, sharing, adaptive; or
+//! # discipline = { kind = "codel", target = "50ms", interval = "1s" } (also limit, initial,
+//! # min, max, latency, backoff: an experiment's `discipline`)
 //!
 //! [metrics]
 //! "requests_total" = "every-attempt"   # or "first-attempts", "busy-time"
@@ -39,17 +47,21 @@ mod libraries;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use falsification_model::experiment::{BreakerFile, DisciplineParams, Span, ThrottlingParams};
+use kit_defense::discipline::DisciplineKind;
+use kit_defense::{BreakerParams, ClientDefenses, ParamError, QuotaMode, ThrottleParams};
 use serde::Deserialize;
 
 use crate::layer::{
-    Abandoned, Budget, DefaultUsed, InputError, Layer, RetryOn, Sees, Source, Tier, Tries,
+    Abandoned, Budget, DefaultUsed, DisciplineSpec, InputError, Layer, QueueDiscipline, RetryOn,
+    Sees, Source, Tier, Tries,
 };
 use grpc::grpc_settings;
 pub use grpc::{
     GrpcMethod, GrpcRetryPolicy, GrpcServiceConfig, GrpcThrottling, parse_grpc_service_config,
 };
 use kit_loadgen::loadgen_settings;
-use libraries::{EVERY_CLASS, library_settings};
+use libraries::{AWS_STANDARD_TIMEOUT_RETRIES, EVERY_CLASS, library_settings};
 
 /// What a stack file says.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +74,8 @@ pub struct StackFile {
     pub pod_capacity: Option<f64>,
     /// `[metrics]`: the team's answers about metric names `check` cannot classify, by name.
     pub metrics: Vec<(String, Sees)>,
+    /// `[service] discipline`: how each pod orders and sheds its queue.
+    pub discipline: Option<QueueDiscipline>,
 }
 
 /// The names `library` takes.
@@ -102,6 +116,10 @@ struct RawClient {
     retry_on: Option<Vec<String>>,
     args: Option<Vec<String>>,
     service_config: Option<String>,
+    // The client defenses, in an experiment's words (`[client]` of falsification/model).
+    throttling: Option<ThrottlingParams>,
+    circuit_breaker: Option<BreakerFile>,
+    retry_quota: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -109,6 +127,9 @@ struct RawClient {
 struct RawService {
     abandoned: Option<String>,
     pod_capacity: Option<f64>,
+    /// A kind (`"codel"`) or a table in an experiment's words (`{ kind = "codel", target =
+    /// "50ms" }`).
+    discipline: Option<toml::Value>,
 }
 
 /// Reads a stack file. `read` reads a file a client names (a gRPC service config), given as the
@@ -170,11 +191,64 @@ pub fn parse_stack(
             Ok((name, sees))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let discipline = service
+        .discipline
+        .as_ref()
+        .map(|d| service_discipline(file, text, d))
+        .transpose()?;
     Ok(StackFile {
         clients,
         abandoned,
         pod_capacity: service.pod_capacity,
         metrics,
+        discipline,
+    })
+}
+
+/// `[service] discipline`, a kind alone or a table with `kind` and the parameters to set.
+fn service_discipline(
+    file: &Path,
+    text: &str,
+    written: &toml::Value,
+) -> Result<QueueDiscipline, InputError> {
+    let field = "service.discipline";
+    let bad = |why: &str| InputError::field(file, field, &written.to_string(), why);
+    let spec = match written {
+        toml::Value::String(kind) => {
+            let kind: DisciplineKind = kind.parse().map_err(|e: ParamError| bad(e.expected))?;
+            DisciplineSpec::of(kind)
+        }
+        toml::Value::Table(_) => {
+            let p: DisciplineParams = written
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| bad(e.message()))?;
+            let kind = p.kind.ok_or_else(|| {
+                let kinds: Vec<&str> = DisciplineKind::ALL.iter().map(|k| k.name()).collect();
+                bad(&format!("give kind: one of {}", kinds.join(", ")))
+            })?;
+            DisciplineSpec {
+                kind,
+                target_s: p.target.map(Span::secs),
+                interval_s: p.interval.map(Span::secs),
+                limit: p.limit,
+                initial: p.initial,
+                min: p.min,
+                max: p.max,
+                latency_s: p.latency.map(Span::secs),
+                backoff: p.backoff,
+            }
+        }
+        _ => return Err(bad("a kind such as \"codel\", or a table with kind")),
+    };
+    let line = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("discipline"))
+        .and_then(|i| u32::try_from(i + 1).ok());
+    Ok(QueueDiscipline {
+        source: Source::new(file, line, "[service] discipline"),
+        spec,
+        notes: Vec::new(),
     })
 }
 
@@ -222,6 +296,7 @@ pub(super) enum Setting {
     Timeout,
     OverallTimeout,
     Budget,
+    Defenses,
 }
 
 /// A client's figures before they become a [`Layer`]: a library's defaults, then the file's
@@ -233,6 +308,7 @@ pub(super) struct Settings {
     pub(super) per_try_timeout_s: Option<f64>,
     pub(super) overall_timeout_s: Option<f64>,
     pub(super) budget: Option<Budget>,
+    pub(super) defenses: ClientDefenses,
     pub(super) defaults: Vec<(Setting, DefaultUsed)>,
     pub(super) notes: Vec<(Option<Setting>, String)>,
 }
@@ -309,6 +385,7 @@ fn client_layer(
         })?,
     };
     apply_fields(raw, &mut s, &bad)?;
+    let s = apply_defenses(raw, s, &bad)?;
     finish(file, line, raw, s, &bad)
 }
 
@@ -358,6 +435,91 @@ fn apply_fields(raw: &RawClient, s: &mut Settings, bad: Bad) -> Result<(), Input
         s.retry_on = Some(retry_on(classes, bad)?);
     }
     Ok(())
+}
+
+/// The client's defenses: throttling and a circuit breaker with kit-defense's defaults for the
+/// parameters left out, and an AWS SDK retry mode, whose quota replaces the library's budget.
+fn apply_defenses(raw: &RawClient, mut s: Settings, bad: Bad) -> Result<Settings, InputError> {
+    const DEFENSE: &str = "kit-defense";
+    let refused = |key: &str, e: ParamError| bad(key, &e.value, &e.to_string());
+    if let Some(t) = raw.throttling {
+        let d = ThrottleParams::default();
+        let p = ThrottleParams {
+            k: t.k.unwrap_or(d.k),
+            window_s: t.window.map_or(d.window_s, Span::secs),
+        };
+        let reference = "Google SRE book, \"Handling Overload\" (defense/src/throttle.rs)";
+        if t.k.is_none() {
+            s = s.default_used(Setting::Defenses, "throttling.k", "2", DEFENSE, reference);
+        }
+        if t.window.is_none() {
+            s = s.default_used(
+                Setting::Defenses,
+                "throttling.window",
+                "2m",
+                DEFENSE,
+                reference,
+            );
+        }
+        s.defenses.throttling = Some(p.validate().map_err(|e| refused("throttling", e))?);
+    }
+    if let Some(b) = raw.circuit_breaker {
+        let d = BreakerParams::default();
+        let p = BreakerParams {
+            failures: b.failures.unwrap_or(d.failures),
+            open_s: b.open.map_or(d.open_s, Span::secs),
+            probes: b.probes.unwrap_or(d.probes),
+        };
+        let reference = "Polly's basic circuit breaker (defense/src/breaker.rs)";
+        for (given, key, value) in [
+            (b.failures.is_some(), "circuit_breaker.failures", "5"),
+            (b.open.is_some(), "circuit_breaker.open", "30s"),
+            (b.probes.is_some(), "circuit_breaker.probes", "1"),
+        ] {
+            if !given {
+                s = s.default_used(Setting::Defenses, key, value, DEFENSE, reference);
+            }
+        }
+        s.defenses.breaker = Some(p.validate().map_err(|e| refused("circuit_breaker", e))?);
+    }
+    if let Some(written) = &raw.retry_quota {
+        let modes = [QuotaMode::Standard, QuotaMode::Adaptive];
+        let Some(mode) = modes.into_iter().find(|m| m.name() == written) else {
+            let names: Vec<String> = modes.iter().map(|m| format!("{:?}", m.name())).collect();
+            return Err(bad(
+                "retry_quota",
+                written,
+                &format!("expected {}", names.join(" or ")),
+            ));
+        };
+        if let Some(b) = raw.budget {
+            let why = "give budget or retry_quota, not both";
+            return Err(bad("budget", &b.to_string(), why));
+        }
+        // A library with the AWS quota keeps its own costs (aws-sdk-standard-2026's).
+        if s.defenses.quota.is_none() {
+            s.given(Setting::Budget);
+            s.budget = Some(Budget::Quota {
+                retries_paid: AWS_STANDARD_TIMEOUT_RETRIES,
+            });
+            s = s.default_used(
+                Setting::Budget,
+                "retry quota",
+                "500 tokens; a retry costs 10 after a timeout: 50 timeout retries",
+                "AWS SDK standard retry mode (kit-defense RetryQuota::aws_standard)",
+                "defense/src/quota.rs",
+            );
+        }
+        s.defenses.quota = Some(mode);
+    }
+    if s.defenses.quota == Some(QuotaMode::Adaptive) {
+        s = s.note(
+            Some(Setting::Budget),
+            "aws-adaptive: its rate limiter slows only after throttling errors, never after \
+             timeouts: for retry debt it is the standard quota",
+        );
+    }
+    Ok(s)
 }
 
 fn retry_on(classes: &[String], bad: Bad) -> Result<RetryOn, InputError> {
@@ -423,6 +585,7 @@ fn finish(
         per_try_timeout_s: s.per_try_timeout_s,
         overall_timeout_s: s.overall_timeout_s,
         budget: s.budget,
+        defenses: s.defenses,
         aborts_on_close: false,
         defaults: s.defaults.into_iter().map(|(_, d)| d).collect(),
         notes: s.notes.into_iter().map(|(_, n)| n).collect(),
@@ -621,6 +784,127 @@ mod tests {
     }
 
     #[test]
+    fn a_discipline_is_a_kind_or_a_table() {
+        let spec = |text: &str| parse(text).unwrap().discipline.unwrap().spec;
+        assert_eq!(
+            spec("[service]\ndiscipline = \"lifo\"\n"),
+            DisciplineSpec::of(DisciplineKind::Lifo)
+        );
+        let codel = spec(
+            "[service]\ndiscipline = { kind = \"codel\", target = \"50ms\", interval = \"1s\" }\n",
+        );
+        assert_eq!((codel.target_s, codel.interval_s), (Some(0.05), Some(1.0)));
+        assert!(!codel.needs_service_time());
+        let bounded = parse(
+            "[service]\npod_capacity = 10.0\ndiscipline = { kind = \"bounded\", limit = 20 }\n",
+        )
+        .unwrap()
+        .discipline
+        .unwrap();
+        assert_eq!(bounded.source.line, Some(3));
+        assert_eq!(
+            bounded.spec.resolve(None).unwrap(),
+            kit_defense::Discipline::Bounded { limit: 20 }
+        );
+        for (text, value, why) in [
+            ("\"random\"", "\"random\"", "is none of fifo, lifo, codel"),
+            ("{ limit = 5 }", "{ limit = 5 }", "give kind"),
+            (
+                "{ kind = \"codel\", targt = \"5ms\" }",
+                "targt",
+                "unknown field",
+            ),
+            (
+                "{ kind = \"codel\", target = \"soon\" }",
+                "soon",
+                "a duration",
+            ),
+            ("3", "3", "a kind such as"),
+        ] {
+            let e = parse(&format!("[service]\ndiscipline = {text}\n")).unwrap_err();
+            let (f, v, w) = field_of(e);
+            assert_eq!(f, "service.discipline");
+            assert!(v.contains(value) || w.contains(value), "{text}: {v} {w}");
+            assert!(w.contains(why), "{text}: {w}");
+        }
+        // A parameter out of range is refused where it is resolved, naming it.
+        let zero = spec("[service]\ndiscipline = { kind = \"bounded\", limit = 0 }\n");
+        assert_eq!(
+            zero.resolve(None).unwrap_err().to_string(),
+            "queue limit: 0 must be at least 1"
+        );
+    }
+
+    #[test]
+    fn client_defenses_take_their_defaults_and_name_bad_values() {
+        let c = one(
+            "[[client]]\nname = \"web\"\nattempts = 3\nthrottling = { k = 3.0 }\n\
+             circuit_breaker = { open = \"10s\" }\n",
+        );
+        let t = c.defenses.throttling.unwrap();
+        assert_eq!((t.k, t.window_s), (3.0, 120.0));
+        let b = c.defenses.breaker.unwrap();
+        assert_eq!((b.failures, b.open_s, b.probes), (5, 10.0, 1));
+        let used: Vec<&str> = c.defaults.iter().map(|d| d.setting.as_str()).collect();
+        assert_eq!(
+            used,
+            [
+                "throttling.window",
+                "circuit_breaker.failures",
+                "circuit_breaker.probes",
+                "retry_on"
+            ]
+        );
+        for (text, field, value) in [
+            ("throttling = { k = 0.5 }", "client[0].throttling", "0.5"),
+            (
+                "circuit_breaker = { failures = 0 }",
+                "client[0].circuit_breaker",
+                "0",
+            ),
+            (
+                "retry_quota = \"aws-legacy\"",
+                "client[0].retry_quota",
+                "aws-legacy",
+            ),
+            (
+                "retry_quota = \"aws-standard\"\nbudget = 0.2",
+                "client[0].budget",
+                "0.2",
+            ),
+        ] {
+            let text = format!("[[client]]\nname = \"a\"\nattempts = 2\n{text}\n");
+            let (f, v, why) = field_of(parse(&text).unwrap_err());
+            assert_eq!((f.as_str(), v.as_str()), (field, value), "{why}");
+        }
+        let e = parse("[[client]]\nname = \"a\"\nattempts = 2\nthrottling = { K = 2.0 }\n");
+        assert!(
+            matches!(e, Err(InputError::Syntax { line: 4, .. })),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_retry_quota_is_the_aws_sdks_retry_mode() {
+        // retry_mode = adaptive: the standard quota, and a note that its rate limiter does not
+        // slow on timeouts.
+        let c = one(
+            "[[client]]\nname = \"s3\"\nlibrary = \"aws-sdk-standard-2026\"\n\
+             retry_quota = \"aws-adaptive\"\n",
+        );
+        assert_eq!(c.defenses.quota, Some(QuotaMode::Adaptive));
+        assert_eq!(c.budget, Some(Budget::Quota { retries_paid: 35.0 }));
+        assert!(c.notes.iter().any(|n| n.contains("never after timeouts")));
+        // The library alone is the standard mode.
+        let s = one("[[client]]\nname = \"s3\"\nlibrary = \"aws-sdk-standard\"\n");
+        assert_eq!(s.defenses.quota, Some(QuotaMode::Standard));
+        // A client without a quota of its own gets the standard costs, with where they are from.
+        let plain = one("[[client]]\nname = \"w\"\nattempts = 3\nretry_quota = \"aws-standard\"\n");
+        assert_eq!(plain.budget, Some(Budget::Quota { retries_paid: 50.0 }));
+        assert!(plain.defaults.iter().any(|d| d.setting == "retry quota"));
+    }
+
+    #[test]
     fn example_stack_files_parse() {
         let beside = |p: &Path| read_data(&data_dir().join(p));
         let (path, text) = data("stack-libraries.toml");
@@ -650,5 +934,18 @@ mod tests {
         assert_eq!(s.clients[0].tries, Tries::AtMost(3));
         assert_eq!(s.clients[0].per_try_timeout_s, Some(10.0));
         assert_eq!(s.pod_capacity, Some(100.0));
+        let (path, text) = data("stack-defenses.toml");
+        let s = parse_stack(&path, &text, &beside).unwrap();
+        let d = s.clients[0].defenses;
+        assert_eq!(
+            (
+                d.throttling.unwrap().window_s,
+                d.breaker.unwrap().open_s,
+                d.quota
+            ),
+            (120.0, 30.0, Some(QuotaMode::Adaptive))
+        );
+        let codel = s.discipline.unwrap().spec.resolve(None).unwrap();
+        assert_eq!(codel.to_string(), "codel (target 50 ms, interval 500 ms)");
     }
 }

@@ -305,8 +305,7 @@ impl<'o> DestinationRules<'o> {
             let read = dr_policy(dr, None)?;
             let mut why = format!("no VirtualService route to {host} in this file. It sets ");
             match read.budget {
-                Some(Budget::Ratio { ratio }) => {
-                    let percent = (ratio * 1e4).round() / 1e2;
+                Some(Budget::InFlight { percent, .. }) => {
                     why.push_str(&format!("a retry budget of {percent}%"));
                 }
                 _ => why.push_str("no retry budget"),
@@ -419,9 +418,6 @@ fn istio_budget(o: &Obj, b: &Value, at: &str, read: &mut PolicyRead) -> Result<(
             20.0
         }
     };
-    read.budget = Some(Budget::Ratio {
-        ratio: percent / 100.0,
-    });
     let min = match o.count(b, at, "minRetryConcurrency")?.filter(|n| *n > 0) {
         Some(n) => n,
         None => {
@@ -432,10 +428,11 @@ fn istio_budget(o: &Obj, b: &Value, at: &str, read: &mut PolicyRead) -> Result<(
         }
     };
     o.duration(b, at, "budgetInterval")?;
-    read.notes.push(format!(
-        "retryBudget: Envoy lets the retries in flight reach {percent}% of the requests in \
-         flight, and always allows {min}: read as a ratio of retries to requests"
-    ));
+    // Istio writes it into the cluster's Envoy circuit breaker: Envoy's budget.
+    read.budget = Some(Budget::InFlight {
+        percent,
+        min_retry_concurrency: min,
+    });
     Ok(())
 }
 
@@ -538,15 +535,26 @@ mod tests {
             (Some(0.5), Some(3.0))
         );
         // Subset v1's own retryBudget overrides the top level's, minRetryConcurrency included.
-        assert_eq!(jason.budget, Some(Budget::Ratio { ratio: 0.25 }));
+        assert_eq!(
+            jason.budget,
+            Some(Budget::InFlight {
+                percent: 25.0,
+                min_retry_concurrency: 3
+            })
+        );
         assert_eq!(settings(jason), ["retryBudget.minRetryConcurrency"]);
         assert!(has_note(jason, "maxRetries 3"));
         assert!(has_note(jason, "outlierDetection"));
         // A short and a full host name reach the same rule.
-        assert_eq!(rest.budget, Some(Budget::Ratio { ratio: 0.1 }));
+        assert_eq!(
+            rest.budget,
+            Some(Budget::InFlight {
+                percent: 10.0,
+                min_retry_concurrency: 5
+            })
+        );
         assert_eq!(rest.retry_on, on(true, true, true));
         assert!(has_note(rest, "retries status 503"));
-        assert!(has_note(rest, "always allows 5"));
         let [ratings] = parsed.skipped.as_slice() else {
             panic!()
         };

@@ -319,11 +319,7 @@ pub(super) fn loosest(budgets: &[Option<Budget>], destinations: &str, layer: &mu
         let note = format!("{destinations} differ in retry budget: the loosest is used");
         push_unique(&mut layer.notes, note);
     }
-    let ratio = |b: &Option<Budget>| match b {
-        Some(Budget::Ratio { ratio }) => *ratio,
-        Some(Budget::Quota { .. }) => 0.0,
-        None => f64::INFINITY,
-    };
+    let ratio = |b: &Option<Budget>| b.map_or(f64::INFINITY, Budget::failed_ratio);
     let loosest = budgets.iter().max_by(|a, b| ratio(a).total_cmp(&ratio(b)));
     layer.budget = loosest.copied().flatten();
 }

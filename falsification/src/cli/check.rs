@@ -13,7 +13,8 @@ use kit_check::{CheckInput, output};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CheckFormat {
     Text,
-    /// The documented contract: `layers`, `classes`, `hpa`, `second_state`, `reasons`, `fixes`.
+    /// The documented contract: `layers`, `classes`, `hpa`, `service`, `second_state`,
+    /// `reasons`, `fixes`, `retry_allowances`.
     Json,
     /// SARIF 2.1.0, for code review tools.
     Sarif,
@@ -26,11 +27,13 @@ pub struct CheckArgs {
     /// HAProxy, nginx or Envoy files; each file's kind is found from its content.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// The stack file (TOML): the clients, outermost first (`[[client]]`), what the service does
-    /// with abandoned work, a pod's capacity, answers about metric names.
+    /// The stack file (TOML): the clients, outermost first (`[[client]]`, with their throttling,
+    /// circuit breaker, AWS retry mode), what the service does with abandoned work, a pod's
+    /// capacity and queue discipline (`[service]`), answers about metric names.
     #[arg(long, value_name = "STACK.toml", env = "FALSIFICATION_CHECK_STACK")]
     pub stack: Option<PathBuf>,
-    /// Today's utilization: first-attempt demand over capacity.
+    /// Today's utilization: first-attempt demand over capacity (with --capacity, the rate an
+    /// Envoy retry budget's floor is sized for).
     #[arg(
         long,
         value_name = "R",
