@@ -9,11 +9,12 @@ use crate::throttle::ThrottleParams;
 
 /// The AWS SDK retry mode a client runs ([`crate::quota`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
 pub enum QuotaMode {
     /// The retry quota.
+    #[serde(rename = "aws-standard")]
     Standard,
     /// The retry quota and the CUBIC rate limiter.
+    #[serde(rename = "aws-adaptive")]
     Adaptive,
 }
 

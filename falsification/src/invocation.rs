@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use falsification_model::experiment::{Abandoned as ModelAbandoned, Scenario};
+use falsification_model::experiment::{Abandoned as ModelAbandoned, Discipline, Scenario};
 use loadgen::config::RetryOn;
 use loadgen::policy::Backoff;
 use loadgen::schedule::Step;
@@ -51,6 +51,7 @@ pub fn pod_flags(rs: &Scenario) -> PodFlags {
         rate: Some(rs.rate_per_pod),
         service_time: Some(rs.service),
         abandoned: Some(abandoned(rs.abandoned)),
+        discipline: (rs.discipline != Discipline::Fifo).then_some(rs.discipline),
         ..PodFlags::default()
     }
 }
@@ -90,11 +91,12 @@ pub fn loadgen(
         // finish abandoned work ignore it.
         deadline: rs.pod_abandoned(true) == ModelAbandoned::Drop
             || rs.abandoned == ModelAbandoned::Drop,
-        // The gateway ends an attempt whose tries all timed out with its own 504: the client's
-        // attempt failed, and it retries as on its own timeout.
-        retry_on: rs
-            .gateway
-            .map(|_| vec![RetryOn::Timeout, RetryOn::Connect, RetryOn::Status5xx]),
+        // The gateway ends an attempt whose tries all timed out with its own 504, and a pod that
+        // sheds answers 503 at once: the client's attempt failed, and it retries as the models
+        // say (after a timeout, or after the backoff alone).
+        retry_on: (rs.gateway.is_some() || rs.discipline.refuses())
+            .then(|| vec![RetryOn::Timeout, RetryOn::Connect, RetryOn::Status5xx]),
+        client: rs.client,
         // A trace replaces the schedule: the loadgen reads the file itself.
         trace: rs.trace.as_ref().map(|t| TraceFlags {
             file: t.path.clone().into(),

@@ -473,10 +473,9 @@ impl<'s> Fluid<'s> {
                 let Some(p) = self.pool.as_mut() else {
                     unreachable!()
                 };
-                let before = p.backlog;
-                let answered =
+                let (answered, served) =
                     p.take_and_serve(q, f64::from(ready) * c * dt, self.in_flight_steps, slot);
-                self.totals.busy_s += (before - p.backlog) / c;
+                self.totals.busy_s += served / c;
                 answered
             }
             Topology::Pooled => {
@@ -495,9 +494,9 @@ impl<'s> Fluid<'s> {
                 let steps = self.in_flight_steps;
                 let mut answered = 0.0;
                 for p in &mut self.pods {
-                    let before = p.backlog;
-                    answered += p.take_and_serve(q, c * dt, steps, slot);
-                    self.totals.busy_s += (before - p.backlog) / c;
+                    let (a, served) = p.take_and_serve(q, c * dt, steps, slot);
+                    answered += a;
+                    self.totals.busy_s += served / c;
                 }
                 for b in &mut self.draining {
                     *b -= c * dt;
@@ -740,8 +739,9 @@ impl Pod {
         }
     }
 
-    /// Queues this step's admitted share and serves `work`: returns what was answered in time.
-    fn take_and_serve(&mut self, q: Queueing, work: f64, steps: usize, slot: usize) -> f64 {
+    /// Queues this step's admitted share and serves `work`: returns what was answered in time
+    /// and the work served (the busy time's).
+    fn take_and_serve(&mut self, q: Queueing, work: f64, steps: usize, slot: usize) -> (f64, f64) {
         let before = self.returned;
         if q == Queueing::Lifo {
             if self.share > 0.0 {
@@ -753,19 +753,26 @@ impl Pod {
                 self.backlog += self.share;
                 self.live += self.share;
             }
-            self.serve_stack(work);
         } else {
             self.doomed_in_flight(self.share - self.live_in - self.refused_entry, steps);
             self.enqueue(self.live_in, true);
             self.enqueue(self.late_in, false);
-            self.serve(work);
         }
-        self.returned - before
+        let served = if q == Queueing::Lifo {
+            self.serve_stack(work)
+        } else {
+            let queued = self.backlog;
+            self.serve(work);
+            queued - self.backlog
+        };
+        (self.returned - before, served)
     }
 
     /// LIFO: serves `work` from the top of the stack; a pod that drops skips what timed out.
-    fn serve_stack(&mut self, mut work: f64) {
-        while work > 0.0 {
+    /// Returns the work served.
+    fn serve_stack(&mut self, work: f64) -> f64 {
+        let mut left = work;
+        while left > 0.0 {
             let Some(top) = self.stack.last_mut() else {
                 break;
             };
@@ -774,9 +781,9 @@ impl Pod {
                 self.stack.pop();
                 continue;
             }
-            let done = top.amount.min(work);
+            let done = top.amount.min(left);
             top.amount -= done;
-            work -= done;
+            left -= done;
             self.backlog -= done;
             if top.live {
                 self.returned += done;
@@ -788,6 +795,7 @@ impl Pod {
         }
         self.expired = self.expired.min(self.stack.len());
         self.backlog = self.backlog.max(0.0);
+        work - left
     }
 
     /// LIFO: work stacked at or before step `arrived` and still waited for has timed out.
@@ -1151,7 +1159,7 @@ mod defenses {
         p.take_and_serve(Queueing::Lifo, 1.0, 10, 0);
         p.share = 2.0;
         // The newest two first: nothing of step 0's is answered.
-        assert_eq!(p.take_and_serve(Queueing::Lifo, 2.0, 10, 1), 2.0);
+        assert_eq!(p.take_and_serve(Queueing::Lifo, 2.0, 10, 1), (2.0, 2.0));
         assert_eq!(p.stack.len(), 1);
         assert_eq!(p.expire(0), 2.0, "step 0's rest timed out");
         assert_eq!(
@@ -1161,7 +1169,7 @@ mod defenses {
         );
         // Served later for nobody, unless the pod drops what timed out.
         p.share = 0.0;
-        assert_eq!(p.take_and_serve(Queueing::Lifo, 5.0, 10, 2), 0.0);
+        assert_eq!(p.take_and_serve(Queueing::Lifo, 5.0, 10, 2), (0.0, 2.0));
         assert_eq!(p.backlog, 0.0);
     }
 

@@ -37,11 +37,13 @@ impl ShardLog {
 /// A loadgen row as the runner counts it.
 pub fn counters(r: &loadgen::Row) -> LoadCounters {
     LoadCounters {
+        started: (r.arrivals - r.shed) as f64,
         first_attempts: r.first_attempts as f64,
         attempts: r.attempts.iter().sum::<u64>() as f64,
         successes: r.successes.iter().sum::<u64>() as f64,
         timeouts: r.timeouts as f64,
         status_5xx: r.errors[loadgen::record::ErrorKind::Status5xx.index()] as f64,
+        rejected: (r.throttled + r.breaker_open) as f64,
         failed: r.requests_failed as f64,
     }
 }
@@ -49,11 +51,13 @@ pub fn counters(r: &loadgen::Row) -> LoadCounters {
 /// A summary's totals as the runner counts them.
 pub fn summary_counters(s: &loadgen::Summary) -> LoadCounters {
     LoadCounters {
+        started: (s.arrivals - s.shed) as f64,
         first_attempts: s.first_attempts as f64,
         attempts: s.attempts as f64,
         successes: s.successes_by_number.iter().sum::<u64>() as f64,
         timeouts: s.timeouts as f64,
         status_5xx: s.errors.get("status_5xx").copied().unwrap_or(0) as f64,
+        rejected: (s.throttled + s.breaker_open) as f64,
         failed: s.failed as f64,
     }
 }
@@ -189,6 +193,7 @@ mod tests {
                 open_files_limit: 20_000,
                 requests: vec![],
                 tls: None,
+                client: Default::default(),
             },
             started_unix: start,
             elapsed_seconds: rows.len() as f64,
@@ -204,6 +209,8 @@ mod tests {
             errors: Default::default(),
             denied_budget: 0,
             denied_quota: 0,
+            throttled: t.rejected as u64,
+            breaker_open: 0,
             shed: 0,
             peak_in_flight: 0,
             attempt_latency_seconds: percentiles(),

@@ -87,12 +87,18 @@ impl PodQueue {
 /// The loadgen's counters at a sample (cumulative since its start).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LoadCounters {
+    /// Logical requests started: the schedule's arrivals not shed at `--max-in-flight`, whether
+    /// their first attempt went or the client refused it itself.
+    pub started: f64,
     pub first_attempts: f64,
     pub attempts: f64,
     pub successes: f64,
     pub timeouts: f64,
-    /// Attempts answered 5xx: behind a gateway, its 504 after its last try timed out.
+    /// Attempts answered 5xx: behind a gateway, its 504 after its last try timed out; else a
+    /// pod's refusal (503 at once).
     pub status_5xx: f64,
+    /// Attempts the client refused itself (its throttle or adaptive limiter, an open breaker).
+    pub rejected: f64,
     pub failed: f64,
 }
 
@@ -101,11 +107,13 @@ impl LoadCounters {
     pub fn read(text: &str) -> Option<LoadCounters> {
         let b = Body::read(text)?;
         Some(LoadCounters {
+            started: b.sum(load::ARRIVALS_TOTAL) - b.sum(load::SHED_TOTAL),
             first_attempts: b.sum(load::FIRST_ATTEMPTS_TOTAL),
             attempts: b.sum(load::ATTEMPTS_TOTAL),
             successes: b.sum(load::SUCCESSES_TOTAL),
             timeouts: b.sum(load::TIMEOUTS_TOTAL),
             status_5xx: b.sum_where(load::ERRORS_TOTAL, load::KIND_LABEL, load::KIND_STATUS_5XX),
+            rejected: b.sum(load::ATTEMPTS_REJECTED_TOTAL),
             failed: b.sum_where(
                 load::REQUESTS_TOTAL,
                 load::OUTCOME_LABEL,
@@ -117,11 +125,13 @@ impl LoadCounters {
     /// Two processes' counters together (loadgen shards).
     pub fn plus(&self, other: &LoadCounters) -> LoadCounters {
         LoadCounters {
+            started: self.started + other.started,
             first_attempts: self.first_attempts + other.first_attempts,
             attempts: self.attempts + other.attempts,
             successes: self.successes + other.successes,
             timeouts: self.timeouts + other.timeouts,
             status_5xx: self.status_5xx + other.status_5xx,
+            rejected: self.rejected + other.rejected,
             failed: self.failed + other.failed,
         }
     }
@@ -129,11 +139,13 @@ impl LoadCounters {
     /// What happened between `earlier` and `self`.
     pub fn minus(&self, earlier: &LoadCounters) -> LoadCounters {
         LoadCounters {
+            started: self.started - earlier.started,
             first_attempts: self.first_attempts - earlier.first_attempts,
             attempts: self.attempts - earlier.attempts,
             successes: self.successes - earlier.successes,
             timeouts: self.timeouts - earlier.timeouts,
             status_5xx: self.status_5xx - earlier.status_5xx,
+            rejected: self.rejected - earlier.rejected,
             failed: self.failed - earlier.failed,
         }
     }
@@ -298,6 +310,8 @@ mod tests {
     #[test]
     fn loadgen_counters_summed_over_attempt_labels() {
         let text = "# HELP x\n# TYPE retrydebt_loadgen_attempts_total counter\n\
+            retrydebt_loadgen_arrivals_total 11\n\
+            retrydebt_loadgen_shed_total 1\n\
             retrydebt_loadgen_first_attempts_total 10\n\
             retrydebt_loadgen_attempts_total{attempt=\"0\"} 10\n\
             retrydebt_loadgen_attempts_total{attempt=\"1\"} 4\n\
@@ -305,17 +319,21 @@ mod tests {
             retrydebt_loadgen_timeouts_total 5\n\
             retrydebt_loadgen_errors_total{kind=\"status_5xx\"} 3\n\
             retrydebt_loadgen_errors_total{kind=\"io\"} 1\n\
+            retrydebt_loadgen_attempts_rejected_total{defense=\"throttle\"} 2\n\
+            retrydebt_loadgen_attempts_rejected_total{defense=\"breaker\"} 1\n\
             retrydebt_loadgen_requests_total{outcome=\"succeeded\"} 6\n\
             retrydebt_loadgen_requests_total{outcome=\"failed\"} 2\n";
         let c = LoadCounters::read(text).unwrap();
         assert_eq!(
             c,
             LoadCounters {
+                started: 10.0,
                 first_attempts: 10.0,
                 attempts: 14.0,
                 successes: 6.0,
                 timeouts: 5.0,
                 status_5xx: 3.0,
+                rejected: 3.0,
                 failed: 2.0
             }
         );
@@ -418,11 +436,13 @@ mod tests {
         assert_eq!(
             c,
             LoadCounters {
+                started: 1.0,
                 first_attempts: 1.0,
                 attempts: 2.0,
                 successes: 0.0,
                 timeouts: 0.0,
                 status_5xx: 1.0,
+                rejected: 0.0,
                 failed: 1.0
             }
         );

@@ -60,13 +60,20 @@ pub fn sustained(history: &[HashMap<String, f64>]) -> f64 {
 
 /// The measured record in run seconds, counts moved to the row their attempt was sent (failed
 /// attempts: timeouts, and a gateway's 5xx, `attempt_s` earlier) or their request started (lost:
-/// `lost_after_s` earlier).
-pub fn measured_record(samples: &[Sample], step: f64, attempt_s: f64, lost_after_s: f64) -> Record {
+/// `lost_after_s` earlier). Without a gateway (`refusals`) a 5xx is a pod's refusal, answered at
+/// once: it stays in its row, as what the client refused itself.
+pub fn measured_record(
+    samples: &[Sample],
+    step: f64,
+    attempt_s: f64,
+    lost_after_s: f64,
+    refusals: bool,
+) -> Record {
     let mut rows: Vec<Row> = samples
         .iter()
         .map(|s| Row {
             t: s.t,
-            first_attempts: s.load.first_attempts,
+            first_attempts: s.load.started,
             attempts: s.load.attempts,
             timed_out: 0.0,
             refused: 0.0,
@@ -79,7 +86,13 @@ pub fn measured_record(samples: &[Sample], step: f64, attempt_s: f64, lost_after
         .collect();
     let shift = |i: usize, by: f64| i.saturating_sub((by / step).round() as usize);
     for (i, s) in samples.iter().enumerate() {
-        rows[shift(i, attempt_s)].timed_out += s.load.timeouts + s.load.status_5xx;
+        if refusals {
+            rows[shift(i, attempt_s)].timed_out += s.load.timeouts;
+            rows[i].refused += s.load.status_5xx;
+        } else {
+            rows[shift(i, attempt_s)].timed_out += s.load.timeouts + s.load.status_5xx;
+        }
+        rows[i].rejected += s.load.rejected;
         rows[shift(i, lost_after_s)].lost += s.load.failed;
     }
     Record { step_s: step, rows }
@@ -209,7 +222,7 @@ mod tests {
                 ..Sample::default()
             })
             .collect();
-        let r = measured_record(&samples, 0.5, 1.0, 3.0);
+        let r = measured_record(&samples, 0.5, 1.0, 3.0, false);
         assert_eq!(r.rows[3].timed_out, 3.0);
         assert_eq!(r.rows[1].lost, 1.0);
         let text = csv(&samples, &r, 10.0);

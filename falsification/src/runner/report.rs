@@ -151,7 +151,13 @@ pub fn measured(
     step: f64,
     steady_wait_s: f64,
 ) -> (outcome::Record, Criteria) {
-    let record = record::measured_record(samples, step, rs.client_attempt_s(), rs.settled_s());
+    let record = record::measured_record(
+        samples,
+        step,
+        rs.client_attempt_s(),
+        rs.settled_s(),
+        rs.gateway.is_none(),
+    );
     let mut c = predict::criteria(rs);
     c.drained_wait_s = c.drained_wait_s.max(rs.pod_timeout_s() / 4.0);
     c.steady_wait_s = Some(steady_wait_s);
