@@ -221,6 +221,8 @@ fn add_row(into: &mut Row, r: &Row) {
         in_flight,
         send_lag_p99_us,
         attempt_p99_us,
+        throttled,
+        breaker_open,
     } = r;
     let add_all = |a: &mut Vec<u64>, b: &[u64]| {
         if a.len() < b.len() {
@@ -246,6 +248,8 @@ fn add_row(into: &mut Row, r: &Row) {
     into.in_flight += in_flight;
     into.send_lag_p99_us = into.send_lag_p99_us.max(*send_lag_p99_us);
     into.attempt_p99_us = into.attempt_p99_us.max(*attempt_p99_us);
+    into.throttled += throttled;
+    into.breaker_open += breaker_open;
 }
 
 /// The shards' logs merged live by Unix second from the common start: each shard's row goes to
