@@ -123,15 +123,16 @@ impl Discipline {
         )
     }
 
-    /// Its times in run time when experiment time runs `s` times faster.
-    pub fn time_scaled(self, s: f64) -> Discipline {
+    /// Its times `k` times longer, for pods whose service time is `k` times longer (a run's
+    /// rate scale): CoDel's and the AIMD limit's times are in service times.
+    pub fn stretched(self, k: f64) -> Discipline {
         match self {
             Discipline::Codel(c) => Discipline::Codel(CodelParams {
-                target_s: c.target_s / s,
-                interval_s: c.interval_s / s,
+                target_s: c.target_s * k,
+                interval_s: c.interval_s * k,
             }),
             Discipline::Adaptive(a) => Discipline::Adaptive(AimdParams {
-                latency_s: a.latency_s / s,
+                latency_s: a.latency_s * k,
                 ..a
             }),
             other => other,
@@ -197,11 +198,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_scale_with_the_service_time_and_the_time_scale() {
+    fn defaults_scale_with_the_service_time() {
         let d = Discipline::with_defaults(DisciplineKind::Codel, 0.010);
         assert_eq!(d.to_string(), "codel (target 50 ms, interval 1000 ms)");
-        let scaled = d.time_scaled(10.0);
-        assert_eq!(scaled.to_string(), "codel (target 5 ms, interval 100 ms)");
+        let d = Discipline::with_defaults(DisciplineKind::Codel, 0.020);
+        assert_eq!(d.to_string(), "codel (target 100 ms, interval 2000 ms)");
+        let d = Discipline::with_defaults(DisciplineKind::Codel, 0.010).stretched(2.0);
+        assert_eq!(d.to_string(), "codel (target 100 ms, interval 2000 ms)");
         assert!(d.refuses() && !Discipline::Lifo.refuses());
     }
 

@@ -102,6 +102,8 @@ pub fn resolved(case: &Case, opts: &RunOptions) -> Scenario {
         t.times = t.times.iter().map(|x| x + shift).collect();
     }
     s.rate_per_pod *= opts.rate_scale;
+    // A discipline's times are in service times, which the rate scale stretches.
+    s.discipline = s.discipline.stretched(1.0 / opts.rate_scale);
     // A trace is thinned as the rates are scaled (`run_all` refuses a rate scale above 1 with it).
     if let Some(t) = s.trace.as_mut() {
         t.sample = (t.sample * opts.rate_scale).min(1.0);
