@@ -30,7 +30,8 @@ use falsification_model::experiment::Scenario;
 pub struct SentSecond {
     /// Arrivals the schedule made in this second.
     pub scheduled: u64,
-    /// First attempts sent in this second.
+    /// First attempts that left in this second: sent, or refused by the client's own
+    /// defenses at their time (a throttle or an open breaker holds the schedule by refusing).
     pub sent: u64,
     /// p99 of the first attempts' send lag in this second, seconds.
     pub lag_p99_s: f64,
@@ -40,13 +41,20 @@ impl From<&loadgen::Row> for SentSecond {
     fn from(r: &loadgen::Row) -> SentSecond {
         SentSecond {
             scheduled: r.arrivals,
-            sent: r.first_attempts,
+            sent: left(r.arrivals, r.first_attempts, r.throttled + r.breaker_open),
             lag_p99_s: r.send_lag_p99_us as f64 / 1e6,
         }
     }
 }
 
-/// The seconds of a loadgen's own `timeseries.csv` (`loadgen::record`'s columns).
+/// First attempts that left in a second: those sent, and those the client refused itself
+/// (its counts of refusals include retries, so at most the arrivals).
+fn left(arrivals: u64, first_attempts: u64, refused: u64) -> u64 {
+    (first_attempts + refused).min(arrivals.max(first_attempts))
+}
+
+/// The seconds of a loadgen's own `timeseries.csv` (`loadgen::record`'s columns; the client's
+/// refusals are columns of later records).
 pub fn read_csv(text: &str) -> Result<Vec<SentSecond>, TableError> {
     let t = Table::parse(text)?;
     let (a, f, l) = (
@@ -54,11 +62,15 @@ pub fn read_csv(text: &str) -> Result<Vec<SentSecond>, TableError> {
         t.column("first_attempts")?,
         t.column("send_lag_p99_ms")?,
     );
+    let refused = [t.column("throttled").ok(), t.column("breaker_open").ok()];
     Ok(t.rows()
-        .map(|r| SentSecond {
-            scheduled: r.number(a).unwrap_or(0.0) as u64,
-            sent: r.number(f).unwrap_or(0.0) as u64,
-            lag_p99_s: r.number(l).unwrap_or(0.0) / 1e3,
+        .map(|r| {
+            let n = |i: Option<usize>| i.and_then(|i| r.number(i)).unwrap_or(0.0) as u64;
+            SentSecond {
+                scheduled: n(Some(a)),
+                sent: left(n(Some(a)), n(Some(f)), refused.iter().map(|i| n(*i)).sum()),
+                lag_p99_s: r.number(l).unwrap_or(0.0) / 1e3,
+            }
         })
         .collect())
 }
@@ -266,5 +278,14 @@ mod tests {
         let s = read_csv(csv).unwrap();
         assert_eq!(s, vec![second(117, 117, 0.000155), second(110, 109, 1.5)]);
         assert!(read_csv("second,arrivals\n0,1\n").is_err());
+    }
+
+    #[test]
+    fn what_the_client_refused_itself_left_on_schedule() {
+        // A throttle refusing 90 of 100 arrivals (and 40 retries) held the schedule.
+        let csv = "second,unix_time,arrivals,first_attempts,send_lag_p99_ms,throttled,breaker_open\n\
+                   0,1.0,100,10,0.2,130,0\n1,2.0,100,100,0.2,0,0\n";
+        let s = read_csv(csv).unwrap();
+        assert_eq!(s, vec![second(100, 100, 0.0002), second(100, 100, 0.0002)]);
     }
 }
