@@ -18,10 +18,12 @@
 #             loadgen shards, the trigger from inside the cluster), down with nothing left. F3 on
 #             the first-attempt signal is CI's own run (.ci/run).
 #   kind      the kind path as a user runs it, on podman (scripts/kind-local-check.sh)
+#   disciplines  the trigger names the discipline of the kit's own pod (fifo, sharing, lifo,
+#             bounded, codel) on loopback and predicts with it (falsification/tests/trigger_discipline.rs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-groups=(embedded stack requests cluster kind)
+groups=(embedded stack requests disciplines cluster kind)
 (($#)) || set -- "${groups[@]}"
 for g in "$@"; do
   [[ " ${groups[*]} " == *" $g "* ]] || { echo "verify.sh: unknown group '$g' (groups: ${groups[*]})" >&2; exit 2; }
@@ -36,6 +38,11 @@ embedded() {
 }
 stack() { scripts/test.sh -p falsification --test stack -- --ignored; }
 requests() { scripts/test.sh -p falsification --test secure -- --ignored --nocapture; }
+# The release pod and loadgen the test starts: a stale `service` has no --discipline.
+disciplines() {
+  cargo build --release --locked -p service -p loadgen &&
+    scripts/test.sh -p falsification --test trigger_discipline -- --ignored --nocapture --test-threads 1
+}
 
 cluster() (
   set -e
@@ -53,6 +60,10 @@ cluster() (
   # 0.1 the pod's HTTP path stays within it even at the step's peak of retries. Horizon 1,100 s:
   # before the first scale-down, whose reconnections the model does not see (RESULTS.md).
   scripts/local-cluster-run.sh F0 --case cpu --rate-scale 0.1 --horizon 1100s
+  # F11's LIFO, CoDel and throttling against the first-attempt trap, on the upstream HPA.
+  scripts/local-cluster-run.sh F11 --case step-lifo
+  scripts/local-cluster-run.sh F11 --case step-codel
+  scripts/local-cluster-run.sh F11 --case step-throttling
   # F4 paired without a step on 2 loadgen shards, and the trigger test from inside the cluster.
   cargo test --locked -p falsification --test kube -- --nocapture --test-threads 1
   trap - EXIT

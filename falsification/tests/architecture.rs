@@ -366,7 +366,7 @@ fn trigger_deciders_do_io(root: &Path) -> Vec<String> {
         "File",
     ];
     names_in(root, "falsification/src/trigger", &io, |p| {
-        p.ends_with("/measure.rs") || p.ends_with("/stop.rs")
+        p.ends_with("/measure.rs") || p.ends_with("/stop.rs") || p.ends_with("/discipline.rs")
     })
 }
 

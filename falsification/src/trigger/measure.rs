@@ -7,7 +7,9 @@
 
 use serde::Serialize;
 
-use super::plan::Plan;
+use super::discipline::{self, Behaved, Second};
+use super::plan::{self, AsBehaved, Plan};
+use falsification_model::experiment::Discipline;
 use falsification_model::outcome::{self, Criteria, Outcome, Record, Row, State};
 
 /// One closed second of the loadgen (every attempt number summed).
@@ -24,6 +26,8 @@ pub struct LoadRow {
     pub requests_failed: f64,
     /// p99 of the attempts that ended in the second (a timeout when it fired), seconds.
     pub attempt_p99_s: f64,
+    /// Requests in flight at the end of the second.
+    pub in_flight: f64,
 }
 
 impl LoadRow {
@@ -47,6 +51,7 @@ pub fn load_row(r: &loadgen::record::Row) -> LoadRow {
         requests_succeeded: n(r.requests_succeeded),
         requests_failed: n(r.requests_failed),
         attempt_p99_s: r.attempt_p99_us as f64 / 1e6,
+        in_flight: n(r.in_flight),
     }
 }
 
@@ -315,73 +320,43 @@ pub struct LayerAmplification {
     pub over_s: f64,
 }
 
-/// What the target behaved like in the failed phase, against the models' FIFO that finishes
-/// abandoned work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DisciplineKind {
-    /// Almost no answer reached a client while it failed: its work went to abandoned requests.
-    FinishesAbandoned,
-    /// It kept answering near its capacity while attempts failed: it drops work whose client
-    /// left, or serves newer requests first; the debt the models predict did not build.
-    KeepsAnswering,
-    /// In between: part of its work reached clients.
-    Partly,
-}
-
-/// The evidence for [`DisciplineKind`].
+/// What the target behaved like in the failed phase, and the plan's spike predicted with it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Discipline {
-    pub kind: DisciplineKind,
-    /// Answers reaching clients in the failed phase, over what it could have answered (each
-    /// second, its capacity or the first attempts sent when fewer).
-    pub answered_share: f64,
+pub struct Behaviour {
+    #[serde(flatten)]
+    pub behaved: Behaved,
     /// Seconds from the spike's start to the first failed attempt, and what a FIFO of the
     /// planned capacity gives: the queue reaches the timeout after `timeout / (k rho - 1)`, and
     /// the attempt sent then fails a timeout later.
     pub first_failure_s: Option<f64>,
     pub first_failure_fifo_s: Option<f64>,
+    /// With the discipline it behaved like, when that is not the models' FIFO.
+    pub prediction: Option<AsBehaved>,
 }
 
-/// Under this share of the capacity answered, the target behaved like the models' FIFO.
-const FIFO_ANSWERED_MAX: f64 = 0.2;
-/// Over this share, it kept answering: not the models' discipline (the kit's pod that drops
-/// disconnected work answered 65% at A rho 1.5 on loopback; as the models' FIFO, 0-5%).
-const KEEPS_ANSWERING_MIN: f64 = 0.5;
-
-/// What the target behaved like over `phase` (seconds from the spike's start: a timeout after
-/// the first failing second to the end of the last), from the client's answers per second
-/// against what it could have answered; `None` without a capacity or a phase of at least 3 s.
-pub fn discipline(rows: &[LoadRow], p: &Plan, phase: (f64, f64)) -> Option<Discipline> {
-    let capacity = p.rate? / p.rho;
-    let in_phase: Vec<&LoadRow> = rows
+/// What the target behaved like over `phase` (seconds from the spike's start), from the
+/// clients' seconds (`discipline::classify`), and the plan predicted with it; `None` without a
+/// capacity or a second in the phase.
+fn behaviour(rows: &[LoadRow], p: &Plan, phase: (f64, f64)) -> Option<Behaviour> {
+    let seconds: Vec<Second> = rows
         .iter()
-        .filter(|r| {
-            let t = r.second - p.before_s;
-            t >= phase.0 && t + 1.0 <= phase.1 + 1e-9
+        .map(|r| Second {
+            t: r.second - p.before_s,
+            attempts: r.attempts,
+            successes: r.successes,
+            timeouts: r.timeouts,
+            refused: r.failed_attempts - r.timeouts,
+            in_flight: r.in_flight,
         })
         .collect();
-    if in_phase.len() < 3 {
-        return None;
-    }
-    // What it could have answered: its capacity, or the demand when that is less.
-    let answerable: f64 = in_phase
-        .iter()
-        .map(|r| r.first_attempts.min(capacity))
-        .sum();
-    let answered: f64 = in_phase.iter().map(|r| r.successes).sum();
-    let share = answered / answerable.max(1.0);
-    let kind = if share <= FIFO_ANSWERED_MAX {
-        DisciplineKind::FinishesAbandoned
-    } else if share >= KEEPS_ANSWERING_MIN {
-        DisciplineKind::KeepsAnswering
-    } else {
-        DisciplineKind::Partly
-    };
+    let behaved = discipline::classify(&seconds, phase, p.rate? / p.rho, p.timeout_s)?;
     let excess = p.k * p.rho - 1.0;
-    Some(Discipline {
-        kind,
-        answered_share: share,
+    Some(Behaviour {
+        prediction: behaved
+            .model
+            .filter(|d| *d != Discipline::Fifo)
+            .map(|d| plan::predict_as(p, d)),
+        behaved,
         first_failure_s: rows
             .iter()
             .find(|r| r.second >= p.before_s && r.failed_attempts > 0.0)
@@ -410,7 +385,7 @@ pub struct Measured {
     pub failing_at_end: bool,
     /// The failed phase the amplifications are measured over, seconds from the spike's start.
     pub failed_phase: Option<(f64, f64)>,
-    pub discipline: Option<Discipline>,
+    pub discipline: Option<Behaviour>,
 }
 
 /// Why the load stopped.
@@ -529,7 +504,7 @@ pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measur
         // before its wait reached the timeout) to the last.
         discipline: first_bad
             .zip(phase)
-            .and_then(|(i, (_, end))| discipline(rows, p, (record.rows[i].t + p.timeout_s, end))),
+            .and_then(|(i, (_, end))| behaviour(rows, p, (record.rows[i].t + p.timeout_s, end))),
     };
     (record, measured)
 }
@@ -537,6 +512,7 @@ pub fn measure(rows: &[LoadRow], p: &Plan, watched: &Watched) -> (Record, Measur
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trigger::discipline::{Answered, Named};
     use crate::trigger::plan::{plan, tests::input};
 
     /// Seconds 0..`n` at 50 first attempts/s; attempts sent in `failing` fail, three per
@@ -632,8 +608,8 @@ mod tests {
         let a = m.layers[0].per_first_attempt.unwrap();
         assert!((a - 9.0).abs() < 1e-9, "{a}");
         assert_eq!(
-            m.discipline.unwrap().kind,
-            DisciplineKind::FinishesAbandoned
+            m.discipline.unwrap().behaved.kind,
+            Answered::FinishesAbandoned
         );
     }
 
@@ -760,24 +736,42 @@ mod tests {
     }
 
     #[test]
-    fn a_target_that_keeps_answering_is_not_the_models_fifo() {
-        let p = plan(&input(0.25)).unwrap(); // capacity 100/s
+    fn a_target_that_answers_the_newest_is_predicted_as_lifo() {
+        // A rho 1.5: the models' FIFO is trapped.
+        let p = plan(&input(0.5)).unwrap(); // capacity 100/s, before 3 s
+        // From the spike on it answers 95/s in 20 ms while 10 attempts/s time out.
         let r: Vec<LoadRow> = (0..20)
-            .map(|s| LoadRow {
-                second: f64::from(s),
-                first_attempts: 100.0,
-                successes: 95.0,
-                failed_attempts: if s >= 4 { 10.0 } else { 0.0 },
-                ..LoadRow::default()
+            .map(|s| {
+                let timeouts = if s >= 4 { 10.0 } else { 0.0 };
+                LoadRow {
+                    second: f64::from(s),
+                    first_attempts: 100.0,
+                    attempts: 100.0 + timeouts,
+                    successes: 95.0,
+                    failed_attempts: timeouts,
+                    timeouts,
+                    in_flight: timeouts + 95.0 * 0.02,
+                    ..LoadRow::default()
+                }
             })
             .collect();
-        let d = discipline(&r, &p, (2.0, 10.0)).unwrap();
-        assert_eq!(d.kind, DisciplineKind::KeepsAnswering);
-        assert!((d.answered_share - 0.95).abs() < 1e-9);
+        let d = behaviour(&r, &p, (2.0, 10.0)).unwrap();
+        assert_eq!(d.behaved.kind, Answered::KeepsAnswering);
+        assert_eq!(d.behaved.named, Named::Lifo, "{}", d.behaved.why);
+        assert!((d.behaved.answered_share - 0.95).abs() < 1e-9);
         assert_eq!(d.first_failure_s, Some(1.0));
-        assert!(
-            discipline(&r, &p, (2.0, 3.0)).is_none(),
-            "too short a phase"
-        );
+        // LIFO escapes where the models' FIFO is trapped, once the spike's requests are over.
+        assert!(p.trapped);
+        match d.prediction {
+            Some(AsBehaved::Fluid {
+                discipline: Discipline::Lifo,
+                state: State::Recovered,
+                recovery_s: Some(r),
+            }) => assert!(r <= p.lost_after_s(), "{r}"),
+            other => panic!("{other:?}"),
+        }
+        let short = behaviour(&r, &p, (2.0, 3.0)).unwrap();
+        assert_eq!(short.behaved.named, Named::CannotTell, "too short a phase");
+        assert_eq!(short.prediction, None);
     }
 }

@@ -5,7 +5,9 @@
 //! `(k rho - 1) Delta >= 2 tau_out`), the predicted outcome (trapped iff `A rho >= 1`, else the
 //! closed-form and fluid recovery) and the loadgen's [`loadgen::Invocation`]; [`measure`] judges
 //! the loadgen's rows and the layers' arrivals with [`falsification_model::outcome`] and decides
-//! the state; [`stop`] holds the stop rules; [`report`] writes the text.
+//! the state, and [`discipline`] names the queue discipline the target behaved like while it
+//! failed (the plan then predicts its spike with it); [`stop`] holds the stop rules; [`report`]
+//! writes the text.
 //! The I/O: [`capacity`] probes the target's capacity, [`metrics`] reads Prometheus, the pods'
 //! counters and health URLs, [`run()`] prints the plan, and only with a target and confirmation
 //! runs the `loadgen` (base, spike, base until the state is decided), stops it on a stop rule,
@@ -14,6 +16,7 @@
 
 mod capacity;
 mod cluster;
+mod discipline;
 mod measure;
 mod metrics;
 mod plan;

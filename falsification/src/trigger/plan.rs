@@ -11,9 +11,10 @@ use loadgen::{ArrivalKind, BudgetFlags, Invocation, Load, Schedule, TargetSource
 use serde::Serialize;
 
 use crate::invocation;
-use falsification_model::experiment::Spike;
-use falsification_model::laws;
-use falsification_model::predict::PooledSpike;
+use falsification_model::experiment::{Discipline, Spike};
+use falsification_model::outcome::{Outcome, State};
+use falsification_model::predict::{PooledSpike, fluid_outcome};
+use falsification_model::{Topology, laws};
 
 /// What the plan is computed from, as given: the load is `rho`, or `rate / capacity`.
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +115,52 @@ impl Plan {
     /// From a request's first attempt to its final outcome: R + 1 timeouts.
     pub fn lost_after_s(&self) -> f64 {
         f64::from(self.retries + 1) * self.timeout_s
+    }
+}
+
+/// The plan's spike predicted for a target of another discipline than the models' FIFO.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "predicted")]
+pub enum AsBehaved {
+    /// The pooled fluid model with the discipline: its state, and its recovery from the end of
+    /// the spike.
+    Fluid {
+        discipline: Discipline,
+        state: State,
+        recovery_s: Option<f64>,
+    },
+    NotRun {
+        discipline: Discipline,
+        why: String,
+    },
+}
+
+/// The plan's spike on the pooled fluid model with the target's discipline, observed as long as
+/// the FIFO's prediction needs (another discipline recovers sooner or not at all).
+pub fn predict_as(p: &Plan, discipline: Discipline) -> AsBehaved {
+    let not_run = |why: String| AsBehaved::NotRun { discipline, why };
+    // The fluid model runs a stack's A as one layer of whole tries, as the plan's own does.
+    if let Some(a) = p.stack.as_ref().map(|s| s.a)
+        && (a - a.round()).abs() > 1e-9
+    {
+        return not_run(format!(
+            "the stack's A = {a:.3} is not a whole number of tries, which the fluid model does \
+             not run"
+        ));
+    }
+    let horizon = p.spike_s + 2.0 * p.recovery_closed_s.unwrap_or(0.0) + 10.0 * p.service_timeout_s;
+    let fluid = || -> anyhow::Result<Outcome> {
+        let mut s = pooled(p).scenario(horizon)?;
+        s.discipline = discipline;
+        Ok(fluid_outcome(&s, Topology::Pooled)?)
+    };
+    match fluid() {
+        Ok(o) => AsBehaved::Fluid {
+            discipline,
+            state: o.state(),
+            recovery_s: o.recovery_s,
+        },
+        Err(e) => not_run(format!("{e:#}")),
     }
 }
 
@@ -473,6 +520,34 @@ pub(super) mod tests {
             "{:?}",
             p.warnings
         );
+    }
+
+    #[test]
+    fn a_discipline_that_holds_no_debt_escapes_where_the_fifo_is_trapped() {
+        let p = plan(&input(0.5)).unwrap();
+        assert!(p.trapped);
+        for d in [Discipline::Lifo, Discipline::Bounded { limit: 20 }] {
+            match predict_as(&p, d) {
+                AsBehaved::Fluid {
+                    state: State::Recovered,
+                    recovery_s: Some(r),
+                    ..
+                } => assert!(r <= p.lost_after_s(), "{d}: {r}"),
+                other => panic!("{d}: {other:?}"),
+            }
+        }
+        // A stack's A that is not whole tries is not run, as the plan's own fluid is not.
+        let mut i = input(0.5);
+        i.stack = Some(StackAmplification {
+            a: 3.6,
+            tau_out_s: None,
+            files: Vec::new(),
+        });
+        let p = plan(&i).unwrap();
+        assert!(matches!(
+            predict_as(&p, Discipline::Lifo),
+            AsBehaved::NotRun { why, .. } if why.contains("not a whole number")
+        ));
     }
 
     #[test]

@@ -4,8 +4,9 @@ use std::fmt::Write as _;
 
 use super::RunSettings;
 use super::capacity::CapacityProbe;
-use super::measure::{Decision, DisciplineKind, LayerSeries, Measured};
-use super::plan::Plan;
+use super::discipline::{Answered, Named};
+use super::measure::{Decision, LayerSeries, Measured};
+use super::plan::{AsBehaved, Plan};
 use super::stop::{AfterAbort, Fired, Rule};
 use falsification_model::laws;
 use falsification_model::outcome::State;
@@ -232,10 +233,55 @@ fn amplification_rows(t: &mut String, p: &Plan, m: &Measured) {
     }
 }
 
-/// What the target behaved like, beside the models' assumption.
+/// The plan's own prediction, the models' FIFO's, in a few words.
+fn fifo_prediction(p: &Plan) -> String {
+    let s = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.1} s"));
+    if p.trapped {
+        "trapped".into()
+    } else {
+        format!(
+            "recovers {} (closed form), {} (fluid) after the spike",
+            s(p.recovery_closed_s),
+            s(p.recovery_fluid_s)
+        )
+    }
+}
+
+/// A state and its recovery after the spike, in a few words.
+fn state_text(state: State, recovery_s: Option<f64>) -> String {
+    match recovery_s {
+        Some(r) => format!("{state} {r:.1} s after the spike"),
+        None => state.to_string(),
+    }
+}
+
+/// The row of the prediction with the discipline the target behaved like, beside the measured.
+fn as_behaved_row(t: &mut String, m: &Measured) {
+    let Some(a) = m.discipline.as_ref().and_then(|d| d.prediction.as_ref()) else {
+        return;
+    };
+    let (discipline, predicted) = match a {
+        AsBehaved::Fluid {
+            discipline,
+            state,
+            recovery_s,
+        } => (
+            discipline,
+            format!("fluid: {}", state_text(*state, *recovery_s)),
+        ),
+        AsBehaved::NotRun { discipline, why } => (discipline, format!("not predicted: {why}")),
+    };
+    let _ = writeln!(
+        *t,
+        "| as it behaved: {discipline} | {} | {predicted} |",
+        state_text(m.outcome.state(), m.outcome.recovery_s)
+    );
+}
+
+/// What the target behaved like and why, and which prediction applies to it.
 fn discipline_text(p: &Plan, m: &Measured) -> Option<String> {
     let d = m.discipline.as_ref()?;
-    let share = 100.0 * d.answered_share;
+    let b = &d.behaved;
     let first = match (d.first_failure_s, d.first_failure_fifo_s) {
         (Some(s), Some(f)) => format!(
             " The first attempt failed {s:.0} s after the spike began; a FIFO of the planned \
@@ -243,30 +289,52 @@ fn discipline_text(p: &Plan, m: &Measured) -> Option<String> {
         ),
         _ => String::new(),
     };
-    Some(match d.kind {
-        DisciplineKind::FinishesAbandoned => format!(
-            "**What the target behaved like:** the models' FIFO that finishes abandoned work: \
-             {share:.0}% of what it could answer reached clients while it failed.{first}"
+    let fifo = fifo_prediction(p);
+    let applies = match (b.named, &d.prediction) {
+        (Named::FifoOrSharing, _) => format!(
+            "The models' assumption holds: their FIFO prediction ({fifo}) is the one for it."
         ),
-        DisciplineKind::KeepsAnswering => format!(
-            "**What the target behaved like: not the models' assumption.** It kept answering \
-             ({share:.0}% of what it could answer) while attempts failed: it drops work whose client left, \
-             or serves newer requests first, so the debt the models predict did not build. The \
-             predicted recovery ({}) assumes a FIFO that finishes abandoned work and does not \
-             apply to it; the measured one is its own.{first}",
-            if p.trapped {
-                "trapped".to_string()
-            } else {
-                p.recovery_closed_s
-                    .map_or("none".into(), |r| format!("{r:.1} s"))
-            }
+        (
+            _,
+            Some(AsBehaved::Fluid {
+                discipline,
+                state,
+                recovery_s,
+            }),
+        ) => format!(
+            "This is not the models' assumption (a FIFO that finishes abandoned work): their \
+             FIFO prediction ({fifo}) does not apply to it. Predicted with {discipline}, the pooled \
+             fluid model says {}; measured: {}.",
+            state_text(*state, *recovery_s),
+            state_text(m.outcome.state(), m.outcome.recovery_s)
         ),
-        DisciplineKind::Partly => format!(
-            "**What the target behaved like:** partly the models' FIFO: {share:.0}% of what \
-             it could answer reached clients while it failed (the models assume none does); expect a \
-             measured recovery shorter than predicted.{first}"
+        (_, Some(AsBehaved::NotRun { discipline, why })) => format!(
+            "This is not the models' assumption (a FIFO that finishes abandoned work): their \
+             FIFO prediction ({fifo}) does not apply to it, and {discipline} is not predicted: \
+             {why}."
         ),
-    })
+        (_, None) => match b.kind {
+            Answered::KeepsAnswering => format!(
+                "It kept answering: not the models' assumption (a FIFO that finishes abandoned \
+                 work), so their FIFO prediction ({fifo}) does not apply to it, and this run \
+                 cannot say which would."
+            ),
+            Answered::Partly => format!(
+                "Part of its work still reached clients: this is not the models' assumption (a \
+                 FIFO that finishes abandoned work, whose answers stop while it fails), so \
+                 expect a measured recovery shorter than their prediction ({fifo})."
+            ),
+            Answered::FinishesAbandoned => format!(
+                "Its answers were the models' FIFO's: their prediction ({fifo}) is the only one \
+                 this run supports."
+            ),
+        },
+    };
+    Some(format!(
+        "**What the target behaved like: {}.** Why: {}.{first}\n\n{applies}",
+        b.named.text(),
+        b.why
+    ))
 }
 
 /// `report.md`: the plan, the target's health before and after, measured against predicted.
@@ -335,6 +403,7 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityP
         f(p.recovery_closed_s),
         f(p.recovery_fluid_s)
     );
+    as_behaved_row(&mut t, m);
     let _ = writeln!(
         t,
         "| goodput recovery (99% of requests succeed again) | {} | |",
