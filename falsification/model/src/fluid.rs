@@ -434,6 +434,9 @@ impl<'s> Fluid<'s> {
                     });
                     failing += p.share - p.live_in - p.refused_entry;
                     refused += p.refused_in;
+                    // A 503 is an answer: the client keeps its connection and its next attempt,
+                    // the retry first, goes back on it to the pod that refused.
+                    p.returned += p.refused_in;
                     // What a dropping pod has no room for arrived to a wait at the timeout.
                     if q == Queueing::Fifo && p.share > p.live_in + p.late_in {
                         longest = longest.max(tau);
@@ -1117,6 +1120,17 @@ mod defenses {
                 "{name}: {o:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_503_brings_the_retry_back_to_the_pod_that_refused_it() {
+        // F3's step with bounded pods: per pod, the four pods that refused during the climb keep
+        // every keep-alive connection and the pods the HPA adds get none; pooled, it recovers.
+        let s = case("step-bounded");
+        let per_pod = fluid_outcome(&s, Topology::PerPod).unwrap();
+        assert!(!per_pod.recovered, "{per_pod:?}");
+        assert!(per_pod.lost_fraction.unwrap() > 0.5);
+        assert!(fluid_outcome(&s, Topology::Pooled).unwrap().recovered);
     }
 
     #[test]

@@ -465,7 +465,10 @@ pub fn evaluate(record: &Record, c: &Criteria) -> Outcome {
 /// Refused attempts over attempts in the second half of the rows before the event (t < 0).
 fn base_refused(record: &Record) -> Option<f64> {
     let start = record.rows.first()?.t;
-    let base = record.rows.iter().filter(|r| r.t >= start / 2.0 && r.t < 0.0);
+    let base = record
+        .rows
+        .iter()
+        .filter(|r| r.t >= start / 2.0 && r.t < 0.0);
     let (refused, attempts) = base.fold((0.0, 0.0), |(f, a), r| {
         (f + r.refused + r.rejected, a + r.attempts + r.rejected)
     });

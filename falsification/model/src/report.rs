@@ -170,9 +170,10 @@ fn case_text(out: &mut String, c: &CasePrediction) {
             s.client,
             cost(&c.fluid_pooled),
             cost(&c.fluid_per_pod),
-            c.request_level
-                .as_ref()
-                .map_or(String::new(), |r| format!(", request level {}", cost(&r.median)))
+            c.request_level.as_ref().map_or(String::new(), |r| format!(
+                ", request level {}",
+                cost(&r.median)
+            ))
         );
     }
     let v = &c.verdict_fluid_pooled;
