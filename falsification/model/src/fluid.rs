@@ -174,9 +174,11 @@ impl<'s> Fluid<'s> {
         let ready = self.control.ready();
         let demand = self.s.demand(t);
         let slot = i as usize;
-        if self.queueing == Queueing::Lifo {
-            self.expire_stacked(slot);
-        }
+        let expired = if self.queueing == Queueing::Lifo {
+            self.expire_stacked(slot)
+        } else {
+            0.0
+        };
         let first = demand * self.dt;
         self.arrive(slot, demand);
         self.apply_budget(t, demand);
@@ -195,8 +197,15 @@ impl<'s> Fluid<'s> {
         let timed_out = self.time_out(t, slot, failing);
         self.refuse(t, slot, total, refused);
         let answered = self.serve(slot, ready, total, failing);
-        self.client
-            .feedback(t, wanted, total, answered, refused, self.arrivals[0]);
+        let outcome = StepOutcome {
+            wanted,
+            sent: total,
+            answered,
+            failed: failing * total + refused + expired,
+            refused,
+            first: self.arrivals[0],
+        };
+        self.client.feedback(t, &outcome);
         self.totals.first += self.arrivals[0];
         self.totals.all += total;
 
@@ -334,17 +343,18 @@ impl<'s> Fluid<'s> {
 
     /// LIFO: what is still stacked a timeout after it arrived has timed out; its retries go out
     /// now (written into their rings before this step reads them).
-    fn expire_stacked(&mut self, slot: usize) {
+    /// Returns the amount that timed out.
+    fn expire_stacked(&mut self, slot: usize) -> f64 {
         let steps = self.in_flight_steps;
         let Some(arrived) = slot.checked_sub(steps) else {
-            return;
+            return 0.0;
         };
         let mut expired = 0.0;
         for p in self.pods.iter_mut().chain(self.pool.as_mut()) {
             expired += p.expire(arrived);
         }
         if expired <= 0.0 {
-            return;
+            return 0.0;
         }
         let h = arrived % self.mix.len();
         let mix = std::mem::take(&mut self.mix[h]);
@@ -362,6 +372,7 @@ impl<'s> Fluid<'s> {
             }
         }
         self.mix[h] = mix;
+        expired
     }
 
     /// A budget refuses the client's retries beyond its cap: those requests fail with the attempts
@@ -511,6 +522,23 @@ impl<'s> Fluid<'s> {
     }
 }
 
+/// What a step's attempts met, as the client hears it.
+#[derive(Debug, Clone, Copy)]
+struct StepOutcome {
+    /// Attempts the clients made, before their own defenses.
+    wanted: f64,
+    sent: f64,
+    /// Answered in time this step.
+    answered: f64,
+    /// Of this step's, those that will time out or were refused, and stacked ones that timed
+    /// out now.
+    failed: f64,
+    /// Refused by the pods (503).
+    refused: f64,
+    /// First attempts among the sent.
+    first: f64,
+}
+
 /// The client's defenses in the fluid: the loadgen's state machines (one client), fed a step's
 /// flows instead of single attempts.
 #[derive(Debug)]
@@ -558,19 +586,18 @@ impl Gate {
         keep
     }
 
-    /// A step's outcome: `wanted` attempts made, `sent` sent, `answered` in time, `refused` by
-    /// the pods, `first` of the sent ones first attempts. A breaker trips when a run of its
-    /// failures in a row is expected within the step (`sent x f^failures >= 1` at a failing
-    /// share `f`); half open, the step's attempts are its probes.
-    fn feedback(
-        &mut self,
-        t: f64,
-        wanted: f64,
-        sent: f64,
-        answered: f64,
-        refused: f64,
-        first: f64,
-    ) {
+    /// A step's outcome. A breaker trips when a run of its failures in a row is expected within
+    /// the step (`sent x f^failures >= 1` at the failing share `f` of what was sent); half open,
+    /// the step's attempts are its probes.
+    fn feedback(&mut self, t: f64, o: &StepOutcome) {
+        let StepOutcome {
+            wanted,
+            sent,
+            answered,
+            failed,
+            refused,
+            first,
+        } = *o;
         if let Some(th) = self.throttle.as_mut() {
             th.record(t, wanted, answered);
         }
@@ -591,7 +618,7 @@ impl Gate {
         if let Some(b) = self.breaker.as_mut()
             && sent > 0.0
         {
-            let f = (1.0 - answered / sent).clamp(0.0, 1.0);
+            let f = (failed / sent).clamp(0.0, 1.0);
             match b.state() {
                 BreakerState::HalfOpen { .. } if f > 0.5 => b.on_failure(t),
                 BreakerState::HalfOpen { .. } => (0..probes).for_each(|_| b.on_success()),
