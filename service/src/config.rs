@@ -232,8 +232,9 @@ struct DisciplineFlags {
     adaptive_backoff: Option<f64>,
 }
 
-/// The parameter flags each discipline takes.
-fn parameters(kind: DisciplineKind) -> &'static [&'static str] {
+/// The parameter flags each discipline takes (without `--`): a manifest lists `--discipline`
+/// alone and gets these from [`PodFlags::args`], since each kind refuses the others'.
+pub fn parameters(kind: DisciplineKind) -> &'static [&'static str] {
     match kind {
         DisciplineKind::Fifo | DisciplineKind::Lifo => &[],
         DisciplineKind::Codel => &["codel-target", "codel-interval"],

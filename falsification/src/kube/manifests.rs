@@ -30,6 +30,7 @@ use super::scale;
 use crate::invocation::{self, run_duration};
 use falsification_model::experiment::{GatewayKind, HpaSignal, Scenario};
 use falsification_model::hpa::{Behavior, PolicyKind, ScalingRules, SelectPolicy};
+use kit_defense::discipline::DisciplineKind;
 use loadgen::{Invocation, ScheduleError, TargetSource};
 use meter::MeterFlags;
 use meter::scrape::PodSource;
@@ -491,7 +492,7 @@ impl Manifests {
             .first_mut()
             .ok_or(ManifestError::Missing("service container"))?;
         c.image = Some(v.image.clone());
-        set_args(c, &v.pod.args())?;
+        set_pod_args(c, &v.pod)?;
 
         // The meter scrapes this namespace's pods.
         in_ns(&mut self.meter.metadata);
@@ -619,7 +620,7 @@ pub fn rollout_patch(
         .and_then(|p| p.containers.first())
         .cloned()
         .ok_or(ManifestError::Missing("service container"))?;
-    set_args(&mut c, &pod.args())?;
+    set_pod_args(&mut c, pod)?;
     Ok(serde_json::json!({
         "spec": {
             "template": {
@@ -628,6 +629,26 @@ pub fn rollout_patch(
             }
         }
     }))
+}
+
+/// The pod's flags on the service container: each in place of the base's, but a discipline's
+/// parameters, which the base cannot list (each kind refuses the others'), appended.
+fn set_pod_args(c: &mut Container, pod: &PodFlags) -> Result<(), ManifestError> {
+    let parameter = |a: &String| {
+        DisciplineKind::ALL.iter().any(|k| {
+            service::config::parameters(*k).iter().any(|p| {
+                a.strip_prefix("--")
+                    .is_some_and(|f| f.starts_with(&format!("{p}=")))
+            })
+        })
+    };
+    let (parameters, flags): (Vec<String>, Vec<String>) =
+        pod.args().into_iter().partition(parameter);
+    set_args(c, &flags)?;
+    let args = c.args.get_or_insert_with(Vec::new);
+    args.retain(|a| !parameter(a));
+    args.extend(parameters);
+    Ok(())
 }
 
 fn set_args(c: &mut Container, values: &[String]) -> Result<(), ManifestError> {
@@ -1316,6 +1337,38 @@ mod tests {
         );
         assert_eq!(args.len(), args_of(&m).len());
         assert!(patch["spec"].get("replicas").is_none());
+    }
+
+    #[test]
+    fn a_discipline_and_its_parameters_reach_the_service_container() {
+        let mut v = values(1, 5.0);
+        v.pod.discipline = Some(falsification_model::experiment::Discipline::Codel(
+            kit_defense::CodelParams {
+                target_s: 0.05,
+                interval_s: 1.0,
+            },
+        ));
+        let m = Manifests::new(&base_yaml(), &v).unwrap();
+        let args = args_of(&m);
+        for want in [
+            "--discipline=codel",
+            "--codel-target=50ms",
+            "--codel-interval=1s",
+        ] {
+            assert!(args.contains(&want.to_string()), "{want}: {args:?}");
+        }
+        // A rollout to another kind replaces the parameters, never adds another kind's.
+        let bounded = PodFlags {
+            discipline: Some(falsification_model::experiment::Discipline::Bounded { limit: 7 }),
+            ..v.pod.clone()
+        };
+        let patch = rollout_patch(&m.service, &bounded, "1").unwrap();
+        let args: Vec<String> = serde_json::from_value(
+            patch["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+        )
+        .unwrap();
+        assert!(args.contains(&"--queue-limit=7".to_string()), "{args:?}");
+        assert!(!args.iter().any(|a| a.starts_with("--codel-")), "{args:?}");
     }
 
     fn args_of(m: &Manifests) -> Vec<String> {
