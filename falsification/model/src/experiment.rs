@@ -1999,19 +1999,7 @@ impl Params {
             "timeout",
             required(context, "timeout", p.timeout)?.secs(),
         )?;
-        let retry_budget = match p.retry_budget {
-            None => None,
-            Some(ratio) if ratio >= 0.0 && ratio.is_finite() => Some(RetryBudget {
-                ratio,
-                min_per_s: p.retry_budget_min_per_s.unwrap_or(0.0).max(0.0),
-                ttl_s: positive(
-                    context,
-                    "retry_budget_ttl",
-                    required(context, "retry_budget_ttl", p.retry_budget_ttl)?.secs(),
-                )?,
-            }),
-            Some(ratio) => return Err(field_err(context, "retry_budget", ratio, "must be >= 0")),
-        };
+        let retry_budget = retry_budget(context, &p)?;
         let hpa = p.hpa.map(|h| h.resolve(context, pods)).transpose()?;
         let warmup_s = required(context, "warmup", p.warmup)?.secs();
         let horizon_s = positive(
@@ -2043,6 +2031,12 @@ impl Params {
         let rho = trace
             .as_ref()
             .map_or(rho, |t| t.mean_rate() / (f64::from(pods) * rate_per_pod));
+        let (discipline, client) = (
+            p.discipline
+                .unwrap_or_default()
+                .resolve(context, 1.0 / rate_per_pod)?,
+            p.client.unwrap_or_default().resolve(context)?,
+        );
         let fluid_dt_s = match p.fluid_dt {
             Some(d) => positive(context, "fluid_dt", d.secs())?,
             // 1/200 of the timeout: the figures are the same from 1/5000 to 1/100 (README).
@@ -2064,11 +2058,8 @@ impl Params {
                 Some(service) => service.resolve(context)?,
                 None => ServiceTime::EXPONENTIAL,
             },
-            discipline: p
-                .discipline
-                .unwrap_or_default()
-                .resolve(context, 1.0 / rate_per_pod)?,
-            client: p.client.unwrap_or_default().resolve(context)?,
+            discipline,
+            client,
             topology: p.topology.unwrap_or(Topology::Pooled),
             routing,
             bursts,
@@ -2090,6 +2081,23 @@ impl Params {
             fluid_dt_s,
             time_scale: 1.0,
         })
+    }
+}
+
+/// The client's retry budget of a case's parameters, if it has one.
+fn retry_budget(context: &str, p: &Params) -> Result<Option<RetryBudget>, ExperimentError> {
+    match p.retry_budget {
+        None => Ok(None),
+        Some(ratio) if ratio >= 0.0 && ratio.is_finite() => Ok(Some(RetryBudget {
+            ratio,
+            min_per_s: p.retry_budget_min_per_s.unwrap_or(0.0).max(0.0),
+            ttl_s: positive(
+                context,
+                "retry_budget_ttl",
+                required(context, "retry_budget_ttl", p.retry_budget_ttl)?.secs(),
+            )?,
+        })),
+        Some(ratio) => Err(field_err(context, "retry_budget", ratio, "must be >= 0")),
     }
 }
 

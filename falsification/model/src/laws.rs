@@ -109,6 +109,36 @@ pub fn ingress_escapes(a: f64, lambda: f64, target_utilization: f64, c: f64, max
     target_utilization < 1.0 && a * lambda < f64::from(replicas) * c
 }
 
+/// The longest a request the pod will serve can have waited, seconds, when its discipline
+/// bounds it: `limit / c` for a bounded queue, CoDel's target once the queue stands, an AIMD
+/// limit's latency threshold (its limit settles where the latency meets it). `None` for FIFO,
+/// LIFO and sharing, whose queues are unbounded.
+pub fn bounded_wait(d: Discipline, c: f64) -> Option<f64> {
+    match d {
+        Discipline::Bounded { limit } => Some(f64::from(limit) / c),
+        Discipline::Codel(p) => Some(p.target_s),
+        Discipline::Adaptive(a) => Some(a.latency_s),
+        Discipline::Fifo | Discipline::Lifo | Discipline::Sharing { .. } => None,
+    }
+}
+
+/// Whether a pod's discipline keeps it from holding debt against clients that wait `tau_out`:
+/// a bound on the wait under the timeout (a shed queue never holds more than its bound, so all
+/// it serves is answered in time and what it refuses costs no service), or LIFO (new arrivals
+/// go first, so once demand is under capacity they are answered and the old work waits for
+/// idle time). Then the failed state cannot sustain itself, whatever `A`.
+pub fn discipline_holds_no_debt(d: Discipline, c: f64, tau_out: f64) -> bool {
+    d == Discipline::Lifo || bounded_wait(d, c).is_some_and(|w| w < tau_out)
+}
+
+/// Whether a client defense stops retries (or all attempts) once the service fails for good:
+/// the retry quota runs dry (500 tokens pay 50 retries after timeouts), the throttle's
+/// rejection tends to 1 as accepts tend to 0, an open breaker sends nothing. The amplification
+/// of a sustained failure is then 1: the trap `A rho >= 1` becomes `rho >= 1`.
+pub fn client_stops_retrying(c: ClientDefenses) -> bool {
+    c.quota.is_some() || c.throttling.is_some() || c.breaker.is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,34 +229,28 @@ mod tests {
         assert!(ingress_escapes(3.0, 1000.0, 0.5, 100.0, 50)); // 3000 < 5000
         assert!(!ingress_escapes(3.0, 1000.0, 0.5, 100.0, 25)); // 3000 >= 2500
     }
-}
 
-/// The longest a request the pod will serve can have waited, seconds, when its discipline
-/// bounds it: `limit / c` for a bounded queue, CoDel's target once the queue stands, an AIMD
-/// limit's latency threshold (its limit settles where the latency meets it). `None` for FIFO,
-/// LIFO and sharing, whose queues are unbounded.
-pub fn bounded_wait(d: Discipline, c: f64) -> Option<f64> {
-    match d {
-        Discipline::Bounded { limit } => Some(f64::from(limit) / c),
-        Discipline::Codel(p) => Some(p.target_s),
-        Discipline::Adaptive(a) => Some(a.latency_s),
-        Discipline::Fifo | Discipline::Lifo | Discipline::Sharing { .. } => None,
+    #[test]
+    fn a_bound_under_the_timeout_or_lifo_holds_no_debt() {
+        use kit_defense::{ClientDefenses, Discipline, QuotaMode};
+        let bounded = |limit| Discipline::Bounded { limit };
+        assert_eq!(bounded_wait(bounded(50), 100.0), Some(0.5));
+        assert!(discipline_holds_no_debt(bounded(50), 100.0, 10.0));
+        assert!(
+            !discipline_holds_no_debt(bounded(2000), 100.0, 10.0),
+            "20 s of queue"
+        );
+        assert!(discipline_holds_no_debt(Discipline::Lifo, 100.0, 10.0));
+        assert!(!discipline_holds_no_debt(Discipline::Fifo, 100.0, 10.0));
+        assert!(!discipline_holds_no_debt(
+            Discipline::Sharing { limit: 8 },
+            100.0,
+            10.0
+        ));
+        let quota = ClientDefenses {
+            quota: Some(QuotaMode::Standard),
+            ..ClientDefenses::default()
+        };
+        assert!(client_stops_retrying(quota) && !client_stops_retrying(ClientDefenses::default()));
     }
-}
-
-/// Whether a pod's discipline keeps it from holding debt against clients that wait `tau_out`:
-/// a bound on the wait under the timeout (a shed queue never holds more than its bound, so all
-/// it serves is answered in time and what it refuses costs no service), or LIFO (new arrivals
-/// go first, so once demand is under capacity they are answered and the old work waits for
-/// idle time). Then the failed state cannot sustain itself, whatever `A`.
-pub fn discipline_holds_no_debt(d: Discipline, c: f64, tau_out: f64) -> bool {
-    d == Discipline::Lifo || bounded_wait(d, c).is_some_and(|w| w < tau_out)
-}
-
-/// Whether a client defense stops retries (or all attempts) once the service fails for good:
-/// the retry quota runs dry (500 tokens pay 50 retries after timeouts), the throttle's
-/// rejection tends to 1 as accepts tend to 0, an open breaker sends nothing. The amplification
-/// of a sustained failure is then 1: the trap `A rho >= 1` becomes `rho >= 1`.
-pub fn client_stops_retrying(c: ClientDefenses) -> bool {
-    c.quota.is_some() || c.throttling.is_some() || c.breaker.is_some()
 }

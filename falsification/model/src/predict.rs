@@ -160,24 +160,29 @@ pub fn fluid_outcome(s: &Scenario, topology: Topology) -> Result<Outcome, HpaErr
     ))
 }
 
-/// What the laws alone say; `None` fields where no closed form exists (e.g. recovery under an HPA).
-fn closed_form(s: &Scenario) -> Outcome {
-    // Pods that drop abandoned work carry no debt: the retries still arrive, but nothing past its
-    // timeout is served, so the laws' trap (A rho >= 1 of served work) cannot form. Its recovery
-    // has no closed form.
-    // So do pods whose discipline bounds their wait under the timeout or serves newest first
-    // (`laws::discipline_holds_no_debt`); a client defense that stops retrying once the service
-    // fails leaves `A` = 1 to the failed state (`laws::client_stops_retrying`).
-    let lambda = s.base_rate();
-    let c = s.rate_per_pod;
-    let tau = s.pod_timeout_s();
+/// Whether the pods hold no debt, and the amplification of a sustained failure. Pods that drop
+/// abandoned work carry no debt: the retries still arrive, but nothing past its timeout is
+/// served, so the laws' trap (A rho >= 1 of served work) cannot form, and its recovery has no
+/// closed form. So do pods whose discipline bounds their wait under the timeout or serves
+/// newest first (`laws::discipline_holds_no_debt`); a client defense that stops retrying once
+/// the service fails leaves `A` = 1 to the failed state (`laws::client_stops_retrying`).
+fn debt_and_amplification(s: &Scenario) -> (bool, f64) {
     let drops = s.abandoned == crate::experiment::Abandoned::Drop
-        || laws::discipline_holds_no_debt(s.discipline, c, tau);
+        || laws::discipline_holds_no_debt(s.discipline, s.rate_per_pod, s.pod_timeout_s());
     let a = if drops || laws::client_stops_retrying(s.client) {
         1.0
     } else {
         s.amplification()
     };
+    (drops, a)
+}
+
+/// What the laws alone say; `None` fields where no closed form exists (e.g. recovery under an HPA).
+fn closed_form(s: &Scenario) -> Outcome {
+    let (drops, a) = debt_and_amplification(s);
+    let lambda = s.base_rate();
+    let c = s.rate_per_pod;
+    let tau = s.pod_timeout_s();
     let (k, overload_s) = match s.event {
         LoadEvent::None => (1.0, s.horizon_s),
         LoadEvent::Spike { k, duration_s } => (k, duration_s),

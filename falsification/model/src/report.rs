@@ -161,21 +161,7 @@ fn case_text(out: &mut String, c: &CasePrediction) {
             );
         }
     }
-    if s.discipline != Discipline::Fifo || !s.client.is_none() {
-        let cost = |o: &Outcome| pct(o.base_refused);
-        let _ = writeln!(
-            out,
-            "  defense: pods {}, clients {}; refused at base load: fluid {} pooled, {} per pod{}",
-            s.discipline,
-            s.client,
-            cost(&c.fluid_pooled),
-            cost(&c.fluid_per_pod),
-            c.request_level.as_ref().map_or(String::new(), |r| format!(
-                ", request level {}",
-                cost(&r.median)
-            ))
-        );
-    }
+    defense_line(out, c);
     let v = &c.verdict_fluid_pooled;
     let _ = writeln!(
         out,
@@ -185,6 +171,28 @@ fn case_text(out: &mut String, c: &CasePrediction) {
             Judgement::Refuted => format!("REFUTED: {}", v.reason),
             j => format!("{j}: {}", v.reason),
         }
+    );
+}
+
+/// A case's defenses and what each model says they refuse at base load (F11); nothing for FIFO
+/// pods and bare clients.
+fn defense_line(out: &mut String, c: &CasePrediction) {
+    let s = &c.parameters;
+    if s.discipline == Discipline::Fifo && s.client.is_none() {
+        return;
+    }
+    let cost = |o: &Outcome| pct(o.base_refused);
+    let _ = writeln!(
+        out,
+        "  defense: pods {}, clients {}; refused at base load: fluid {} pooled, {} per pod{}",
+        s.discipline,
+        s.client,
+        cost(&c.fluid_pooled),
+        cost(&c.fluid_per_pod),
+        c.request_level.as_ref().map_or(String::new(), |r| format!(
+            ", request level {}",
+            cost(&r.median)
+        ))
     );
 }
 
