@@ -614,7 +614,7 @@ mod tests {
         );
         let json = output::json(&r);
         assert_eq!(json["service"]["discipline"]["kind"], "codel");
-        assert_eq!(json["layers"][0]["defenses"]["quota"], "adaptive");
+        assert_eq!(json["layers"][0]["defenses"]["quota"], "aws-adaptive");
         assert_eq!(json["layers"][1]["budget"]["kind"], "in-flight");
     }
 

@@ -193,6 +193,78 @@ fn ms(s: f64) -> String {
     }
 }
 
+/// A queue discipline as a flag, a file or an experiment writes it: its kind and the parameters
+/// given. The rest take [`Discipline::with_defaults`] for the pods' mean service time (which a
+/// reader of files may not know yet: see [`DisciplineSpec::needs_service_time`]). The pod's
+/// flags, an experiment's `discipline` and `check`'s stack file all resolve through it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DisciplineSpec {
+    pub kind: DisciplineKind,
+    pub target_s: Option<f64>,
+    pub interval_s: Option<f64>,
+    pub limit: Option<u32>,
+    pub initial: Option<u32>,
+    pub min: Option<u32>,
+    pub max: Option<u32>,
+    pub latency_s: Option<f64>,
+    pub backoff: Option<f64>,
+}
+
+impl DisciplineSpec {
+    /// A kind with its defaults.
+    pub fn of(kind: DisciplineKind) -> DisciplineSpec {
+        DisciplineSpec {
+            kind,
+            target_s: None,
+            interval_s: None,
+            limit: None,
+            initial: None,
+            min: None,
+            max: None,
+            latency_s: None,
+            backoff: None,
+        }
+    }
+
+    /// Whether a default left out is in service times (CoDel's times, the AIMD latency).
+    pub fn needs_service_time(&self) -> bool {
+        match self.kind {
+            DisciplineKind::Codel => self.target_s.is_none() || self.interval_s.is_none(),
+            DisciplineKind::Adaptive => self.latency_s.is_none(),
+            _ => false,
+        }
+    }
+
+    /// The discipline, given the pods' mean service time when [`Self::needs_service_time`];
+    /// `Err` names the parameter out of range.
+    pub fn resolve(&self, mean_service_s: Option<f64>) -> Result<Discipline, ParamError> {
+        // NaN is never read: a kind whose defaults are in service times has them all given
+        // when the time is unknown (the caller asks for it otherwise).
+        let base = Discipline::with_defaults(self.kind, mean_service_s.unwrap_or(f64::NAN));
+        let d = match base {
+            Discipline::Codel(c) => Discipline::Codel(CodelParams {
+                target_s: self.target_s.unwrap_or(c.target_s),
+                interval_s: self.interval_s.unwrap_or(c.interval_s),
+            }),
+            Discipline::Bounded { limit } => Discipline::Bounded {
+                limit: self.limit.unwrap_or(limit),
+            },
+            Discipline::Sharing { limit } => Discipline::Sharing {
+                limit: self.limit.unwrap_or(limit),
+            },
+            Discipline::Adaptive(a) => Discipline::Adaptive(AimdParams {
+                initial: self.initial.unwrap_or(a.initial),
+                min: self.min.unwrap_or(a.min),
+                max: self.max.unwrap_or(a.max),
+                latency_s: self.latency_s.unwrap_or(a.latency_s),
+                backoff: self.backoff.unwrap_or(a.backoff),
+            }),
+            other => other,
+        };
+        d.validate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,8 @@ use clap::error::ErrorKind;
 use clap::{ArgMatches, Args, FromArgMatches, Parser};
 use kit_argv::Argv;
 use kit_defense::discipline::DisciplineKind;
-use kit_defense::{AimdParams, CodelParams, Discipline, ParamError};
+use kit_defense::discipline::DisciplineSpec;
+use kit_defense::{Discipline, ParamError};
 use kit_dist::Shape;
 
 use crate::backlog::{Abandoned, ServiceTime};
@@ -287,29 +288,20 @@ impl DisciplineFlags {
             ));
         }
         let secs = |d: &humantime::Duration| d.as_secs_f64();
-        let d = match Discipline::with_defaults(kind, 1.0 / rate) {
-            Discipline::Codel(c) => Discipline::Codel(CodelParams {
-                target_s: self.codel_target.as_ref().map_or(c.target_s, secs),
-                interval_s: self.codel_interval.as_ref().map_or(c.interval_s, secs),
-            }),
-            Discipline::Bounded { limit } => Discipline::Bounded {
-                limit: self.queue_limit.unwrap_or(limit),
-            },
-            Discipline::Sharing { limit } => Discipline::Sharing {
-                limit: self.queue_limit.unwrap_or(limit),
-            },
-            Discipline::Adaptive(a) => Discipline::Adaptive(AimdParams {
-                initial: self.adaptive_initial.unwrap_or(a.initial),
-                min: self.adaptive_min.unwrap_or(a.min),
-                max: self.adaptive_max.unwrap_or(a.max),
-                latency_s: self.adaptive_latency.as_ref().map_or(a.latency_s, secs),
-                backoff: self.adaptive_backoff.unwrap_or(a.backoff),
-            }),
-            other => other,
-        };
-        d.validate()
-            .map(DisciplineArg)
-            .map_err(|e| self.invalid(&e))
+        DisciplineSpec {
+            kind,
+            target_s: self.codel_target.as_ref().map(secs),
+            interval_s: self.codel_interval.as_ref().map(secs),
+            limit: self.queue_limit,
+            initial: self.adaptive_initial,
+            min: self.adaptive_min,
+            max: self.adaptive_max,
+            latency_s: self.adaptive_latency.as_ref().map(secs),
+            backoff: self.adaptive_backoff,
+        }
+        .resolve(Some(1.0 / rate))
+        .map(DisciplineArg)
+        .map_err(|e| self.invalid(&e))
     }
 
     /// A value out of range, by its flag (kit-defense names each field as the flag reads,
@@ -501,6 +493,7 @@ fn parse_log_size(s: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kit_defense::{AimdParams, CodelParams};
 
     #[test]
     fn defaults_match_the_spec() {

@@ -8,9 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use kit_defense::breaker::BreakerParams;
-use kit_defense::codel::CodelParams;
-use kit_defense::concurrency::AimdParams;
-use kit_defense::discipline::DisciplineKind;
+use kit_defense::discipline::{DisciplineKind, DisciplineSpec};
 use kit_defense::throttle::ThrottleParams;
 pub use kit_defense::{ClientDefenses, Discipline, QuotaMode};
 use serde::{Deserialize, Serialize};
@@ -1539,28 +1537,19 @@ impl DisciplineParams {
     }
 
     fn resolve(self, context: &str, mean_service_s: f64) -> Result<Discipline, ExperimentError> {
-        let kind = self.kind.unwrap_or(DisciplineKind::Fifo);
-        let d = match Discipline::with_defaults(kind, mean_service_s) {
-            Discipline::Codel(c) => Discipline::Codel(CodelParams {
-                target_s: self.target.map_or(c.target_s, Span::secs),
-                interval_s: self.interval.map_or(c.interval_s, Span::secs),
-            }),
-            Discipline::Bounded { limit } => Discipline::Bounded {
-                limit: self.limit.unwrap_or(limit),
-            },
-            Discipline::Sharing { limit } => Discipline::Sharing {
-                limit: self.limit.unwrap_or(limit),
-            },
-            Discipline::Adaptive(a) => Discipline::Adaptive(AimdParams {
-                initial: self.initial.unwrap_or(a.initial),
-                min: self.min.unwrap_or(a.min),
-                max: self.max.unwrap_or(a.max),
-                latency_s: self.latency.map_or(a.latency_s, Span::secs),
-                backoff: self.backoff.unwrap_or(a.backoff),
-            }),
-            other => other,
-        };
-        d.validate().map_err(|e| defense_err(context, e))
+        DisciplineSpec {
+            kind: self.kind.unwrap_or(DisciplineKind::Fifo),
+            target_s: self.target.map(Span::secs),
+            interval_s: self.interval.map(Span::secs),
+            limit: self.limit,
+            initial: self.initial,
+            min: self.min,
+            max: self.max,
+            latency_s: self.latency.map(Span::secs),
+            backoff: self.backoff,
+        }
+        .resolve(Some(mean_service_s))
+        .map_err(|e| defense_err(context, e))
     }
 }
 
