@@ -550,6 +550,9 @@ struct Gate {
     limiter: Option<AdaptiveRate>,
     /// The retry quota's tokens, as a flow.
     tokens: Option<f64>,
+    /// The open breaker refused this step's attempts: they never reach the throttle (the
+    /// loadgen's gate order).
+    broken: bool,
 }
 
 impl Gate {
@@ -562,18 +565,21 @@ impl Gate {
             probes: c.breaker.map_or(0, |b| b.probes),
             limiter: (c.quota == Some(QuotaMode::Adaptive)).then(|| AdaptiveRate::new(start)),
             tokens: c.quota.map(|_| f64::from(AWS_STANDARD.capacity)),
+            broken: false,
         }
     }
 
     /// The share of `total` attempts the client lets go at `t`: none through an open breaker,
     /// `1 - p` through the throttle, what the adaptive limiter has tokens for within `tau`.
     fn admit(&mut self, t: f64, total: f64, tau: f64) -> f64 {
+        self.broken = false;
         if total <= 0.0 {
             return 1.0;
         }
         if let Some(b) = self.breaker.as_mut()
             && !b.allow(t)
         {
+            self.broken = true;
             return 0.0;
         }
         let mut keep = 1.0;
@@ -599,7 +605,7 @@ impl Gate {
             first,
         } = *o;
         if let Some(th) = self.throttle.as_mut() {
-            th.record(t, wanted, answered);
+            th.record(t, if self.broken { 0.0 } else { wanted }, answered);
         }
         if let Some(l) = self.limiter.as_mut() {
             l.on_responses(t, answered + refused, refused > 0.0);
