@@ -989,7 +989,7 @@ mod tests {
         let mut defended = s.clone();
         defended.meta.client.quota = Some(kit_defense::QuotaMode::Adaptive);
         let json = serde_json::to_value(&defended).unwrap();
-        assert_eq!(json["client"], serde_json::json!({"quota": "adaptive"}));
+        assert_eq!(json["client"], serde_json::json!({"quota": "aws-adaptive"}));
     }
 
     /// A `--stdout-rows` line, printed and read back (floats to within JSON's decimal round trip).
