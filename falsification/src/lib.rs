@@ -10,6 +10,8 @@
 //!   HAProxy or nginx for F5).
 //! - `kube`: a Kubernetes cluster through its API; the only module that knows kube-rs.
 //! - `trigger`: the destructive trigger test against a staging target.
+//! - `page`: a record's `report.html`, drawn from its files (at the end of a run, and by
+//!   `falsification report` for any record).
 //! - `falsification check` is the `kit-check` crate's command line (`cli::check`); `trigger`
 //!   takes a stack's `A` from it.
 //! - leaves: `gateway` (the proxies' configuration and counters, pure), `invocation` (the
@@ -23,6 +25,7 @@ mod embedded;
 mod gateway;
 mod invocation;
 mod kube;
+mod page;
 mod process;
 mod progress;
 mod runner;

@@ -370,6 +370,40 @@ fn trigger_deciders_do_io(root: &Path) -> Vec<String> {
     })
 }
 
+/// Rule: a record's page is drawn from its files alone, so a page written at the end of a run
+/// and one written later by `falsification report` are the same page: `page/` never names the
+/// live state of a run (the runner's samples, measurements, plans and results, a backend), and
+/// only mod.rs and read.rs do I/O.
+fn page_beyond_the_record(root: &Path) -> Vec<String> {
+    let live = [
+        "CaseResult",
+        "Measured",
+        "Sample",
+        "RunPlan",
+        "Session",
+        "Observation",
+        "embedded",
+        "kube",
+        "probe",
+        "seam",
+    ];
+    let mut out = names_in(root, "falsification/src/page", &live, |_| true);
+    let io = [
+        "std::fs",
+        "File",
+        "std::process",
+        "std::net",
+        "Instant",
+        "SystemTime",
+        "tokio",
+        "write_atomically",
+    ];
+    out.extend(names_in(root, "falsification/src/page", &io, |p| {
+        !p.ends_with("/mod.rs") && !p.ends_with("/read.rs")
+    }));
+    out
+}
+
 // ---------------------------------------------------------------------------------------------
 // The rules on this workspace.
 
@@ -440,6 +474,12 @@ fn the_model_reads_only_its_files_and_one_clock() {
 #[test]
 fn the_trigger_decides_without_io() {
     let v = trigger_deciders_do_io(&root());
+    assert!(v.is_empty(), "{}", v.join("\n"));
+}
+
+#[test]
+fn the_page_is_drawn_from_the_record_alone() {
+    let v = page_beyond_the_record(&root());
     assert!(v.is_empty(), "{}", v.join("\n"));
 }
 
@@ -664,6 +704,21 @@ fn the_trigger_rule_fails_on_a_clock_read_in_stop() {
     let v = trigger_deciders_do_io(tmp.path());
     assert!(
         reported(&v, "falsification/src/trigger/stop.rs:", "Instant"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn the_page_rule_fails_on_a_run_result_or_a_file_read_in_a_pure_page() {
+    let tmp = broken_copy(
+        &["falsification/src/page"],
+        "falsification/src/page/case.rs",
+        "fn planted(r: &crate::runner::CaseResult) -> String { std::fs::read_to_string(&r.dir).unwrap() }",
+    );
+    let v = page_beyond_the_record(tmp.path());
+    assert!(
+        reported(&v, "falsification/src/page/case.rs:", "CaseResult")
+            && reported(&v, "falsification/src/page/case.rs:", "std::fs"),
         "{v:?}"
     );
 }

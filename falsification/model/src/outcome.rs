@@ -490,7 +490,7 @@ pub struct Expect {
 /// The one verdict on a run, modelled or measured: what its refutation rule made of it, or none
 /// for a measured run that did not go to its end. Its words are the records' (`summary.json`,
 /// `predict --format json`, the reports).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Judgement {
     Held,

@@ -5,17 +5,15 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
 use clap::Args;
-use plotters::style::RGBColor;
 use serde::Serialize;
 
 use super::run::{CommonArgs, Selection};
 use crate::kube::{ClusterFacts, Kube};
+use crate::page;
 use crate::runner::intervention::Outage;
 use crate::runner::judge::{BAND, LOST_BAND};
-use crate::runner::{CaseResult, RunOptions, Session, plot, record, run_all};
-use crate::table::Table;
+use crate::runner::{CaseResult, RunOptions, Session, record, run_all};
 use falsification_model::experiment::{Case, Experiment};
 
 #[derive(Debug, Args)]
@@ -121,27 +119,6 @@ fn outage_cell(o: Option<&Outage>) -> String {
     }
 }
 
-/// `(t_exp_s, pods_desired, pods_ready)` of a record's `timeseries.csv`.
-fn pods_over_time(dir: &Path) -> anyhow::Result<Vec<(f64, f64, f64)>> {
-    let path = dir.join("timeseries.csv");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let t = Table::parse(&text).with_context(|| format!("{}", path.display()))?;
-    let col = |name: &str| {
-        t.column(name)
-            .with_context(|| format!("{}", path.display()))
-    };
-    let (time, desired, ready) = (col("t_exp_s")?, col("pods_desired")?, col("pods_ready")?);
-    Ok(t.rows()
-        .filter_map(|r| Some((r.number(time)?, r.number(desired)?, r.number(ready)?)))
-        .collect())
-}
-
-const EMULATED: RGBColor = RGBColor(31, 119, 180);
-const UPSTREAM: RGBColor = RGBColor(214, 39, 40);
-const EMULATED_READY: RGBColor = RGBColor(120, 170, 220);
-const UPSTREAM_READY: RGBColor = RGBColor(240, 140, 130);
-
 /// `falsification compare`.
 pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     let list = args.select.cases(&args.common.overrides())?;
@@ -165,6 +142,10 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     )?;
     print!("{md}");
     println!("\ncomparison: {}", dir.join("compare.md").display());
+    for s in [&emulated, &upstream] {
+        println!("page: {}", page::write(&s.dir)?.display());
+    }
+    println!("{}", page::open_line(&page::write(&dir)?));
     for s in [&emulated, &upstream] {
         if !s.failures.is_empty() {
             anyhow::bail!(
@@ -210,7 +191,7 @@ fn run_both(
     Ok((emulated, upstream))
 }
 
-/// `compare.md` (returned), `compare.json` and one `pods-<case>.svg` per case in `dir`.
+/// `compare.md` (returned) and `compare.json` (the two sessions and each case's figures) in `dir`.
 fn write_comparison(
     dir: &Path,
     id: &str,
@@ -241,7 +222,6 @@ fn write_comparison(
     for (em, up) in emulated.results.iter().zip(&upstream.results) {
         let f = figures(em, up, time_scale);
         case_section(&mut md, em, up, &f);
-        plot_pods(dir, em, up)?;
         all.push((em.case.clone(), f));
     }
     if emulated.results.len() != upstream.results.len() {
@@ -261,7 +241,18 @@ fn write_comparison(
          does per new connection; the upstream record's rows are 1 s of run time."
     );
     record::write(dir, "compare.md", &md)?;
-    record::write(dir, "compare.json", &record::json(&all))?;
+    #[derive(Serialize)]
+    struct CompareFile<'a> {
+        emulated: &'a Path,
+        upstream: &'a Path,
+        cases: Vec<(String, Vec<Figure>)>,
+    }
+    let file = CompareFile {
+        emulated: &emulated.dir,
+        upstream: &upstream.dir,
+        cases: all,
+    };
+    record::write(dir, "compare.json", &record::json(&file))?;
     Ok(md)
 }
 
@@ -284,33 +275,9 @@ fn case_section(md: &mut String, em: &CaseResult, up: &CaseResult, figures: &[Fi
     }
     let _ = writeln!(
         md,
-        "\nVerdicts: emulated {}, upstream {}. Plot: `pods-{}.svg`.",
-        em.verdict, up.verdict, em.case
+        "\nVerdicts: emulated {}, upstream {}.",
+        em.verdict, up.verdict
     );
-}
-
-/// `pods-<case>.svg`: desired and ready pods over time under both HPAs.
-fn plot_pods(dir: &Path, em: &CaseResult, up: &CaseResult) -> anyhow::Result<()> {
-    let (a, b) = (pods_over_time(&em.dir)?, pods_over_time(&up.dir)?);
-    let series = |v: &[(f64, f64, f64)], ready: bool| -> Vec<(f64, f64)> {
-        v.iter()
-            .map(|(t, d, r)| (*t, if ready { *r } else { *d }))
-            .collect()
-    };
-    plot::chart(
-        &dir.join(format!("pods-{}.svg", em.case)),
-        &format!(
-            "{} {}: pods, emulated vs upstream HPA",
-            em.experiment, em.case
-        ),
-        "pods",
-        &[
-            ("desired, emulated", EMULATED, series(&a, false)),
-            ("ready, emulated", EMULATED_READY, series(&a, true)),
-            ("desired, upstream", UPSTREAM, series(&b, false)),
-            ("ready, upstream", UPSTREAM_READY, series(&b, true)),
-        ],
-    )
 }
 
 #[cfg(test)]
@@ -354,7 +321,6 @@ mod tests {
             stack: None,
             sweep: None,
             outage: None,
-            series: Default::default(),
         }
     }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use super::{ClusterArg, Format};
+use super::Format;
 use crate::runner::fidelity::{RecordSummary, Table};
 
 #[derive(Debug, Args)]
@@ -35,13 +35,7 @@ pub fn fidelity(args: &FidelityArgs) -> anyhow::Result<()> {
             .with_context(|| format!("reading {}", path.display()))?;
         let summary: RecordSummary = serde_json::from_str(&text)
             .with_context(|| format!("{}: not a complete record's summary", path.display()))?;
-        // The record names its cluster (`embedded`, `kube: kind ...`); the flag is its kind.
-        let cluster = if summary.cluster.starts_with(ClusterArg::Kube.name()) {
-            ClusterArg::Kube
-        } else {
-            ClusterArg::Embedded
-        };
-        tables.push(Table::of(&summary, cluster.name()));
+        tables.push(Table::of(&summary));
     }
     let out = match args.format {
         Format::Text => tables

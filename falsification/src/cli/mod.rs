@@ -4,6 +4,7 @@ mod check;
 mod cluster;
 mod compare;
 mod fidelity;
+mod page;
 mod run;
 mod trigger;
 
@@ -60,6 +61,9 @@ pub enum Command {
     /// Put every measured figure of records (or sessions) beside each model's prediction for
     /// the configuration that ran, with the ratio, and mark what is outside 10%.
     Fidelity(fidelity::FidelityArgs),
+    /// Write the page of records (`report.html`: verdicts, the configuration, measured beside
+    /// each model, plots, events, the command), also for records written by older versions.
+    Report(page::ReportArgs),
     /// The one-machine cluster's controller-manager and metrics-server flags at a time scale
     /// (for scripts/local-cluster-up.sh).
     #[command(hide = true)]
@@ -369,6 +373,7 @@ fn run_command(command: Command) -> anyhow::Result<()> {
         Command::Manifests(args) => run::manifests(&args),
         Command::Compare(args) => compare::compare(&args),
         Command::Fidelity(args) => fidelity::fidelity(&args),
+        Command::Report(args) => page::report(&args),
         Command::LocalClusterFlags(args) => cluster::local_cluster_flags(&args),
         Command::KindConfig(args) => cluster::kind_config(&args),
         Command::Check(_) | Command::Trigger(_) => {

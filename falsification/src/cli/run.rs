@@ -305,9 +305,11 @@ pub(crate) fn cases(
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
     let s = common.run_all(label, list)?;
     print!("{}", report::text(&s.dir, &s.results));
+    let page = crate::page::write(&s.dir)?;
+    let open = crate::page::open_line(&page);
     if !s.failures.is_empty() {
         anyhow::bail!(
-            "{} of {} cases failed ({}); records in {}",
+            "{} of {} cases failed ({}); records in {}\n{open}",
             s.failures.len(),
             list.len(),
             s.failures.join("; "),
@@ -315,8 +317,12 @@ fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> any
         );
     }
     if s.results.iter().any(|r| !r.complete) {
-        anyhow::bail!("interrupted; the partial record is in {}", s.dir.display());
+        anyhow::bail!(
+            "interrupted; the partial record is in {}\n{open}",
+            s.dir.display()
+        );
     }
+    println!("{open}");
     Ok(())
 }
 

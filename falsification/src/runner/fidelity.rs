@@ -85,9 +85,22 @@ pub struct Table {
     pub figures: Vec<Figure>,
 }
 
+impl RecordSummary {
+    /// The `--cluster` value that runs this record again: the record names its cluster
+    /// (`embedded`, `kube: kind ...`).
+    pub fn cluster_flag(&self) -> &'static str {
+        if self.cluster.starts_with("kube") {
+            "kube"
+        } else {
+            "embedded"
+        }
+    }
+}
+
 impl Table {
-    /// The table of one record; `cluster` is the `--cluster` value that runs it again.
-    pub fn of(s: &RecordSummary, cluster: &str) -> Table {
+    /// The table of one record.
+    pub fn of(s: &RecordSummary) -> Table {
+        let cluster = s.cluster_flag();
         let request = s
             .predicted
             .cases
@@ -224,7 +237,8 @@ impl Compared {
 }
 
 impl Value {
-    fn text(&self) -> String {
+    /// As the tables print it: whole numbers plain, fractions as a percentage, `—` for none.
+    pub fn text(&self) -> String {
         match self {
             Value::Number(x) if x.fract() == 0.0 => format!("{x:.0}"),
             Value::Number(x) if x.abs() < 1.0 => format!("{:.1}%", x * 100.0),
@@ -281,14 +295,11 @@ mod tests {
 
     #[test]
     fn figures_within_the_band_are_plain_and_the_rest_marked() {
-        let t = Table::of(
-            &summary(
-                outcome(Some(680.0), 0.091, 22),
-                outcome(Some(690.0), 0.090, 22),
-                outcome(Some(265.0), 0.223, 20),
-            ),
-            "embedded",
-        );
+        let t = Table::of(&summary(
+            outcome(Some(680.0), 0.091, 22),
+            outcome(Some(690.0), 0.090, 22),
+            outcome(Some(265.0), 0.223, 20),
+        ));
         let strict = &t.figures[1];
         let per_pod = strict.predicted[0].as_ref().unwrap();
         assert!(!per_pod.outside && (per_pod.ratio.unwrap() - 680.0 / 690.0).abs() < 1e-12);
@@ -308,14 +319,11 @@ mod tests {
 
     #[test]
     fn a_figure_one_side_lacks_and_a_state_that_differs_are_outside() {
-        let t = Table::of(
-            &summary(
-                outcome(Some(500.0), 0.1, 22),
-                outcome(None, 0.97, 45),
-                outcome(None, 0.97, 45),
-            ),
-            "embedded",
-        );
+        let t = Table::of(&summary(
+            outcome(Some(500.0), 0.1, 22),
+            outcome(None, 0.97, 45),
+            outcome(None, 0.97, 45),
+        ));
         let state = t.figures[0].predicted[0].as_ref().unwrap();
         assert!(state.outside);
         let strict = t.figures[1].predicted[0].as_ref().unwrap();
@@ -342,7 +350,7 @@ mod tests {
             "predicted": { "cases": [ { "request_level": outcome(Some(34.0), 0.09, 22) } ] },
         });
         let s: RecordSummary = serde_json::from_value(json).unwrap();
-        let t = Table::of(&s, "embedded");
+        let t = Table::of(&s);
         let request = t.figures[1].predicted[2].as_ref().unwrap();
         assert_eq!(
             request.value,

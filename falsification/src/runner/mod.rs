@@ -20,7 +20,6 @@ pub mod judge;
 mod lag;
 pub mod pacing;
 mod plan;
-pub mod plot;
 pub mod probe;
 pub mod record;
 pub mod report;
@@ -98,10 +97,6 @@ pub struct CaseResult {
     pub sweep: Option<falsification_model::threshold::SweepPoint>,
     /// With a meter outage (F9): what the HPA did while the meter was down.
     pub outage: Option<intervention::Outage>,
-    /// Measured ready pods and successes per second over experiment time, and the pooled and
-    /// per-pod fluid's ready pods, for the session's side-by-side plots.
-    #[serde(skip)]
-    pub series: report::Series,
 }
 
 /// A flag set on Ctrl-C (SIGINT) or SIGTERM; every case stops at it and writes what it has.

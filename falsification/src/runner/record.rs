@@ -139,6 +139,41 @@ pub fn csv(samples: &[Sample], record: &Record, time_scale: f64) -> String {
     out
 }
 
+/// The models' curves a record holds beside its measurement.
+pub const MODELS_CSV: &str = "models.csv";
+
+/// `models.csv`: each fluid model's ready pods, goodput (attempts answered, per run second) and
+/// largest wait (experiment seconds) over the record's rows of `row_step_s` run seconds: a row's
+/// mean goodput, its last pods, its largest wait. The page draws them beside the measurement at
+/// the measurement's own resolution (a model's step-by-step goodput alternates at its `dt`).
+pub fn models_csv(models: &[(&str, &Record)], row_step_s: f64, time_scale: f64) -> String {
+    let mut out = String::from("model,t_exp_s,pods_ready,goodput_per_s,max_wait_exp_s\n");
+    for (name, r) in models {
+        let Some(t0) = r.rows.first().map(|x| x.t) else {
+            continue;
+        };
+        let row_of = |t: f64| ((t - t0) / row_step_s + 1e-9).floor();
+        for rows in r.rows.chunk_by(|a, b| row_of(a.t) == row_of(b.t)) {
+            let answered: f64 = rows
+                .iter()
+                .map(|x| (x.attempts - x.failed()).max(0.0))
+                .sum();
+            let span = rows.len() as f64 * r.step_s;
+            let wait = rows.iter().map(|x| x.max_wait_s).fold(0.0, f64::max);
+            let last = rows[rows.len() - 1];
+            let _ = writeln!(
+                out,
+                "{name},{:.1},{},{:.3},{:.4}",
+                (t0 + row_of(rows[0].t) * row_step_s) * time_scale,
+                last.pods_ready,
+                answered / span,
+                wait * time_scale,
+            );
+        }
+    }
+    out
+}
+
 /// `pods.csv`: one line per pod per row, long format. Counts are the row's (the difference of
 /// the pod's own counters since its previous line; all it counted before, on its first line).
 pub fn pods_csv(samples: &[Sample], pods: &[Vec<(String, PodQueue)>], time_scale: f64) -> String {

@@ -324,7 +324,7 @@ pub fn finish(
 ) -> anyhow::Result<CaseResult> {
     let assessment = assess(e, case, plan, m)?;
     let summary = summary(e, case, plan, description, m, &assessment);
-    let result = case_result(&summary, plan, m);
+    let result = case_result(&summary, plan);
     write_record(plan, m, &assessment)?;
     record::write(
         &plan.dir,
@@ -571,8 +571,7 @@ fn summary<'a>(
 
 /// What the case gave, for the index and the command's output: the summary's figures and the
 /// measured curves.
-fn case_result(summary: &Summary, plan: &RunPlan, m: &Measured) -> CaseResult {
-    let s = summary.time_scale;
+fn case_result(summary: &Summary, plan: &RunPlan) -> CaseResult {
     let dir = &plan.dir;
     CaseResult {
         experiment: summary.experiment.into(),
@@ -593,26 +592,13 @@ fn case_result(summary: &Summary, plan: &RunPlan, m: &Measured) -> CaseResult {
         stack: summary.stack,
         sweep: SweepPoint::of(&plan.experiment),
         outage: summary.interventions.and_then(|i| i.outage),
-        series: Series {
-            pods_ready: m
-                .samples
-                .iter()
-                .map(|x| (x.t * s, f64::from(x.pods_ready)))
-                .collect(),
-            successes: m
-                .samples
-                .iter()
-                .map(|x| (x.t * s, x.load.successes / m.step))
-                .collect(),
-        },
     }
 }
 
-/// The record's rows and plots: `timeseries.csv`, `decisions.csv`, `events.csv`, `pods.csv`,
-/// the measured curves beside the fluid ones, and every pod's wait.
+/// The record's rows: `timeseries.csv`, `decisions.csv`, `events.csv`, `pods.csv`, and the fluid
+/// curves of the configuration that ran (`models.csv`); its page draws them.
 fn write_record(plan: &RunPlan, m: &Measured, a: &Assessment) -> anyhow::Result<()> {
     let (dir, s) = (&plan.dir, plan.time_scale);
-    let timeout_s = plan.run.pod_timeout_s();
     let pooled_curve = fluid::simulate(&a.ran, Topology::Pooled)?;
     let per_pod_curve = fluid::simulate(&a.ran, Topology::PerPod)?;
     record::write(
@@ -623,26 +609,16 @@ fn write_record(plan: &RunPlan, m: &Measured, a: &Assessment) -> anyhow::Result<
     record::write(dir, "decisions.csv", &decisions_csv(m, s))?;
     record::write(dir, "events.csv", &events_csv(m, s))?;
     record::write(dir, "pods.csv", &record::pods_csv(&m.samples, &m.pods, s))?;
-    super::plot::draw(
+    record::write(
         dir,
-        &m.samples,
-        &a.record,
-        &pooled_curve,
-        &per_pod_curve,
-        s,
-        timeout_s,
+        record::MODELS_CSV,
+        &record::models_csv(
+            &[("per-pod", &per_pod_curve), ("pooled", &pooled_curve)],
+            m.step,
+            s,
+        ),
     )?;
-    if plan.run.hpa.is_some() {
-        super::plot::lag(dir, &a.lags)?;
-    }
-    super::plot::pod_waits(
-        dir,
-        &m.samples,
-        &m.pods,
-        s,
-        timeout_s,
-        a.criteria.drained_below_s(&a.record),
-    )
+    Ok(())
 }
 
 fn decisions_csv(m: &Measured, s: f64) -> String {
@@ -797,8 +773,8 @@ fn markdown(e: &Experiment, r: &CaseResult, summary: &Summary, rs: &Scenario) ->
     let _ = writeln!(
         o,
         "\nFiles: `experiment.toml`, `timeseries.csv`, `decisions.csv`, `events.csv`, \
-         `summary.json`, `pods.csv`, `pods.svg`, `goodput.svg`, `wait.svg`, `lag.svg` (autoscaled), `pod-waits.svg` \
-         (every pod's wait: a steady queue under the timeout is not debt), `loadgen/`, `logs/`."
+         `summary.json`, `pods.csv`, `models.csv` (the fluid models' curves), `loadgen/`, `logs/`; \
+         the plots (pods, goodput, waits, every pod's wait, signals, lag) are in `report.html`."
     );
     o
 }
@@ -849,7 +825,7 @@ fn lag_section(o: &mut String, l: &LagJson, signal: HpaSignal) {
          change of the first-attempt demand, the first row of the meter's {} beyond the HPA's \
          tolerance band around the pods it had, the decision, the ready pods reaching the decided \
          count (experiment seconds from the load event; rows are the record's, so a crossing is \
-         known to a row). Plot: `lag.svg`.\n",
+         known to a row). Plot: in `report.html`.\n",
         d.scale_ups,
         d.scale_downs,
         lag::gauge_name(signal)
@@ -1118,14 +1094,6 @@ fn agreement(o: &mut String, r: &CaseResult) {
     }
 }
 
-/// A case's measured curves over experiment time, for the session's plots.
-#[derive(Debug, Clone, Default)]
-pub struct Series {
-    pub pods_ready: Vec<(f64, f64)>,
-    /// Logical requests answered in time, per second of run time.
-    pub successes: Vec<(f64, f64)>,
-}
-
 /// The cases of a session that scale a sustained step: the ones Definition 9 compares.
 fn stepped(results: &[CaseResult]) -> Vec<&CaseResult> {
     results
@@ -1145,8 +1113,8 @@ fn provisioning_table(o: &mut String, results: &[CaseResult]) {
         "\n## The signals side by side (the publication's Definition 9)\n\n\
          Time until ready capacity meets the demand, peak pods over the pods needed at the target, \
          first-attempt work lost in seconds of the stepped demand (and as a fraction), and the state \
-         at the end. Plots: `signals-pods.svg`, `signals-goodput.svg`, `region.svg` (over-provisioning \
-         against lost work, measured and predicted).\n\n\
+         at the end. Plots (the signals side by side, the region of over-provisioning against lost \
+         work, measured and predicted): the session's `report.html`.\n\n\
          | case | source | capacity meets load | peak / needed | work lost | at the end |\n\
          |---|---|---|---|---|---|"
     );
@@ -1164,64 +1132,6 @@ fn provisioning_table(o: &mut String, results: &[CaseResult]) {
             );
         }
     }
-}
-
-/// `signals-pods.svg`, `signals-goodput.svg` and `region.svg` of a session with two or more
-/// stepped cases: each case's measured curve on one plot, and Definition 9's achievable region.
-pub fn draw_signals(session: &Path, results: &[CaseResult]) -> anyhow::Result<()> {
-    use plotters::style::{BLACK, BLUE, CYAN, GREEN, MAGENTA, RED, RGBColor};
-    let cases = stepped(results);
-    if cases.len() < 2 {
-        return Ok(());
-    }
-    const COLORS: [RGBColor; 6] = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
-    let series = |f: &dyn Fn(&Series) -> Vec<(f64, f64)>| -> Vec<super::plot::Series> {
-        cases
-            .iter()
-            .zip(COLORS.iter().cycle())
-            .map(|(r, c)| (r.case.as_str(), *c, f(&r.series)))
-            .collect()
-    };
-    super::plot::chart(
-        &session.join("signals-pods.svg"),
-        "Ready pods, measured, one line per signal",
-        "pods",
-        &series(&|x| x.pods_ready.clone()),
-    )?;
-    super::plot::chart(
-        &session.join("signals-goodput.svg"),
-        "Requests answered in time, measured, per second of run time",
-        "requests/s",
-        &series(&|x| x.successes.clone()),
-    )?;
-    let points: Vec<super::plot::Point> = cases
-        .iter()
-        .zip(COLORS.iter().cycle())
-        .flat_map(|(r, c)| {
-            [
-                ("measured", &r.measured, true),
-                ("per pod", &r.fluid_per_pod, false),
-                ("pooled", &r.fluid_pooled, false),
-            ]
-            .into_iter()
-            .filter_map(move |(source, o, filled)| {
-                Some(super::plot::Point {
-                    label: format!("{} {source}", r.case),
-                    color: *c,
-                    filled,
-                    x: o.provisioning.peak_over_needed?,
-                    y: o.lost_fraction? * 100.0,
-                })
-            })
-        })
-        .collect();
-    super::plot::scatter(
-        &session.join("region.svg"),
-        "Achievable region: over-provisioning against first-attempt work lost",
-        "peak pods / pods needed at the target",
-        "first-attempt work lost, %",
-        &points,
-    )
 }
 
 /// Where the session's sweeps of HPA targets turn from recovered to failed, per experiment and
@@ -1301,7 +1211,6 @@ pub fn write_index(session: &Path, results: &[CaseResult], planned: usize) -> an
         .collect();
     o += &super::stack::index_table(&stacks);
     o += &threshold_table(results);
-    draw_signals(session, results)?;
     record::write(session, "index.md", &o)?;
     record::write(session, "index.json", &record::json(&results))?;
     Ok(())
@@ -1345,11 +1254,7 @@ pub fn text(session: &Path, results: &[CaseResult]) -> String {
         );
     }
     o += &threshold_table(results);
-    let _ = writeln!(
-        o,
-        "index: {}  (plots: pods.svg, goodput.svg, wait.svg in each record)",
-        session.join("index.md").display()
-    );
+    let _ = writeln!(o, "index: {}", session.join("index.md").display());
     o
 }
 
@@ -1403,7 +1308,6 @@ mod tests {
                 target,
             }),
             outage: None,
-            series: Default::default(),
         }
     }
 

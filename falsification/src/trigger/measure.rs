@@ -5,7 +5,7 @@
 //! staging target's failure is what its clients see. Only seconds whose requests have their final
 //! outcome enter the record, so a run stopped early cannot look recovered in its last seconds.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::discipline::{self, Behaved, Second};
 use super::plan::{self, AsBehaved, Plan};
@@ -125,7 +125,7 @@ pub fn failing_at_end(rows: &[LoadRow], timeout_s: f64) -> bool {
 }
 
 /// How a layer's arrivals were read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SeriesKind {
     /// A per-second rate (a PromQL `rate()` query), read about every second.
@@ -135,7 +135,7 @@ pub enum SeriesKind {
 }
 
 /// One layer's arrivals as read during the run: (seconds from the spike's start, value).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayerSeries {
     pub layer: String,
     pub kind: SeriesKind,

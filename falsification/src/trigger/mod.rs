@@ -31,6 +31,7 @@ use anyhow::bail;
 use loadgen::config::{RequestFlags, RetryOn, TlsFlags};
 
 pub use cluster::ClusterTarget;
+pub use measure::LayerSeries;
 pub use metrics::{ArrivalsQuery, MetricSelector};
 pub use plan::{PlanInput, StackAmplification};
 pub use run::run;

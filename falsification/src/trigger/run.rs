@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use plotters::style::{BLACK, BLUE, CYAN, GREEN, MAGENTA, RED};
+
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -28,11 +28,13 @@ use super::stop::{AfterAbort, Check, Fired, Rule, StopWatch};
 use super::{RunEnd, TriggerConfig, Watching};
 use crate::kube::shards::MergeCheck;
 use crate::kube::unix_now;
+use crate::page;
 use crate::process::{self, Binaries};
 use crate::progress::Status;
-use crate::runner::{self, plot, record};
+use crate::runner::{self, record};
 use falsification_model::outcome::Record;
 use loadgen::record::StdoutLine;
+use loadgen::request::HeaderFlag;
 
 /// `falsification trigger`: probes the capacity when asked, prints the plan; with a target and
 /// `--yes`, runs it and reports.
@@ -108,6 +110,30 @@ pub fn run(config: &TriggerConfig) -> anyhow::Result<RunEnd> {
     let launch = launch(&p, target, config)?;
     let seen = rt.block_on(watch(&p, launch, config, &reader))?;
     finish(&p, target, config, seen, probed)
+}
+
+/// The command line as a record keeps it: a header's literal secret value redacted as the
+/// request's own rendering does (`-H 'authorization: <redacted, 10 bytes>'`), so a page shared
+/// with a team carries no token.
+fn recorded_command(argv: impl Iterator<Item = String>) -> Vec<String> {
+    let redact = |v: &str| {
+        v.parse::<HeaderFlag>()
+            .map_or_else(|_| v.to_string(), |h| h.redacted())
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut header_next = false;
+    for arg in argv {
+        let arg = if header_next {
+            redact(&arg)
+        } else if let Some(v) = arg.strip_prefix("--header=") {
+            format!("--header={}", redact(v))
+        } else {
+            arg
+        };
+        header_next = arg == "-H" || arg == "--header";
+        out.push(arg);
+    }
+    out
 }
 
 fn say(text: &str) -> std::io::Result<()> {
@@ -713,7 +739,8 @@ async fn after_abort(
     }
 }
 
-/// Judges the rows, writes `record.json`, `report.md` and `trigger.svg`, and prints the report;
+/// Judges the rows, writes `record.json`, `report.md` and `report.html`, and prints the report
+/// and the page's path;
 /// an error when the run stopped before the spike.
 fn finish(
     p: &Plan,
@@ -737,6 +764,8 @@ fn finish(
         layers: &'a [LayerSeries],
         record: &'a Record,
         load_rows: &'a [LoadRow],
+        /// The command that ran, to run it again (the request's secrets are references).
+        command: Vec<String>,
     }
     let file = RecordFile {
         target,
@@ -756,6 +785,7 @@ fn finish(
         layers: &seen.watched.layers,
         record: &rec,
         load_rows: &seen.rows,
+        command: recorded_command(std::env::args()),
     };
     record::write(out, "record.json", &record::json(&file))?;
     let mut md = report_md(p, &m, target, probed.as_ref());
@@ -768,8 +798,9 @@ fn finish(
         ));
     }
     record::write(out, "report.md", &md)?;
-    draw(out, &seen.rows, &seen.watched.layers, p)?;
+    let page = page::write(out)?;
     say(&md)?;
+    say(&format!("{}\n", page::open_line(&page)))?;
     if let Some(e) = seen.error {
         bail!("{e} (the record is in {})", out.display());
     }
@@ -783,48 +814,30 @@ fn finish(
     })
 }
 
-fn draw(dir: &Path, rows: &[LoadRow], layers: &[LayerSeries], p: &Plan) -> anyhow::Result<()> {
-    let series = |f: &dyn Fn(&LoadRow) -> Option<f64>| -> Vec<(f64, f64)> {
-        rows.iter()
-            .filter_map(|r| Some((r.second - p.before_s, f(r)?)))
-            .collect()
-    };
-    let names: Vec<String> = layers
-        .iter()
-        .map(|l| format!("arrivals at {} / first attempts", l.layer))
-        .collect();
-    let mut lines = vec![
-        (
-            "successes / attempts",
-            BLUE,
-            series(&|r| (r.attempts > 0.0).then(|| r.successes / r.attempts)),
-        ),
-        (
-            "attempts / first attempts",
-            RED,
-            series(&|r| (r.first_attempts > 0.0).then(|| r.attempts / r.first_attempts)),
-        ),
-        ("configured A", BLACK, series(&|_| Some(p.amplification))),
-    ];
-    for ((layer, name), color) in layers
-        .iter()
-        .zip(&names)
-        .zip([GREEN, MAGENTA, CYAN].iter().cycle())
-    {
-        lines.push((
-            name,
-            *color,
-            series(&|r| {
-                let t = r.second - p.before_s;
-                let a = layer.arrivals(t, 1.0)?;
-                (r.first_attempts > 0.0).then(|| a / r.first_attempts)
-            }),
-        ));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_command_redacts_literal_header_secrets() {
+        let argv = [
+            "falsification",
+            "trigger",
+            "-H",
+            "authorization: Bearer 1234567890",
+            "--header=x-api-key: secret",
+            "-H",
+            "content-type: application/json",
+            "-H",
+            "authorization: @env:TOKEN",
+            "--yes",
+        ];
+        let got = recorded_command(argv.iter().map(ToString::to_string)).join(" ");
+        assert_eq!(
+            got,
+            "falsification trigger -H authorization: <redacted, 17 bytes> \
+             --header=x-api-key: <redacted, 6 bytes> -H content-type: application/json \
+             -H authorization: @env:TOKEN --yes"
+        );
     }
-    plot::chart(
-        &dir.join("trigger.svg"),
-        "Trigger test: success ratio and arrivals per first attempt (t = 0 at the spike's start)",
-        "ratio",
-        &lines,
-    )
 }

@@ -1,0 +1,169 @@
+//! Pure: a session's page (a run's or a suite's cases): every case's verdict first, the signals
+//! side by side and Definition 9's region when the session compares stepped cases, then each
+//! case whole.
+
+use maud::{Markup, html};
+
+use super::case::{self, chart_events, num, time_axis};
+use super::chart::{self, Axis, Chart, Colour, Point, Scatter, Series, Style};
+use super::html::{document, figure, meaning};
+use super::read::{CaseRecord, SessionRecord};
+
+pub fn page(s: &SessionRecord) -> String {
+    let name = s
+        .dir
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let body = html! {
+        h1 { "Session " (name) }
+        p { (s.cases.len()) " case(s). Figures in experiment time (run time × the time scale S)." }
+        (verdicts(s))
+        @if !s.unreadable.is_empty() {
+            h2 { "Cases without a readable record" }
+            ul { @for (case, why) in &s.unreadable { li { (case) ": " (why) } } }
+        }
+        (side_by_side(&s.cases))
+        @for c in &s.cases { (case::section(c, false)) }
+    };
+    document(&format!("Session {name}"), body)
+}
+
+/// One line per case: the verdict, what it means, the headline figures.
+fn verdicts(s: &SessionRecord) -> Markup {
+    html! {
+        div.scroll { table {
+            thead { tr { th { "case" } th { "verdict" } th { "what it means" }
+                th { "recovery: measured / per pod / pooled" } th { "lost demand: measured / per pod / pooled" } } }
+            tbody { @for c in &s.cases {
+                @let m = &c.summary.measured;
+                @let f = &c.summary.predicted_experiment_time;
+                tr {
+                    td { a href={ "#" (case::anchor(c)) } { (c.name()) } }
+                    td { span class={ "word " (c.extra.verdict.word()) } { (c.extra.verdict.word()) } }
+                    td { (meaning(c.extra.verdict)) }
+                    td { (recovery(m)) " / " (recovery(&f.fluid_per_pod)) " / " (recovery(&f.fluid_pooled)) }
+                    td { (lost(m)) " / " (lost(&f.fluid_per_pod)) " / " (lost(&f.fluid_pooled)) }
+                }
+            } }
+        } }
+    }
+}
+
+fn recovery(o: &falsification_model::outcome::Outcome) -> String {
+    match o.recovery_s {
+        Some(r) => format!("{} s", num(r)),
+        None if o.trapped => "trapped".into(),
+        None => "not in the horizon".into(),
+    }
+}
+
+fn lost(o: &falsification_model::outcome::Outcome) -> String {
+    o.lost_fraction
+        .map_or("-".into(), |f| format!("{:.1}%", f * 100.0))
+}
+
+/// Stepped cases (those with a provisioning figure) side by side: ready pods, goodput, and the
+/// achievable region (peak pods over the pods needed against the first-attempt work lost).
+fn side_by_side(cases: &[CaseRecord]) -> Markup {
+    let stepped: Vec<&CaseRecord> = cases
+        .iter()
+        .filter(|c| c.summary.measured.provisioning.peak_over_needed.is_some())
+        .collect();
+    if stepped.len() < 2 {
+        return html! {};
+    }
+    let per_case = |f: &dyn Fn(&CaseRecord) -> Vec<(f64, f64)>, style| -> Vec<Series> {
+        stepped
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Series {
+                name: c.name(),
+                colour: Colour::Nth(i),
+                style,
+                points: f(c),
+            })
+            .collect()
+    };
+    let chart = |title: &str, y: (&str, &str), series| Chart {
+        title: title.into(),
+        x: time_axis(),
+        y: Axis {
+            label: y.0.into(),
+            unit: y.1.into(),
+        },
+        series,
+        // Each case's decisions differ; the load event is the one they share.
+        events: vec![],
+        load: stepped[0]
+            .config
+            .as_ref()
+            .and_then(|x| case::load_event(&x.scenario_experiment_time.event)),
+        y_max: None,
+    };
+    let pods = chart(
+        "Ready pods, one line per case",
+        ("ready pods", "count"),
+        per_case(
+            &|c| c.rows.iter().map(|r| (r.t, r.pods_ready)).collect(),
+            Style::Step,
+        ),
+    );
+    let goodput = chart(
+        "Goodput, one line per case",
+        ("attempts answered in time per run second", "1/s"),
+        per_case(
+            &|c| {
+                c.rows
+                    .iter()
+                    .map(|r| (r.t, r.successes / c.row_step_run_s))
+                    .collect()
+            },
+            Style::Line,
+        ),
+    );
+    let points = stepped
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let f = &c.summary.predicted_experiment_time;
+            [
+                ("measured", &c.summary.measured, true),
+                ("per pod", &f.fluid_per_pod, false),
+                ("pooled", &f.fluid_pooled, false),
+            ]
+            .into_iter()
+            .filter_map(move |(source, o, filled)| {
+                Some(Point {
+                    label: format!("{} {source}", c.summary.case),
+                    colour: Colour::Nth(i),
+                    filled,
+                    x: o.provisioning.peak_over_needed?,
+                    y: o.lost_fraction? * 100.0,
+                })
+            })
+        })
+        .collect();
+    let region = Scatter {
+        title: "Achievable region".into(),
+        x: Axis {
+            label: "peak pods / pods needed at the target".into(),
+            unit: "ratio".into(),
+        },
+        y: Axis {
+            label: "first-attempt work lost".into(),
+            unit: "%".into(),
+        },
+        points,
+    };
+    let _ = chart_events;
+    html! {
+        h2 { "The signals side by side" }
+        p { "The same load under each case's autoscaler signal. The region (the publication's \
+             Definition 9): a signal is better the closer it sits to the origin, paying neither in \
+             pods beyond what the load needs nor in work lost; filled points are measured, \
+             hollow ones predicted." }
+        (figure("Ready pods, one line per case", chart::svg(&pods)))
+        (figure("Goodput, one line per case", chart::svg(&goodput)))
+        (figure("Achievable region: over-provisioning against first-attempt work lost (Definition 9)", chart::scatter_svg(&region)))
+    }
+}
