@@ -7,9 +7,10 @@ use maud::{Markup, html};
 
 use super::chart::{self, Axis, Bars, Chart, Colour, Event, EventKind, LoadMark, Series, Style};
 use super::html::{figure, markdown, verdict_box};
-use super::read::{CaseRecord, LagDecision, ModelRow, Row, RunEvent};
+use super::read::{CaseRecord, ModelRow, Row, RunEvent};
 use crate::runner::fidelity::{MODELS, Table};
 use crate::runner::judge::BAND;
+use crate::runner::lag::Lag;
 
 /// The time axis of every case plot.
 pub fn time_axis() -> Axis {
@@ -26,13 +27,14 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
     html! {
         section id=(anchor(c)) {
             @if own_page { h1 { (c.name()) ": " (title) } } @else { h2 { (c.name()) ": " (title) } }
+            // On its own page the parts sit under the h1, in a session under the case's h2.
             (verdict_box(&c.name(), c.extra.verdict, &c.extra.reason))
             (claim(c))
-            h3 { "What ran" }
+            (part(own_page, "What ran"))
             (configuration(c))
-            h3 { "Measured beside the models" }
+            (part(own_page, "Measured beside the models"))
             (figures(c))
-            h3 { "Plots" }
+            (part(own_page, "Plots"))
             p.muted {
                 "Experiment time (run time × S = " (s.time_scale) "), from the load event. \
                  Marks on the time axis: the load event (shaded), HPA decisions (▲ up, ▼ down), \
@@ -43,9 +45,9 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
                      the plots show what was measured, the table above each model's figures." }
             }
             @for (caption, svg) in plots(c) { (figure(&caption, svg)) }
-            h3 { "Events" }
+            (part(own_page, "Events"))
             (events(c))
-            h3 { "Run it again" }
+            (part(own_page, "Run it again"))
             pre { code { (command(c)) } }
             @if let Some(md) = &c.report_md {
                 details {
@@ -56,6 +58,11 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
             p.muted { "Record: " code { (c.dir.display()) } }
         }
     }
+}
+
+/// A part's heading, one level under the case's.
+fn part(own_page: bool, text: &str) -> Markup {
+    html! { @if own_page { h2 { (text) } } @else { h3 { (text) } } }
 }
 
 /// The id a session's summary links to.
@@ -416,7 +423,7 @@ impl Plots<'_> {
 }
 
 /// Each scale decision as a row: demand change to meter crossing, to decision, to pods ready.
-fn lag(decisions: &[LagDecision]) -> String {
+fn lag(decisions: &[Lag]) -> String {
     chart::bars_svg(&Bars {
         title: "Signal to replicas".into(),
         x: time_axis(),

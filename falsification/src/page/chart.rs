@@ -18,7 +18,6 @@ pub enum Colour {
     MeasuredAlt,
     PerPod,
     Pooled,
-    RequestLevel,
     Demand,
     Limit,
     /// The n-th of many (one line per pod, per case, per layer).
@@ -154,7 +153,7 @@ const TEXT_PX: f64 = 12.0;
 const EVENT_PX: f64 = 11.0;
 
 /// Event labels sit in at most this many lanes above the plot.
-const LANES: usize = 3;
+const LANES: usize = 4;
 const LANE_H: f64 = 15.0;
 const DOT_R: f64 = 5.0;
 
@@ -196,7 +195,6 @@ fn rgb(colour: Colour) -> RGBColor {
         Colour::MeasuredAlt => VERMILLION,
         Colour::PerPod => GREEN,
         Colour::Pooled => ORANGE,
-        Colour::RequestLevel => PURPLE,
         Colour::Demand => SKY,
         Colour::Limit => BLACK,
         Colour::Nth(i) => MANY[i % MANY.len()],
@@ -336,7 +334,7 @@ fn axis_title(a: &Axis) -> String {
 ///
 /// Points with a NaN, an infinity or a value beyond ±1e12 are left out. The first and the last
 /// point always stay (the series keeps its extent); a step series keeps each bucket's last
-/// point too, the value it holds into the next.
+/// point too, the value it holds into the next. An `n` below 8 counts as 8.
 pub fn thin(points: &[(f64, f64)], style: Style, n: usize) -> Vec<(f64, f64)> {
     let clean = points
         .iter()
@@ -444,14 +442,24 @@ struct Ticks {
 impl Ticks {
     /// About `target` round steps over `lo..hi`.
     fn over(lo: f64, hi: f64, target: f64) -> Ticks {
+        Ticks::every(lo, hi, Ticks::step(lo, hi, target))
+    }
+
+    /// A 1-2-5 step making about `target` steps of `lo..hi`.
+    fn step(lo: f64, hi: f64, target: f64) -> f64 {
         let raw = (hi - lo) / target.max(1.0);
         let mag = 10f64.powf(raw.log10().floor());
-        let step = match raw / mag {
+        let unit = match raw / mag {
             n if n <= 1.0 => 1.0,
             n if n <= 2.0 => 2.0,
             n if n <= 5.0 => 5.0,
             _ => 10.0,
-        } * mag;
+        };
+        unit * mag
+    }
+
+    /// The multiples of `step` in `lo..=hi`.
+    fn every(lo: f64, hi: f64, step: f64) -> Ticks {
         let first = (lo / step - 1e-9).ceil() as i64;
         let last = (hi / step + 1e-9).floor() as i64;
         let values = (first..=last).take(100).map(|i| i as f64 * step).collect();
@@ -499,16 +507,18 @@ fn value_axis(
     target: f64,
 ) -> (f64, f64, Ticks) {
     let (lo, hi) = extent(values).map_or((0.0, 1.0), |(lo, hi)| (lo.min(0.0), hi.max(0.0)));
-    let (lo, hi) = widen(lo, hi);
+    // All zeros: zero to one.
+    let hi = if hi - lo > 1e-12 { hi } else { lo + 1.0 };
     let span = hi - lo;
     let lo = if lo < 0.0 { lo - headroom * span } else { lo };
     let hi = if hi > 0.0 { hi + headroom * span } else { hi };
     if let Some(top) = top.filter(|t| plottable(*t) && *t > lo) {
         return (lo, top, Ticks::over(lo, top, target));
     }
-    let step = Ticks::over(lo, hi, target).step;
+    // Both ends on a tick.
+    let step = Ticks::step(lo, hi, target);
     let (lo, hi) = ((lo / step).floor() * step, (hi / step).ceil() * step);
-    (lo, hi, Ticks::over(lo, hi, target))
+    (lo, hi, Ticks::every(lo, hi, step))
 }
 
 /// The part of the segment `a`-`b` inside `r` (Liang-Barsky), its ends exact when inside.
@@ -619,7 +629,7 @@ fn series_paths(points: &[(f64, f64)], style: Style, frame: &Frame) -> Vec<Vec<(
         .collect()
 }
 
-/// Each span (left, right) in the first of `lanes` lanes where it keeps `gap` from every span
+/// Each span (left, right) in the first of `count` lanes where it keeps `gap` from every span
 /// already there, in the given order (put first what must be labelled); `None`: no room.
 pub fn lanes(spans: &[(f64, f64)], count: usize, gap: f64) -> Vec<Option<usize>> {
     let mut taken: Vec<Vec<(f64, f64)>> = vec![Vec::new(); count];
@@ -669,6 +679,7 @@ pub fn place_labels(
     out
 }
 
+/// Boxes of size (w, h) around the dot at `p`, nearest first.
 fn candidates(
     p: (f64, f64),
     (w, h): (f64, f64),
@@ -887,7 +898,7 @@ fn draw_grid(area: &Area, frame: &Frame, x: &Ticks, y: Option<&Ticks>) -> Drawn 
         let at = frame.x.px(v);
         line(area, (at, p.y0), (at, p.y1), pen)?;
     }
-    for &v in y.map_or(&[][..], |t| &t.values) {
+    for &v in y.map_or(&[][..], |y| &y.values) {
         let at = frame.y.px(v);
         line(area, (p.x0, at), (p.x1, at), pen)?;
     }
@@ -918,13 +929,12 @@ fn draw_axes(
             (HPos::Center, VPos::Top),
         )?;
     }
-    for &v in y.map_or(&[][..], |t| &t.values) {
+    for (y, &v) in y.iter().flat_map(|y| y.values.iter().map(move |v| (y, v))) {
         let at = frame.y.px(v);
         line(area, (p.x0 - 4.0, at), (p.x0, at), pen)?;
-        let label = y.map_or(String::new(), |t| t.label(v));
         text(
             area,
-            &label,
+            &y.label(v),
             (p.x0 - 6.0, at),
             TICK_PX,
             INK,
@@ -1135,7 +1145,7 @@ fn lane_marks(events: &[&Event], load: Option<&LoadMark>, x: &Scale) -> Vec<Mark
 /// scales to the page's width, no external reference).
 ///
 /// Series are thinned (`thin`) to about 800 points each, so callers pass them raw. Events are
-/// thin vertical lines coloured and marked by kind; their labels sit in up to three lanes above
+/// thin vertical lines coloured and marked by kind; their labels sit in up to four lanes above
 /// the plot, each from the left in the lowest lane where it keeps clear of every other label.
 /// Too many events for that: the labels that find no room are left out (their lines stay, marked
 /// at the plot's top) and the legend says how many. The load mark's label goes first, so it
@@ -1185,7 +1195,7 @@ pub fn svg(chart: &Chart) -> String {
     render(WIDTH, height, &chart.title, |area| {
         draw_grid(area, &frame, &x_ticks, Some(&y_ticks))?;
         draw_load(area, &frame, load)?;
-        // Many events' lines would hide the data: the more there are, the fainter.
+        // Many events' lines would hide the data: past 40, fainter.
         let alpha = if events.len() > 40 { 0.3 } else { 0.6 };
         for e in &events {
             let at = frame.x.px(e.at);
@@ -1618,6 +1628,29 @@ mod tests {
                 .any(|w| w[0].0 != w[1].0 && w[0].1 != w[1].1),
             "{path:?}"
         );
+    }
+
+    #[test]
+    fn a_fixed_top_clips_what_passes_it() {
+        let mut c = chart(
+            vec![series(
+                "wait",
+                Colour::Measured,
+                Style::Line,
+                vec![(0.0, 0.0), (1.0, 10.0), (2.0, 0.0)],
+            )],
+            vec![],
+        );
+        c.y_max = Some(5.0);
+        let out = svg(&c);
+        let top = polylines(&out, "#222222", 1)[1][0].1;
+        let runs = data_polylines(&out, "#0072B2", 2);
+        assert_eq!(runs.len(), 2, "up to the top, then down from it: {runs:?}");
+        assert!(
+            runs.iter().flatten().all(|p| p.1 >= top),
+            "{runs:?} above {top}"
+        );
+        assert!(runs.iter().flatten().any(|p| p.1 == top));
     }
 
     #[test]

@@ -50,3 +50,86 @@ pub fn write(dir: &Path) -> anyhow::Result<PathBuf> {
 fn case_page(c: &CaseRecord) -> String {
     html::document(&c.name(), case::section(c, true))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of a checked-in record (tests/data/pages), to write pages into.
+    fn copy_of(name: &str) -> tempfile::TempDir {
+        fn copy(from: &Path, to: &Path) {
+            std::fs::create_dir_all(to).unwrap();
+            for e in std::fs::read_dir(from).unwrap().flatten() {
+                if e.path().is_dir() {
+                    copy(&e.path(), &to.join(e.file_name()));
+                } else {
+                    std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+                }
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/pages")
+            .join(name);
+        copy(&from, &tmp.path().join(name));
+        tmp
+    }
+
+    #[test]
+    fn an_older_session_gets_its_page_and_each_case_its_own() {
+        let tmp = copy_of("main-job");
+        let dir = tmp.path().join("main-job");
+        let path = write(&dir).unwrap();
+        let page = std::fs::read_to_string(&path).unwrap();
+        for case in ["F3 first-attempt", "F3 ingress"] {
+            assert!(page.contains(case), "{case}");
+        }
+        assert!(
+            page.contains("Achievable region"),
+            "two stepped cases: the region"
+        );
+        // Written before models.csv: it says so instead of drawing nothing.
+        assert!(page.contains("written before the models"));
+        assert!(!page.contains("<script") && !page.contains("<link"));
+        assert!(page.len() < 2_000_000, "{} bytes", page.len());
+        for case in ["F3-first-attempt", "F3-ingress"] {
+            assert!(dir.join(case).join(PAGE).is_file());
+        }
+    }
+
+    #[test]
+    fn the_hpa_decisions_are_events_on_the_time_axis() {
+        let tmp = copy_of("main-job");
+        let c = CaseRecord::read(&tmp.path().join("main-job/F3-ingress")).unwrap();
+        let events = case::chart_events(&c);
+        let labels: Vec<&str> = events.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "4→5", "5→9", "9→18", "18→36", "36→50", "50→36", "36→23", "23→22"
+            ]
+        );
+        assert_eq!(events[5].kind, chart::EventKind::ScaleDown);
+        assert_eq!(events[0].at, -22.5);
+    }
+
+    #[test]
+    fn a_trigger_page_names_the_rule_that_fired() {
+        let tmp = copy_of("trigger");
+        let page = std::fs::read_to_string(write(&tmp.path().join("trigger")).unwrap()).unwrap();
+        assert!(
+            page.contains("goodput&lt;0.5 for 6s"),
+            "rules are escaped text"
+        );
+        assert!(page.contains("<strong>fired</strong>"));
+        assert!(page.contains("did not fire"), "the other rule");
+        assert!(page.contains("predates the recorded command"));
+    }
+
+    #[test]
+    fn a_directory_that_is_no_record_is_a_clear_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = write(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("not a record"), "{e}");
+    }
+}

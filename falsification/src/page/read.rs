@@ -10,6 +10,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use crate::runner::fidelity::RecordSummary;
+use crate::runner::lag::Lag;
 use crate::runner::record::MODELS_CSV;
 use crate::table::Table;
 use crate::trigger::LayerSeries;
@@ -60,18 +61,8 @@ fn yes() -> bool {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct LagFile {
-    pub decisions: Vec<LagDecision>,
-}
-
-/// One scale decision's moments, experiment seconds.
-#[derive(Debug, Clone, Deserialize)]
-pub struct LagDecision {
-    pub from: i32,
-    pub to: i32,
-    pub demand_changed_s: Option<f64>,
-    pub crossed_s: Option<f64>,
-    pub decided_s: f64,
-    pub ready_s: Option<f64>,
+    /// Experiment seconds.
+    pub decisions: Vec<Lag>,
 }
 
 /// What `experiment.toml` gives the page.

@@ -4,9 +4,9 @@
 
 use maud::{Markup, html};
 
-use super::case::{self, chart_events, num, time_axis};
+use super::case::{self, num, time_axis};
 use super::chart::{self, Axis, Chart, Colour, Point, Scatter, Series, Style};
-use super::html::{document, figure, meaning};
+use super::html::{document, figure, verdict_box};
 use super::read::{CaseRecord, SessionRecord};
 
 pub fn page(s: &SessionRecord) -> String {
@@ -14,8 +14,20 @@ pub fn page(s: &SessionRecord) -> String {
         .dir
         .file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    // A run of one experiment is headed by its claim; a suite by its directory.
+    let first = s.cases.first();
+    let one = first.filter(|f| {
+        s.cases
+            .iter()
+            .all(|c| c.summary.experiment == f.summary.experiment)
+    });
+    let heading = match one.and_then(|f| Some((f, f.config.as_ref()?))) {
+        Some((f, x)) => format!("{}: {}", f.summary.experiment, x.title),
+        None => format!("Session {name}"),
+    };
     let body = html! {
-        h1 { "Session " (name) }
+        h1 { (heading) }
+        p.muted { "Session " (name) }
         p { (s.cases.len()) " case(s). Figures in experiment time (run time × the time scale S)." }
         (verdicts(s))
         @if !s.unreadable.is_empty() {
@@ -25,14 +37,15 @@ pub fn page(s: &SessionRecord) -> String {
         (side_by_side(&s.cases))
         @for c in &s.cases { (case::section(c, false)) }
     };
-    document(&format!("Session {name}"), body)
+    document(&heading, body)
 }
 
-/// One line per case: the verdict, what it means, the headline figures.
+/// Each case's verdict in words, then one line per case with the headline figures.
 fn verdicts(s: &SessionRecord) -> Markup {
     html! {
+        @for c in &s.cases { (verdict_box(&c.name(), c.extra.verdict, &c.extra.reason)) }
         div.scroll { table {
-            thead { tr { th { "case" } th { "verdict" } th { "what it means" }
+            thead { tr { th { "case" } th { "verdict" }
                 th { "recovery: measured / per pod / pooled" } th { "lost demand: measured / per pod / pooled" } } }
             tbody { @for c in &s.cases {
                 @let m = &c.summary.measured;
@@ -40,7 +53,6 @@ fn verdicts(s: &SessionRecord) -> Markup {
                 tr {
                     td { a href={ "#" (case::anchor(c)) } { (c.name()) } }
                     td { span class={ "word " (c.extra.verdict.word()) } { (c.extra.verdict.word()) } }
-                    td { (meaning(c.extra.verdict)) }
                     td { (recovery(m)) " / " (recovery(&f.fluid_per_pod)) " / " (recovery(&f.fluid_pooled)) }
                     td { (lost(m)) " / " (lost(&f.fluid_per_pod)) " / " (lost(&f.fluid_pooled)) }
                 }
@@ -155,7 +167,6 @@ fn side_by_side(cases: &[CaseRecord]) -> Markup {
         },
         points,
     };
-    let _ = chart_events;
     html! {
         h2 { "The signals side by side" }
         p { "The same load under each case's autoscaler signal. The region (the publication's \

@@ -205,7 +205,7 @@ fn plots(r: &TriggerRecord) -> Vec<(String, String)> {
         });
         ratios.push(series(
             &format!("arrivals at {} / first attempts", l.layer),
-            Colour::Nth(i + 3),
+            Colour::Nth(i + 6),
             Style::Line,
             points,
         ));

@@ -4,7 +4,7 @@
 //! the meter's window, the wait for a sync (and the tolerance), and the dead time: what users of
 //! a metrics adapter ask for as "how long from load to pods".
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::probe::MeterGauges;
 use super::record::Sample;
@@ -14,7 +14,7 @@ use falsification_model::hpa::Target;
 use falsification_model::metric::Signal;
 
 /// One scale decision and its moments, run seconds from the load event.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Lag {
     pub from: i32,
     pub to: i32,

@@ -17,7 +17,7 @@ pub mod fidelity;
 mod http_cpu;
 pub mod intervention;
 pub mod judge;
-mod lag;
+pub mod lag;
 pub mod pacing;
 mod plan;
 pub mod probe;
