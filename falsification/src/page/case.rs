@@ -196,6 +196,11 @@ fn figures(c: &CaseRecord) -> Markup {
 
 /// The run's events on the time axis: HPA decisions, faults and remedies.
 pub fn chart_events(c: &CaseRecord) -> Vec<Event> {
+    run_events(c).into_iter().map(|(e, _)| e).collect()
+}
+
+/// The run's events with what the record says of each (an action's detail).
+fn run_events(c: &CaseRecord) -> Vec<(Event, String)> {
     let mut out = Vec::new();
     let mut before = c.rows.first().map_or(0.0, |r| r.pods_desired);
     for &(t, desired) in &c.rescales {
@@ -204,23 +209,18 @@ pub fn chart_events(c: &CaseRecord) -> Vec<Event> {
         } else {
             EventKind::ScaleDown
         };
-        out.push(Event {
-            at: t,
-            label: format!("{}→{}", num(before), num(desired)),
-            kind,
-        });
+        let label = format!("{}→{}", num(before), num(desired));
+        out.push((Event { at: t, label, kind }, String::new()));
         before = desired;
     }
-    out.extend(
-        c.events
-            .iter()
-            .filter_map(|e| Some((e, action_kind(e)?)))
-            .map(|(e, kind)| Event {
-                at: e.t,
-                label: format!("{} {}", e.who, e.what),
-                kind,
-            }),
-    );
+    out.extend(c.events.iter().filter_map(|e| {
+        let event = Event {
+            at: e.t,
+            label: format!("{} {}", e.who, e.what),
+            kind: action_kind(e)?,
+        };
+        Some((event, e.detail.trim_matches('"').to_string()))
+    }));
     out
 }
 
@@ -502,21 +502,20 @@ fn plots(c: &CaseRecord) -> Vec<(String, String)> {
 
 /// The HPA's decisions, the faults and remedies, and how many pods came and went.
 fn events(c: &CaseRecord) -> Markup {
-    let list = chart_events(c);
+    let list = run_events(c);
     let count = |what: &str| c.events.iter().filter(|e| e.what == what).count();
     html! {
         @if list.is_empty() { p { "No HPA decision, fault or remedy in this run." } } @else {
             div.scroll { table {
                 thead { tr { th { "time (s)" } th { "what" } th { "detail" } } }
-                tbody { @for e in &list {
+                tbody { @for (e, detail) in &list {
                     tr { td.n { (num(e.at)) } td { (match e.kind {
                         EventKind::ScaleUp => "HPA scaled up",
                         EventKind::ScaleDown => "HPA scaled down",
                         EventKind::Fault => "fault",
                         EventKind::Remedy => "remedy",
                         EventKind::Abort => "abort",
-                    }) } td { (e.label) (c.events.iter().find(|r| r.t == e.at && format!("{} {}", r.who, r.what) == e.label)
-                        .map(|r| format!(" {}", r.detail.trim_matches('"'))).unwrap_or_default()) } }
+                    }) } td { (e.label) " " (detail) } }
                 } }
             } }
         }

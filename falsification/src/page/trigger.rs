@@ -94,7 +94,7 @@ fn plan_beside(r: &TriggerRecord) -> Markup {
                 tr { td { "triggered" } td { "yes" } td { (if m.triggered { "yes" } else { "no" }) } }
                 tr { td { "state" } td { (if p.trapped { "trapped" } else { "recovers" }) } td { (r.measured.decision) } }
                 tr { td { "recovery after the spike (backlog drained)" }
-                     td.n { "closed form " (secs(p.recovery_closed_s)) ", fluid " (secs(p.recovery_fluid_s)) }
+                     td.n { @if p.trapped { "never: trapped" } @else { "closed form " (secs(p.recovery_closed_s)) ", fluid " (secs(p.recovery_fluid_s)) } }
                      td.n { (secs(m.recovery_s)) } }
                 tr { td { "goodput back (99% succeed)" } td {} td.n { (secs(m.goodput_recovery_s)) } }
                 tr { td { "requests lost" } td {} td.n { (m.lost_fraction.map_or("—".into(), |f| format!("{:.1}%", f * 100.0))) } }
