@@ -136,10 +136,13 @@ fn check_files(dir: &Path) {
             .unwrap()
             .contains("Verdict")
     );
-    for svg in ["pods.svg", "goodput.svg", "wait.svg", "pod-waits.svg"] {
-        let text = std::fs::read_to_string(dir.join(svg)).unwrap();
-        assert!(text.contains("<svg") && text.contains("polyline"), "{svg}");
+    // The page: its plots inline, the models' curves beside the measurement.
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for plot in ["Pods:", "Goodput", "Largest wait", "Every pod's wait"] {
+        assert!(page.contains(plot), "{plot} missing from the page");
     }
+    assert!(page.contains("<svg") && page.contains("polyline"));
+    assert!(dir.join("models.csv").is_file());
 }
 
 fn within(measured: f64, predicted: f64, rel: f64, abs: f64) -> bool {
@@ -371,7 +374,8 @@ fn f9_the_hpa_holds_its_pods_while_the_meter_is_gone() {
     );
     let dead = &s["dead_time_effect"];
     assert!(dead["pods"].as_u64().unwrap() >= 16, "{dead}");
-    assert!(dir.join("lag.svg").is_file());
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(page.contains("Signal to replicas"));
 }
 
 /// F10's switch-to-drop, cut to 700 s: the trapped pods are rolled out at 300 s to pods that
@@ -557,7 +561,7 @@ fn ctrl_c_keeps_a_readable_partial_record() {
         "rows kept: {}",
         csv.lines().count()
     );
-    assert!(dir.join("pods.svg").is_file());
+    assert!(dir.join("report.html").is_file());
 }
 
 #[test]
@@ -786,8 +790,16 @@ fn f0_cpu_and_ingress_escape_while_first_attempts_stay_failed() {
     // The signals side by side: the Definition 9 table and the three plots.
     let index = std::fs::read_to_string(session.join("index.md")).unwrap();
     assert!(index.contains("Definition 9") && index.contains("F0 cpu | measured"));
-    for plot in ["signals-pods.svg", "signals-goodput.svg", "region.svg"] {
-        assert!(session.join(plot).is_file(), "{plot} missing");
+    let page = std::fs::read_to_string(session.join("report.html")).unwrap();
+    for plot in [
+        "Ready pods, one line per case",
+        "Goodput, one line per case",
+        "Achievable region",
+    ] {
+        assert!(
+            page.contains(plot),
+            "{plot} missing from the session's page"
+        );
     }
 }
 

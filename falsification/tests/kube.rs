@@ -96,7 +96,8 @@ fn f4_without_a_step_on_the_upstream_hpa_leaves_nothing_behind() {
         "events.csv",
         "summary.json",
         "report.md",
-        "pods.svg",
+        "report.html",
+        "models.csv",
         "cluster.json",
     ] {
         assert!(dir.join(f).is_file(), "{f} missing in {}", dir.display());

@@ -211,7 +211,9 @@ fn render_report(record: &Path) -> PathBuf {
         page.display()
     );
     // Every command that writes a record ends with `open: PATH`.
-    let printed = last.strip_prefix("open: ").map(|p| Path::new(p).canonicalize());
+    let printed = last
+        .strip_prefix("open: ")
+        .map(|p| Path::new(p).canonicalize());
     assert!(
         printed.and_then(Result::ok) == page.canonicalize().ok(),
         "the last line of falsification report's stdout is {last:?}, not `open: {}`",

@@ -255,7 +255,7 @@ fn trapped_case_is_decided_trapped_with_the_configured_amplification() {
         "arrivals at the pod {at_pod}"
     );
     assert_eq!(m["discipline"]["kind"], "finishes-abandoned", "{m}");
-    for f in ["report.md", "plan.json", "trigger.svg"] {
+    for f in ["report.md", "plan.json", "report.html"] {
         assert!(dir.path().join(f).is_file(), "{f}");
     }
 }

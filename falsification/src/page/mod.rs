@@ -123,7 +123,10 @@ mod tests {
         );
         assert!(page.contains("<strong>fired</strong>"));
         assert!(page.contains("did not fire"), "the other rule");
-        assert!(page.contains("trigger --target http://127.0.0.1:18086/work"), "the command");
+        assert!(
+            page.contains("trigger --target http://127.0.0.1:18086/work"),
+            "the command"
+        );
     }
 
     #[test]
