@@ -53,8 +53,10 @@ fn pages_of_the_records_named_in_the_environment() {
         say("RETRYDEBT_PAGE_RECORDS is not set: no record besides the fixtures to check");
         return;
     };
+    // A relative directory is the workspace's (cargo runs the test in the package's).
     let dirs: Vec<PathBuf> = std::env::split_paths(&list)
         .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| workspace_root().join(d))
         .collect();
     assert!(
         !dirs.is_empty(),
