@@ -238,6 +238,10 @@ enum Kind {
     Number,
     /// Verbatim anywhere (a stop rule as the user wrote it).
     Verbatim,
+    /// A table row: a line whose first cell is `shown` and whose cells hold these, in this
+    /// order (measured, then each model's: the figures stand beside each other, not just
+    /// somewhere on the page).
+    Row(Vec<String>),
 }
 
 impl Expect {
@@ -251,13 +255,19 @@ impl Expect {
 
     fn found_in(&self, text: &str) -> bool {
         let needle = self.shown.as_str();
+        if let Kind::Row(cells) = &self.kind {
+            return text.lines().any(|line| {
+                let mut got = line.split('\t').map(str::trim);
+                got.next() == Some(needle) && cells.iter().all(|c| got.any(|g| g == c))
+            });
+        }
         text.match_indices(needle).any(|(at, _)| {
             let before = text[..at].chars().next_back();
             let after = &text[at + needle.len()..];
             let mut next = after.chars();
             let (a, b) = (next.next(), next.next());
             match self.kind {
-                Kind::Verbatim => true,
+                Kind::Verbatim | Kind::Row(_) => true,
                 Kind::Word => {
                     !before.is_some_and(char::is_alphanumeric)
                         && !a.is_some_and(char::is_alphanumeric)
@@ -285,14 +295,14 @@ fn figure(x: f64) -> String {
     }
 }
 
-/// The figures of one outcome (measured, or a model's) the page shows.
-const FIGURES: [&str; 6] = [
-    "recovery_s",
-    "goodput_recovery_s",
-    "debt_served_s",
-    "lost_fraction",
-    "peak_pods",
-    "final_pods",
+/// The figures of one outcome (measured, or a model's) the page shows, and their row.
+const FIGURES: [(&str, &str); 6] = [
+    ("recovery_s", "strict recovery (s)"),
+    ("goodput_recovery_s", "goodput back (s)"),
+    ("debt_served_s", "debt served (s)"),
+    ("lost_fraction", "lost"),
+    ("peak_pods", "peak pods"),
+    ("final_pods", "final pods"),
 ];
 
 fn read_json(path: &Path) -> Value {
@@ -323,16 +333,20 @@ fn expected_text(record: &Path) -> Vec<Expect> {
         for entry in cases {
             // "dir" is relative to where the run started: the case is the session's
             // subdirectory of that name. A case without its summary (it did not finish) is
-            // judged on the index's own entry.
+            // listed by that name among the records the page could not read.
             let dir = entry["dir"].as_str().expect("an index entry's dir");
             let leaf = Path::new(dir).file_name().expect("a dir with a name");
             let summary = record.join(leaf).join("summary.json");
-            let case = if summary.is_file() {
-                read_json(&summary)
+            if summary.is_file() {
+                all.extend(case_expected(&read_json(&summary)));
             } else {
-                entry.clone()
-            };
-            all.extend(case_expected(&case));
+                let name = leaf.to_string_lossy();
+                all.push(Expect::new(
+                    Kind::Verbatim,
+                    name.clone(),
+                    format!("{name}: unreadable"),
+                ));
+            }
         }
         return all;
     }
@@ -358,27 +372,20 @@ fn case_expected(s: &Value) -> Vec<Expect> {
         Expect::new(Kind::Word, name.clone(), "the case"),
         Expect::new(Kind::Word, text("verdict"), format!("{name}: verdict")),
     ];
-    // The summary's models sit under predicted_experiment_time; an index entry has them at its
-    // top level.
-    let predicted = |model: &str| {
-        let p = &s["predicted_experiment_time"][model];
-        if p.is_null() {
-            s[model].clone()
-        } else {
-            p.clone()
-        }
-    };
-    for (source, o) in [
-        ("measured", s["measured"].clone()),
-        ("fluid per pod", predicted("fluid_per_pod")),
-        ("fluid pooled", predicted("fluid_pooled")),
-    ] {
-        for key in FIGURES {
-            if let Some(x) = o[key].as_f64() {
-                let what = format!("{name}: {source} {key} = {x}");
-                out.push(Expect::new(Kind::Number, figure(x), what));
-            }
-        }
+    let predicted = |model: &str| s["predicted_experiment_time"][model].clone();
+    let outcomes = [
+        s["measured"].clone(),
+        predicted("fluid_per_pod"),
+        predicted("fluid_pooled"),
+    ];
+    for (key, row) in FIGURES {
+        // A figure an outcome lacks (no recovery in the horizon) shows as a dash.
+        let cells: Vec<String> = outcomes
+            .iter()
+            .map(|o| o[key].as_f64().map_or("—".to_string(), figure))
+            .collect();
+        let what = format!("{name}: {row}: measured, per pod, pooled = {cells:?}");
+        out.push(Expect::new(Kind::Row(cells), row, what));
     }
     out
 }
@@ -390,7 +397,12 @@ fn trigger_expected(record: &Value, plan: &Value) -> Vec<Expect> {
     let decision = m["decision"]
         .as_str()
         .expect("record.json: measured.decision");
-    let mut out = vec![Expect::new(Kind::Word, decision, "measured.decision")];
+    // The page words the decision ("not-triggered" reads "not triggered").
+    let mut out = vec![Expect::new(
+        Kind::Word,
+        decision.replace('-', " "),
+        "measured.decision",
+    )];
     for (what, v) in [
         ("measured.outcome.recovery_s", &m["outcome"]["recovery_s"]),
         ("plan.recovery_fluid_s", &plan["recovery_fluid_s"]),

@@ -305,8 +305,11 @@ pub(crate) fn cases(
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
     let s = common.run_all(label, list)?;
     print!("{}", report::text(&s.dir, &s.results));
-    let page = crate::page::write(&s.dir)?;
-    let open = crate::page::open_line(&page);
+    // The page is drawn from the files just written; failing to draw it loses no result.
+    let open = match crate::page::write(&s.dir) {
+        Ok(page) => crate::page::open_line(&page),
+        Err(e) => format!("no page: {e:#} (the record is in {})", s.dir.display()),
+    };
     if !s.failures.is_empty() {
         anyhow::bail!(
             "{} of {} cases failed ({}); records in {}\n{open}",

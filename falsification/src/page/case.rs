@@ -6,18 +6,15 @@
 use maud::{Markup, html};
 
 use super::chart::{self, Axis, Bars, Chart, Colour, Event, EventKind, LoadMark, Series, Style};
-use super::html::{figure, markdown, verdict_box};
+use super::html::{figure, markdown, num, shell_line, verdict_box};
 use super::read::{CaseRecord, ModelRow, Row, RunEvent};
 use crate::runner::fidelity::{MODELS, Table};
-use crate::runner::judge::BAND;
+use crate::runner::judge::{BAND, Matches};
 use crate::runner::lag::Lag;
 
 /// The time axis of every case plot.
 pub fn time_axis() -> Axis {
-    Axis {
-        label: "experiment time from the load event".into(),
-        unit: "s".into(),
-    }
+    Axis::new("experiment time from the load event", "s")
 }
 
 /// The whole of one case, headed at `level` (`h1` on its own page, `h2` in a session).
@@ -28,7 +25,7 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
         section id=(anchor(c)) {
             @if own_page { h1 { (c.name()) ": " (title) } } @else { h2 { (c.name()) ": " (title) } }
             // On its own page the parts sit under the h1, in a session under the case's h2.
-            (verdict_box(&c.name(), c.extra.verdict, &c.extra.reason))
+            (verdict_box(&c.name(), c.summary.verdict, &c.extra.reason))
             (claim(c))
             (part(own_page, "What ran"))
             (configuration(c))
@@ -36,7 +33,7 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
             (figures(c))
             (part(own_page, "Plots"))
             p.muted {
-                "Experiment time (run time × S = " (s.time_scale) "), from the load event. \
+                "Experiment time (run time × S = " (num(s.time_scale)) "), from the load event. \
                  Marks on the time axis: the load event (shaded), HPA decisions (▲ up, ▼ down), \
                  faults and remedies."
             }
@@ -48,7 +45,7 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
             (part(own_page, "Events"))
             (events(c))
             (part(own_page, "Run it again"))
-            pre { code { (command(c)) } }
+            (command(c))
             @if let Some(md) = &c.report_md {
                 details {
                     summary { "The record's report (report.md)" }
@@ -79,12 +76,12 @@ fn claim(c: &CaseRecord) -> Markup {
         @if let Some(text) = c.extra.published.as_ref().map(|p| p.text.as_str()).filter(|t| !t.is_empty()) {
             p { strong { "Published: " } (text) "." }
         }
-        @if let Some(m) = &c.summary.matches {
-            p { "The measurement matches " (match m.as_str() {
-                "both" => "both fluid models (they agree here)",
-                "per-pod" => "the per-pod fluid model (one queue per pod, as clusters run)",
-                "pooled" => "the pooled fluid model (one shared queue, the publication's)",
-                _ => "neither fluid model within the bands",
+        @if let Some(m) = c.summary.matches {
+            p { "The measurement matches " (match m {
+                Matches::Both => "both fluid models (they agree here)",
+                Matches::PerPod => "the per-pod fluid model (one queue per pod, as clusters run)",
+                Matches::Pooled => "the pooled fluid model (one shared queue, the publication's)",
+                Matches::Neither => "neither fluid model within the bands",
             }) "." }
         }
         @if !c.extra.complete { p { strong { "The run was interrupted:" } " its figures cover only the part that ran." } }
@@ -129,12 +126,6 @@ fn signal_words(signal: &str) -> &str {
         "cpu" => "CPU",
         other => other,
     }
-}
-
-/// A number as the page prints configuration: no trailing zeros.
-pub fn num(x: f64) -> String {
-    let t = format!("{x:.3}");
-    t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The load event of an experiment's `event` table: its shaded span and its name.
@@ -216,10 +207,15 @@ fn run_events(c: &CaseRecord) -> Vec<(Event, String)> {
     out.extend(c.events.iter().filter_map(|e| {
         let event = Event {
             at: e.t,
-            label: format!("{} {}", e.who, e.what),
+            // A killed pod is named in the detail; its row names no one.
+            label: if e.who == "-" {
+                format!("pod {}", e.what)
+            } else {
+                format!("{} {}", e.who, e.what)
+            },
             kind: action_kind(e)?,
         };
-        Some((event, e.detail.trim_matches('"').to_string()))
+        Some((event, e.detail.clone()))
     }));
     out
 }
@@ -243,28 +239,25 @@ struct Plots<'a> {
     models: &'a [ModelRow],
 }
 
-fn series(name: &str, colour: Colour, style: Style, points: Vec<(f64, f64)>) -> Series {
-    Series {
-        name: name.into(),
-        colour,
-        style,
-        points,
-    }
-}
-
 impl Plots<'_> {
     fn measured(&self, f: impl Fn(&Row) -> f64) -> Vec<(f64, f64)> {
         self.c.rows.iter().map(|r| (r.t, f(r))).collect()
     }
 
-    fn model(&self, name: &str, colour: Colour, f: impl Fn(&ModelRow) -> f64) -> Series {
+    fn model(
+        &self,
+        name: &str,
+        colour: Colour,
+        style: Style,
+        f: impl Fn(&ModelRow) -> f64,
+    ) -> Series {
         let points = self
             .models
             .iter()
             .filter(|m| m.model == name)
             .map(|m| (m.t, f(m)))
             .collect();
-        series(&format!("fluid {name}"), colour, Style::Predicted, points)
+        Series::new(&format!("fluid {name}"), colour, style, points)
     }
 
     /// A chart over the case's time axis with its marks; empty series left out.
@@ -278,10 +271,7 @@ impl Plots<'_> {
         chart::svg(&Chart {
             title: title.into(),
             x: time_axis(),
-            y: Axis {
-                label: y.0.into(),
-                unit: y.1.into(),
-            },
+            y: Axis::new(y.0, y.1),
             series: lines.into_iter().filter(|s| !s.points.is_empty()).collect(),
             events: self.events.clone(),
             load: self.load.clone(),
@@ -294,20 +284,24 @@ impl Plots<'_> {
             "Pods",
             ("pods", "count"),
             vec![
-                series(
+                Series::new(
                     "measured desired",
                     Colour::MeasuredAlt,
                     Style::Step,
                     self.measured(|r| r.pods_desired),
                 ),
-                series(
+                Series::new(
                     "measured ready",
                     Colour::Measured,
                     Style::Step,
                     self.measured(|r| r.pods_ready),
                 ),
-                self.model("per-pod", Colour::PerPod, |m| m.pods_ready),
-                self.model("pooled", Colour::Pooled, |m| m.pods_ready),
+                self.model("per-pod", Colour::PerPod, Style::PredictedStep, |m| {
+                    m.pods_ready
+                }),
+                self.model("pooled", Colour::Pooled, Style::PredictedStep, |m| {
+                    m.pods_ready
+                }),
             ],
             None,
         )
@@ -319,20 +313,20 @@ impl Plots<'_> {
             "Goodput and demand",
             ("requests per run second", "1/s"),
             vec![
-                series(
+                Series::new(
                     "demand: first attempts",
                     Colour::Demand,
                     Style::Line,
                     self.measured(|r| r.first_attempts * per_s),
                 ),
-                series(
+                Series::new(
                     "measured goodput",
                     Colour::Measured,
                     Style::Line,
                     self.measured(|r| r.successes * per_s),
                 ),
-                self.model("per-pod", Colour::PerPod, |m| m.goodput),
-                self.model("pooled", Colour::Pooled, |m| m.goodput),
+                self.model("per-pod", Colour::PerPod, Style::Predicted, |m| m.goodput),
+                self.model("pooled", Colour::Pooled, Style::Predicted, |m| m.goodput),
             ],
             None,
         )
@@ -345,7 +339,7 @@ impl Plots<'_> {
             ((Some(a), Some(b)), Some(t)) => vec![(a.t, t), (b.t, t)],
             _ => vec![],
         };
-        series("timeout", Colour::Limit, Style::Reference, points)
+        Series::new("timeout", Colour::Limit, Style::Reference, points)
     }
 
     fn timeout_s(&self) -> Option<f64> {
@@ -371,14 +365,18 @@ impl Plots<'_> {
             ("wait", "s, experiment time"),
             vec![
                 self.timeout(),
-                series(
+                Series::new(
                     "measured (sustained over 3 rows)",
                     Colour::Measured,
                     Style::Line,
                     self.measured(|r| self.clip(r.wait_sustained_s * s)),
                 ),
-                self.model("per-pod", Colour::PerPod, |m| self.clip(m.wait_s)),
-                self.model("pooled", Colour::Pooled, |m| self.clip(m.wait_s)),
+                self.model("per-pod", Colour::PerPod, Style::Predicted, |m| {
+                    self.clip(m.wait_s)
+                }),
+                self.model("pooled", Colour::Pooled, Style::Predicted, |m| {
+                    self.clip(m.wait_s)
+                }),
             ],
             self.wait_top(),
         )
@@ -386,9 +384,26 @@ impl Plots<'_> {
 
     fn pod_waits(&self) -> String {
         let mut lines = vec![self.timeout()];
+        // Strict recovery needs every pod's wait at or below this: a queue above it holds debt.
+        let drained = self
+            .c
+            .extra
+            .measured
+            .as_ref()
+            .and_then(|m| m.drained_wait_run_s);
+        if let (Some(d), Some(a), Some(b)) = (drained, self.c.rows.first(), self.c.rows.last()) {
+            let d = d * self.c.summary.time_scale;
+            let points = vec![(a.t, d), (b.t, d)];
+            lines.push(Series::new(
+                "drained (strict recovery)",
+                Colour::Demand,
+                Style::Reference,
+                points,
+            ));
+        }
         lines.extend(self.c.pod_waits.values().enumerate().map(|(i, points)| {
             let clipped = points.iter().map(|&(t, w)| (t, self.clip(w))).collect();
-            series("", Colour::Nth(i), Style::Line, clipped)
+            Series::new("", Colour::Nth(i), Style::Line, clipped)
         }));
         self.chart(
             "Every pod's wait",
@@ -404,13 +419,13 @@ impl Plots<'_> {
             "Signals",
             ("rate per run second", "1/s"),
             vec![
-                series(
+                Series::new(
                     "first attempts",
                     Colour::Measured,
                     Style::Line,
                     self.measured(|r| r.meter_first.unwrap_or(nan)),
                 ),
-                series(
+                Series::new(
                     "ingress (every attempt)",
                     Colour::MeasuredAlt,
                     Style::Line,
@@ -524,11 +539,24 @@ fn events(c: &CaseRecord) -> Markup {
     }
 }
 
-/// The command that runs this case again.
-pub fn command(c: &CaseRecord) -> String {
-    let mut cmd = Table::of(&c.summary).command;
-    if let Some(seed) = c.config.as_ref().and_then(|x| x.seed) {
-        cmd.push_str(&format!(" --seed {seed}"));
+/// The command that ran this case, as the record keeps it; rebuilt from the record when it
+/// keeps none (written by an older version), and said so.
+fn command(c: &CaseRecord) -> Markup {
+    match &c.extra.command {
+        Some(argv) => html! {
+            pre { code { (shell_line(argv)) } }
+            p.muted { "The command that wrote this record (a session's command runs all its cases)." }
+        },
+        None => {
+            let mut cmd = Table::of(&c.summary).command;
+            if let Some(seed) = c.config.as_ref().and_then(|x| x.seed) {
+                cmd.push_str(&format!(" --seed {seed}"));
+            }
+            html! {
+                pre { code { (cmd) } }
+                p.muted { "Rebuilt from the record, which predates keeping the command line: \
+                           flags beyond the case, scales, horizon and seed are not in it." }
+            }
+        }
     }
-    cmd
 }

@@ -33,8 +33,20 @@ pub enum Style {
     Step,
     /// A model's prediction: dashed.
     Predicted,
+    /// A model's prediction of a step series (its pods): dashed steps.
+    PredictedStep,
     /// A constant reference (the timeout, a threshold): thin.
     Reference,
+}
+
+impl Style {
+    fn stepped(self) -> bool {
+        matches!(self, Style::Step | Style::PredictedStep)
+    }
+
+    fn dashed(self) -> bool {
+        matches!(self, Style::Predicted | Style::PredictedStep)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +57,17 @@ pub struct Series {
     pub style: Style,
     /// (x, y), x increasing.
     pub points: Vec<(f64, f64)>,
+}
+
+impl Series {
+    pub fn new(name: &str, colour: Colour, style: Style, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            colour,
+            style,
+            points,
+        }
+    }
 }
 
 /// What an event on the time axis is.
@@ -74,6 +97,15 @@ pub struct Event {
 pub struct Axis {
     pub label: String,
     pub unit: String,
+}
+
+impl Axis {
+    pub fn new(label: &str, unit: &str) -> Axis {
+        Axis {
+            label: label.into(),
+            unit: unit.into(),
+        }
+    }
 }
 
 /// The load event: a step from `from` on, or a spike over `from..to`; shaded and named.
@@ -340,7 +372,7 @@ pub fn thin(points: &[(f64, f64)], style: Style, n: usize) -> Vec<(f64, f64)> {
         .iter()
         .copied()
         .filter(|&(x, y)| plottable(x) && plottable(y));
-    let step = style == Style::Step;
+    let step = style.stepped();
     let kept: Vec<(f64, f64)> = if step {
         changes(clean)
     } else {
@@ -616,7 +648,7 @@ fn steps(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 
 /// A series' polylines in pixels, inside the plot.
 fn series_paths(points: &[(f64, f64)], style: Style, frame: &Frame) -> Vec<Vec<(i32, i32)>> {
-    let path = if style == Style::Step {
+    let path = if style.stepped() {
         steps(points)
     } else {
         points.to_vec()
@@ -752,7 +784,7 @@ struct Pen {
 impl Pen {
     fn of(s: &Series) -> Pen {
         let colour = rgb(s.colour);
-        let dashed = s.style == Style::Predicted;
+        let dashed = s.style.dashed();
         // Unnamed series come many at once (one per pod): thin and light, they read as a band.
         if s.name.is_empty() {
             return Pen {
@@ -1021,7 +1053,7 @@ fn draw_legend(area: &Area, entries: &[Entry], top: f64) -> Drawn {
         let cy = top + (row as f64 + 0.5) * LEGEND_ROW;
         let mid = (x + 10.0, cy);
         match e.key {
-            Key::Pen(pen, Style::Step) => {
+            Key::Pen(pen, Style::Step | Style::PredictedStep) => {
                 let pts = [
                     (x, cy + 4.0),
                     (x + 10.0, cy + 4.0),
@@ -1511,27 +1543,11 @@ pub fn bars_svg(bars: &Bars) -> String {
 mod tests {
     use super::*;
 
-    fn axis(label: &str, unit: &str) -> Axis {
-        Axis {
-            label: label.into(),
-            unit: unit.into(),
-        }
-    }
-
-    fn series(name: &str, colour: Colour, style: Style, points: Vec<(f64, f64)>) -> Series {
-        Series {
-            name: name.into(),
-            colour,
-            style,
-            points,
-        }
-    }
-
     fn chart(series: Vec<Series>, events: Vec<Event>) -> Chart {
         Chart {
             title: "pods <over> time".into(),
-            x: axis("experiment time from the load event", "s"),
-            y: axis("pods", "count"),
+            x: Axis::new("experiment time from the load event", "s"),
+            y: Axis::new("pods", "count"),
             series,
             events,
             load: Some(LoadMark {
@@ -1596,7 +1612,7 @@ mod tests {
             (40.0, 2.0),
         ];
         let step = svg(&chart(
-            vec![series(
+            vec![Series::new(
                 "desired",
                 Colour::Measured,
                 Style::Step,
@@ -1619,7 +1635,12 @@ mod tests {
         }
         // The same points as a line slant from 10 s to 20 s.
         let line = svg(&chart(
-            vec![series("desired", Colour::Measured, Style::Line, points)],
+            vec![Series::new(
+                "desired",
+                Colour::Measured,
+                Style::Line,
+                points,
+            )],
             vec![],
         ));
         let path = &data_polylines(&line, "#0072B2", 2)[0];
@@ -1633,7 +1654,7 @@ mod tests {
     #[test]
     fn a_fixed_top_clips_what_passes_it() {
         let mut c = chart(
-            vec![series(
+            vec![Series::new(
                 "wait",
                 Colour::Measured,
                 Style::Line,
@@ -1658,8 +1679,8 @@ mod tests {
         let flat = vec![(0.0, 5.0), (100.0, 5.0)];
         let out = svg(&chart(
             vec![
-                series("fluid", Colour::Pooled, Style::Predicted, flat.clone()),
-                series(
+                Series::new("fluid", Colour::Pooled, Style::Predicted, flat.clone()),
+                Series::new(
                     "timeout",
                     Colour::Limit,
                     Style::Reference,
@@ -1846,7 +1867,12 @@ mod tests {
             }
         }
         let out = svg(&chart(
-            vec![series("x", Colour::Measured, Style::Line, noisy(100, 1))],
+            vec![Series::new(
+                "x",
+                Colour::Measured,
+                Style::Line,
+                noisy(100, 1),
+            )],
             events,
         ));
         assert!(out.contains("event labels left out"));
@@ -1855,9 +1881,9 @@ mod tests {
     #[test]
     fn unnamed_series_stay_out_of_the_legend() {
         let mut many: Vec<Series> = (0..50)
-            .map(|i| series("", Colour::Nth(i), Style::Line, noisy(50, i as u64)))
+            .map(|i| Series::new("", Colour::Nth(i), Style::Line, noisy(50, i as u64)))
             .collect();
-        many.push(series(
+        many.push(Series::new(
             "timeout",
             Colour::Limit,
             Style::Reference,
@@ -1873,7 +1899,7 @@ mod tests {
     #[test]
     fn fifty_pods_of_four_thousand_samples_stay_small() {
         let pods: Vec<Series> = (0..50)
-            .map(|i| series("", Colour::Nth(i), Style::Line, noisy(4000, i as u64)))
+            .map(|i| Series::new("", Colour::Nth(i), Style::Line, noisy(4000, i as u64)))
             .collect();
         let out = svg(&chart(pods, vec![]));
         assert!(out.len() < 400_000, "{} bytes", out.len());
@@ -1882,15 +1908,15 @@ mod tests {
     #[test]
     fn every_chart_is_an_inline_svg_even_from_odd_data() {
         let odd = vec![
-            series("empty", Colour::Measured, Style::Step, vec![]),
-            series("one", Colour::Pooled, Style::Line, vec![(5.0, 3.0)]),
-            series(
+            Series::new("empty", Colour::Measured, Style::Step, vec![]),
+            Series::new("one", Colour::Pooled, Style::Line, vec![(5.0, 3.0)]),
+            Series::new(
                 "nan",
                 Colour::PerPod,
                 Style::Predicted,
                 vec![(5.0, f64::NAN), (f64::INFINITY, 1.0)],
             ),
-            series(
+            Series::new(
                 "zero",
                 Colour::Nth(99),
                 Style::Reference,
@@ -1920,7 +1946,7 @@ mod tests {
             svg(&odd_chart),
             svg(&chart(vec![], vec![])),
             svg(&chart(
-                vec![series(
+                vec![Series::new(
                     "zeros",
                     Colour::Demand,
                     Style::Line,
@@ -1930,19 +1956,19 @@ mod tests {
             )),
             scatter_svg(&Scatter {
                 title: "Definition 9 region".into(),
-                x: axis("over-provisioning", "pod·s"),
-                y: axis("work lost", "%"),
+                x: Axis::new("over-provisioning", "pod·s"),
+                y: Axis::new("work lost", "%"),
                 points: vec![point(1.0, 2.0), point(f64::NAN, 1.0), point(1.0, 2.0)],
             }),
             scatter_svg(&Scatter {
                 title: String::new(),
-                x: axis("a", ""),
-                y: axis("b", ""),
+                x: Axis::new("a", ""),
+                y: Axis::new("b", ""),
                 points: vec![],
             }),
             bars_svg(&Bars {
                 title: "lag".into(),
-                x: axis("lag", "s"),
+                x: Axis::new("lag", "s"),
                 rows: vec![
                     (
                         "4→9".into(),
@@ -1954,7 +1980,7 @@ mod tests {
             }),
             bars_svg(&Bars {
                 title: "none".into(),
-                x: axis("lag", "s"),
+                x: Axis::new("lag", "s"),
                 rows: vec![],
                 parts: vec![],
             }),
@@ -1977,7 +2003,7 @@ mod tests {
     #[test]
     fn drawing_is_deterministic() {
         let c = chart(
-            vec![series(
+            vec![Series::new(
                 "goodput",
                 Colour::Measured,
                 Style::Line,
@@ -1991,7 +2017,12 @@ mod tests {
     #[test]
     fn axes_say_what_and_unit() {
         let out = svg(&chart(
-            vec![series("x", Colour::Measured, Style::Line, noisy(10, 1))],
+            vec![Series::new(
+                "x",
+                Colour::Measured,
+                Style::Line,
+                noisy(10, 1),
+            )],
             vec![],
         ));
         assert!(out.contains(">\nexperiment time from the load event (s)\n</text>"));

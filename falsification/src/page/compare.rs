@@ -3,7 +3,7 @@
 
 use maud::html;
 
-use super::case::{load_event, time_axis};
+use super::case::{self, load_event, time_axis};
 use super::chart::{self, Axis, Chart, Colour, Series, Style};
 use super::html::{document, figure, markdown};
 use super::read::{CaseRecord, CompareRecord};
@@ -18,6 +18,10 @@ pub fn page(c: &CompareRecord) -> String {
         p { "Each figure of a case under both autoscalers, in experiment time; a figure outside \
              the band is a defect of the emulation or a difference the report explains. Each \
              session's own page (report.html in its directory) has the runs in full." }
+        @if c.sessions.is_none() {
+            p.muted { "The two sessions are not beside this comparison (moved, or it predates \
+                       naming them): the figures are here, the pods over time in each session's page." }
+        }
         @for (case, figures) in &c.cases {
             @let outside = figures.iter().filter(|f| !f.within_band).count();
             h2 { (case) }
@@ -31,10 +35,13 @@ pub fn page(c: &CompareRecord) -> String {
                          td { (if f.within_band { "yes" } else { "no" }) } }
                 } }
             } }
-            @if let Some((em, up)) = pods(c, case) { (figure("Desired and ready pods under both autoscalers", chart::svg(&Chart {
+            @if let Some((em, up)) = pods(c, case) {
+                p { "Verdicts: emulated " strong { (em.summary.verdict) } ", upstream " strong { (up.summary.verdict) }
+                    ". Each run in full: " a href=(beside(em)) { "emulated" } ", " a href=(beside(up)) { "upstream" } "." }
+                (figure("Desired and ready pods under both autoscalers", chart::svg(&Chart {
                 title: format!("{case}: pods"),
                 x: time_axis(),
-                y: Axis { label: "pods".into(), unit: "count".into() },
+                y: Axis::new("pods", "count"),
                 load: em.config.as_ref().and_then(|x| load_event(&x.scenario_experiment_time.event)),
                 series: vec![
                     step("desired, emulated", Colour::MeasuredAlt, em, |r| r.pods_desired),
@@ -42,9 +49,16 @@ pub fn page(c: &CompareRecord) -> String {
                     step("desired, upstream", Colour::Pooled, up, |r| r.pods_desired),
                     step("ready, upstream", Colour::PerPod, up, |r| r.pods_ready),
                 ],
-                events: vec![],
+                events: [("emulated", em), ("upstream", up)]
+                    .into_iter()
+                    .flat_map(|(hpa, c)| case::chart_events(c).into_iter().map(move |mut e| {
+                        e.label = format!("{hpa} {}", e.label);
+                        e
+                    }))
+                    .collect(),
                 y_max: None,
-            }))) }
+            })))
+            }
         }
         @if let Some(md) = &c.report_md {
             details { summary { "The comparison's report (compare.md)" } (markdown(md)) }
@@ -65,10 +79,20 @@ fn pods<'a>(c: &'a CompareRecord, case: &str) -> Option<(&'a CaseRecord, &'a Cas
 }
 
 fn step(name: &str, colour: Colour, c: &CaseRecord, f: fn(&super::read::Row) -> f64) -> Series {
-    Series {
-        name: name.into(),
+    Series::new(
+        name,
         colour,
-        style: Style::Step,
-        points: c.rows.iter().map(|r| (r.t, f(r))).collect(),
-    }
+        Style::Step,
+        c.rows.iter().map(|r| (r.t, f(r))).collect(),
+    )
+}
+
+/// A case's page as a link from the comparison, which sits beside its sessions.
+fn beside(c: &CaseRecord) -> String {
+    let part = |p: &std::path::Path| {
+        p.file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+    };
+    let session = c.dir.parent().map(part).unwrap_or_default();
+    format!("../{session}/{}/report.html", part(&c.dir))
 }

@@ -28,7 +28,8 @@ ul.config{padding-left:1.1rem;margin:.3rem 0}.muted{color:var(--muted);font-size
 figure{margin:1rem 0;break-inside:avoid}figcaption{font-weight:600;margin-bottom:.2rem}
 svg{max-width:100%;height:auto;display:block}
 details{margin:1rem 0}summary{cursor:pointer;font-weight:600}
-@media (max-width:600px){body{padding:.5rem;font-size:14px}table{font-size:12px}}
+@media (max-width:600px){body{padding:.5rem;font-size:14px}table{font-size:12px}
+figure{overflow-x:auto}figure svg{min-width:720px}}
 @media print{body{max-width:none;font-size:11pt}details{display:block}
 details>*{display:block}a{color:inherit;text-decoration:none}figure,table{break-inside:avoid}}
 ";
@@ -108,9 +109,25 @@ pub fn figure(caption: &str, svg: String) -> Markup {
     }
 }
 
-/// The last line every command prints: the page to open.
-pub fn open_line(path: &std::path::Path) -> String {
-    format!("open: {}", path.display())
+/// A number as the page prints configuration: no trailing zeros.
+pub fn num(x: f64) -> String {
+    let t = format!("{x:.3}");
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A command line as a shell reads it back: each argument plain when it is, else single-quoted.
+pub fn shell_line(argv: &[String]) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c);
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty() && a.chars().all(plain) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
@@ -136,6 +153,24 @@ mod tests {
         assert!(out.contains("<div class=\"scroll\"><table>"), "{out}");
         assert!(!out.contains("<script>"), "{out}");
         assert!(out.contains("&lt;script&gt;"), "{out}");
+    }
+
+    #[test]
+    fn a_command_line_reads_back_in_a_shell() {
+        let argv = [
+            "falsification",
+            "trigger",
+            "-H",
+            "authorization: <redacted>",
+            "it's",
+        ];
+        let argv: Vec<String> = argv.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shell_line(&argv),
+            "falsification trigger -H 'authorization: <redacted>' 'it'\\''s'"
+        );
+        assert_eq!(num(20.0), "20");
+        assert_eq!(num(0.125), "0.125");
     }
 
     #[test]

@@ -19,8 +19,12 @@ use std::path::{Path, PathBuf};
 
 use crate::process::write_atomically;
 
-pub use html::open_line;
 use read::{CaseRecord, CompareRecord, Kind, SessionRecord, TriggerRecord};
+
+/// The last line every command that writes a record prints: the page to open.
+pub fn open_line(path: &Path) -> String {
+    format!("open: {}", path.display())
+}
 
 /// The page's file name in a record.
 pub const PAGE: &str = "report.html";
@@ -126,6 +130,36 @@ mod tests {
         assert!(
             page.contains("trigger --target http://127.0.0.1:18086/work"),
             "the command"
+        );
+    }
+
+    #[test]
+    fn a_comparison_shows_both_hpas_pods_and_reads_its_older_shape() {
+        let tmp = copy_of("main-job");
+        let root = tmp.path();
+        std::fs::rename(root.join("main-job"), root.join("s-emulated")).unwrap();
+        let up = copy_of("main-job");
+        std::fs::rename(up.path().join("main-job"), root.join("s-upstream")).unwrap();
+        let figures = serde_json::json!([["ingress", [
+            {"figure": "recovery", "emulated": "645 s", "upstream": "700 s", "within_band": true},
+            {"figure": "final pods", "emulated": "22", "upstream": "30", "within_band": false},
+        ]]]);
+        let cmp = root.join("s-upstream-vs-emulated");
+        std::fs::create_dir(&cmp).unwrap();
+        // As the command writes it now: the sessions named as the run saw them.
+        let now = serde_json::json!({
+            "emulated": "runs/s-emulated", "upstream": "runs/s-upstream", "cases": figures,
+        });
+        std::fs::write(cmp.join("compare.json"), now.to_string()).unwrap();
+        let page = std::fs::read_to_string(write(&cmp).unwrap()).unwrap();
+        assert!(page.contains("1 of 2 figures outside the band"), "{page}");
+        assert!(page.contains("Desired and ready pods under both autoscalers"));
+        // As older comparisons wrote it: the cases alone, no plot.
+        std::fs::write(cmp.join("compare.json"), figures.to_string()).unwrap();
+        let page = std::fs::read_to_string(write(&cmp).unwrap()).unwrap();
+        assert!(page.contains("1 of 2 figures outside the band"));
+        assert!(
+            !page.contains("Desired and ready pods") && page.contains("not beside this comparison")
         );
     }
 

@@ -13,9 +13,9 @@ use crate::runner::fidelity::RecordSummary;
 use crate::runner::lag::Lag;
 use crate::runner::record::MODELS_CSV;
 use crate::table::Table;
-use crate::trigger::LayerSeries;
+use crate::trigger::{Decision, Ended, LayerSeries};
 use falsification_model::experiment::Published;
-use falsification_model::outcome::{Judgement, Outcome};
+use falsification_model::outcome::Outcome;
 
 /// One case's record.
 pub struct CaseRecord {
@@ -44,7 +44,7 @@ pub struct CaseRecord {
 pub struct SummaryExtra {
     #[serde(default)]
     pub reason: String,
-    #[serde(default = "yes")]
+    #[serde(default = "complete")]
     pub complete: bool,
     #[serde(default)]
     pub hpa: String,
@@ -52,10 +52,22 @@ pub struct SummaryExtra {
     pub published: Option<Published>,
     #[serde(default)]
     pub lag: Option<LagFile>,
-    pub verdict: Judgement,
+    /// What the run knew of the drained threshold, run seconds (`measured.drained_wait_run_s`).
+    #[serde(default)]
+    pub measured: Option<MeasuredExtra>,
+    /// The command line of the run (records from before it was kept have none).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
 }
 
-fn yes() -> bool {
+#[derive(Debug, Clone, Deserialize)]
+pub struct MeasuredExtra {
+    #[serde(default)]
+    pub drained_wait_run_s: Option<f64>,
+}
+
+/// Older records wrote `complete` only when a run was cut short.
+fn complete() -> bool {
     true
 }
 
@@ -292,19 +304,19 @@ fn models(path: &Path) -> anyhow::Result<Option<Vec<ModelRow>>> {
     ))
 }
 
-/// A session: its cases, in the index's order (a case that wrote no summary is listed with the
-/// index's verdict only).
+/// A session: its cases in the index's order, then any case record the index does not list yet
+/// (a run killed before it rewrote its index), in name order.
 pub struct SessionRecord {
     pub dir: PathBuf,
     pub cases: Vec<CaseRecord>,
-    /// Cases the index lists whose record could not be read, and why.
+    /// Cases whose record could not be read, and why.
     pub unreadable: Vec<(String, String)>,
+    /// The session's own Markdown index (its Definition 9, threshold and stack tables).
+    pub index_md: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct IndexEntry {
-    experiment: String,
-    case: String,
     dir: PathBuf,
 }
 
@@ -313,23 +325,33 @@ impl SessionRecord {
         let path = dir.join("index.json");
         let index: Vec<IndexEntry> = serde_json::from_str(&read(&path)?)
             .with_context(|| format!("{}: not a session index", path.display()))?;
+        // The index names each record as the run saw it; the session holds it by name.
+        let mut names: Vec<PathBuf> = index
+            .iter()
+            .filter_map(|e| e.dir.file_name().map(PathBuf::from))
+            .collect();
+        let mut unlisted: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .flatten()
+            .filter(|e| e.path().join("summary.json").is_file())
+            .map(|e| PathBuf::from(e.file_name()))
+            .filter(|n| !names.contains(n))
+            .collect();
+        unlisted.sort();
+        names.extend(unlisted);
         let mut cases = Vec::new();
         let mut unreadable = Vec::new();
-        for entry in index {
-            // The index names each record as the run saw it; the session holds it by name.
-            let name = entry.dir.file_name().map(PathBuf::from).unwrap_or_default();
-            match CaseRecord::read(&dir.join(name)) {
+        for name in names {
+            match CaseRecord::read(&dir.join(&name)) {
                 Ok(c) => cases.push(c),
-                Err(e) => unreadable.push((
-                    format!("{} {}", entry.experiment, entry.case),
-                    format!("{e:#}"),
-                )),
+                Err(e) => unreadable.push((name.display().to_string(), format!("{e:#}"))),
             }
         }
         Ok(SessionRecord {
             dir: dir.to_path_buf(),
             cases,
             unreadable,
+            index_md: read(&dir.join("index.md")).ok(),
         })
     }
 }
@@ -408,17 +430,28 @@ pub struct TriggerPlan {
 #[derive(Debug, Clone, Deserialize)]
 pub struct TriggerMeasured {
     pub outcome: Outcome,
-    pub decision: String,
+    pub decision: Decision,
     pub amplification: Option<f64>,
     #[serde(default)]
     pub layers: Vec<TriggerLayer>,
-    pub ended: String,
+    pub ended: Ended,
     #[serde(default)]
     pub failing_at_end: bool,
+    /// The target at base load before the spike.
+    #[serde(default)]
+    pub health_before: Option<BaseHealth>,
     #[serde(default)]
     pub discipline: Option<TriggerDiscipline>,
     #[serde(default)]
     pub failed_phase: Option<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct BaseHealth {
+    pub seconds: u32,
+    pub first_attempts: f64,
+    pub successes: f64,
+    pub healthy: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -506,7 +539,9 @@ impl CompareRecord {
                     let name = p.file_name().map(PathBuf::from).unwrap_or_default();
                     SessionRecord::read(&dir.parent().unwrap_or(dir).join(name))
                 };
-                (cases, Some((beside(&emulated)?, beside(&upstream)?)))
+                // Sessions moved away leave the figures; the page says what it cannot show.
+                let both = beside(&emulated).ok().zip(beside(&upstream).ok());
+                (cases, both)
             }
         };
         Ok(CompareRecord {

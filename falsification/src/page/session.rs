@@ -4,10 +4,11 @@
 
 use maud::{Markup, html};
 
-use super::case::{self, num, time_axis};
+use super::case::{self, time_axis};
 use super::chart::{self, Axis, Chart, Colour, Point, Scatter, Series, Style};
-use super::html::{document, figure, verdict_box};
+use super::html::{document, figure, markdown, verdict_box};
 use super::read::{CaseRecord, SessionRecord};
+use crate::runner::report::{pct, recovery_cell};
 
 pub fn page(s: &SessionRecord) -> String {
     let name = s
@@ -35,6 +36,9 @@ pub fn page(s: &SessionRecord) -> String {
             ul { @for (case, why) in &s.unreadable { li { (case) ": " (why) } } }
         }
         (side_by_side(&s.cases))
+        @if let Some(md) = &s.index_md {
+            details { summary { "The session's index (index.md: Definition 9, thresholds, stacks)" } (markdown(md)) }
+        }
         @for c in &s.cases { (case::section(c, false)) }
     };
     document(&heading, body)
@@ -43,7 +47,7 @@ pub fn page(s: &SessionRecord) -> String {
 /// Each case's verdict in words, then one line per case with the headline figures.
 fn verdicts(s: &SessionRecord) -> Markup {
     html! {
-        @for c in &s.cases { (verdict_box(&c.name(), c.extra.verdict, &c.extra.reason)) }
+        @for c in &s.cases { (verdict_box(&c.name(), c.summary.verdict, &c.extra.reason)) }
         div.scroll { table {
             thead { tr { th { "case" } th { "verdict" }
                 th { "recovery: measured / per pod / pooled" } th { "lost demand: measured / per pod / pooled" } } }
@@ -52,26 +56,13 @@ fn verdicts(s: &SessionRecord) -> Markup {
                 @let f = &c.summary.predicted_experiment_time;
                 tr {
                     td { a href={ "#" (case::anchor(c)) } { (c.name()) } }
-                    td { span class={ "word " (c.extra.verdict.word()) } { (c.extra.verdict.word()) } }
-                    td { (recovery(m)) " / " (recovery(&f.fluid_per_pod)) " / " (recovery(&f.fluid_pooled)) }
-                    td { (lost(m)) " / " (lost(&f.fluid_per_pod)) " / " (lost(&f.fluid_pooled)) }
+                    td { span class={ "word " (c.summary.verdict.word()) } { (c.summary.verdict.word()) } }
+                    td { (recovery_cell(m)) " / " (recovery_cell(&f.fluid_per_pod)) " / " (recovery_cell(&f.fluid_pooled)) }
+                    td { (pct(m.lost_fraction)) " / " (pct(f.fluid_per_pod.lost_fraction)) " / " (pct(f.fluid_pooled.lost_fraction)) }
                 }
             } }
         } }
     }
-}
-
-fn recovery(o: &falsification_model::outcome::Outcome) -> String {
-    match o.recovery_s {
-        Some(r) => format!("{} s", num(r)),
-        None if o.trapped => "trapped".into(),
-        None => "not in the horizon".into(),
-    }
-}
-
-fn lost(o: &falsification_model::outcome::Outcome) -> String {
-    o.lost_fraction
-        .map_or("-".into(), |f| format!("{:.1}%", f * 100.0))
 }
 
 /// Stepped cases (those with a provisioning figure) side by side: ready pods, goodput, and the
@@ -88,24 +79,24 @@ fn side_by_side(cases: &[CaseRecord]) -> Markup {
         stepped
             .iter()
             .enumerate()
-            .map(|(i, c)| Series {
-                name: c.name(),
-                colour: Colour::Nth(i),
-                style,
-                points: f(c),
-            })
+            .map(|(i, c)| Series::new(&c.name(), Colour::Nth(i), style, f(c)))
             .collect()
     };
     let chart = |title: &str, y: (&str, &str), series| Chart {
         title: title.into(),
         x: time_axis(),
-        y: Axis {
-            label: y.0.into(),
-            unit: y.1.into(),
-        },
+        y: Axis::new(y.0, y.1),
         series,
-        // Each case's decisions differ; the load event is the one they share.
-        events: vec![],
+        // Each case's own HPA decisions, named by its case.
+        events: stepped
+            .iter()
+            .flat_map(|c| {
+                case::chart_events(c).into_iter().map(|mut e| {
+                    e.label = format!("{} {}", c.summary.case, e.label);
+                    e
+                })
+            })
+            .collect(),
         load: stepped[0]
             .config
             .as_ref()
@@ -146,7 +137,7 @@ fn side_by_side(cases: &[CaseRecord]) -> Markup {
             .into_iter()
             .filter_map(move |(source, o, filled)| {
                 Some(Point {
-                    label: format!("{} {source}", c.summary.case),
+                    label: format!("{} {source}", c.name()),
                     colour: Colour::Nth(i),
                     filled,
                     x: o.provisioning.peak_over_needed?,
@@ -157,14 +148,8 @@ fn side_by_side(cases: &[CaseRecord]) -> Markup {
         .collect();
     let region = Scatter {
         title: "Achievable region".into(),
-        x: Axis {
-            label: "peak pods / pods needed at the target".into(),
-            unit: "ratio".into(),
-        },
-        y: Axis {
-            label: "first-attempt work lost".into(),
-            unit: "%".into(),
-        },
+        x: Axis::new("peak pods / pods needed at the target", "ratio"),
+        y: Axis::new("first-attempt work lost", "%"),
         points,
     };
     html! {

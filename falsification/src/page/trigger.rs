@@ -4,10 +4,11 @@
 
 use maud::{Markup, html};
 
-use super::case::num;
 use super::chart::{self, Axis, Chart, Colour, Event, EventKind, LoadMark, Series, Style};
-use super::html::{document, figure, markdown};
+use super::html::{document, figure, markdown, num, shell_line};
 use super::read::TriggerRecord;
+use crate::runner::report::pct;
+use crate::trigger::Decision;
 
 pub fn page(r: &TriggerRecord, report_md: Option<&str>) -> String {
     let body = html! {
@@ -28,7 +29,7 @@ pub fn page(r: &TriggerRecord, report_md: Option<&str>) -> String {
         @for (caption, svg) in plots(r) { (figure(&caption, svg)) }
         h2 { "Run it again" }
         @match &r.command {
-            Some(argv) => { pre { code { (argv.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")) } } }
+            Some(argv) => { pre { code { (shell_line(argv)) } } }
             None => { p { "This record predates the recorded command: the plan above is what ran." } }
         }
         @if let Some(md) = report_md {
@@ -40,34 +41,37 @@ pub fn page(r: &TriggerRecord, report_md: Option<&str>) -> String {
 
 /// The decision in words for a reader outside the team.
 fn decision(r: &TriggerRecord) -> Markup {
-    let d = r.measured.decision.as_str();
+    let d = r.measured.decision;
     let (class, meaning) = match d {
-        "trapped" => (
+        Decision::Trapped => (
             "refuted",
-            "the spike put the target in a failed state that outlasted it: with the retries, it \
+            "the spike put the target in a failed state that outlasted it: with the retries it \
              was offered at least its capacity and kept failing (retry debt)",
         ),
-        "recovered" => (
+        Decision::Recovered => (
             "held",
             "the target failed during the spike and then recovered by itself at the base load",
         ),
-        "not-triggered" => (
-            "held",
-            "no attempt failed after the spike: it did not trigger a failure",
-        ),
-        "aborted" => (
+        Decision::NotTriggered => ("held", "the spike did not make it fail"),
+        Decision::Aborted => (
             "inconclusive",
             "a stop rule fired and the load stopped before the state was decided",
         ),
-        _ => ("inconclusive", "the run ended before the state was decided"),
+        Decision::Undecided => ("inconclusive", "the run ended before the state was decided"),
+    };
+    let predicted = if r.plan.trapped {
+        Decision::Trapped
+    } else {
+        Decision::Recovered
     };
     html! {
         div class={ "verdict " (class) } {
-            strong { "Decision: " } span.word { (d) } " — " (meaning) "."
+            strong { "Decision: " } span.word { (d.text()) } " — " (meaning) "."
             br;
-            span.muted { "Predicted: " (if r.plan.trapped { "trapped" } else { "recovers" })
-                "; the load ended: " (r.measured.ended)
-                (if r.measured.failing_at_end { "; the target was still failing when the load stopped" } else { "" }) "." }
+            span.muted { "Predicted: " (predicted.text())
+                (if d == predicted { ", as it happened" } else { "" })
+                ". The load stopped " (r.measured.ended.text())
+                (if r.measured.failing_at_end { "; the target was still failing then" } else { "" }) "." }
         }
     }
 }
@@ -87,17 +91,22 @@ fn plan_beside(r: &TriggerRecord) -> Markup {
         div.scroll { table {
             thead { tr { th { "" } th { "planned / predicted" } th { "what happened" } } }
             tbody {
-                tr { td { "base load" } td.n { (num(p.rate)) " first attempts/s (ρ = " (num(p.rho)) ")" } td.n { "" } }
+                tr { td { "base load" } td.n { (num(p.rate)) " first attempts/s (ρ = " (num(p.rho)) ")" }
+                     td.n { @match &r.measured.health_before {
+                         Some(h) => { (num(h.successes)) " answers to " (num(h.first_attempts)) " first attempts in "
+                                      (h.seconds) " s: " (if h.healthy { "healthy" } else { "unhealthy" }) }
+                         None => { "not checked" }
+                     } } }
                 tr { td { "spike" } td.n { (num(p.k)) "× for " (num(p.spike_s)) " s (at most " (num(p.max_rate)) "/s)" }
                      td.n { "at most " (num(sent)) " first attempts in a second" } }
                 tr { td { "retry policy" } td { (p.retries) " retries, timeout " (num(p.timeout_s)) " s" } td {} }
                 tr { td { "triggered" } td { "yes" } td { (if m.triggered { "yes" } else { "no" }) } }
-                tr { td { "state" } td { (if p.trapped { "trapped" } else { "recovers" }) } td { (r.measured.decision) } }
+                tr { td { "state" } td { (if p.trapped { "trapped" } else { "recovers" }) } td { (r.measured.decision.text()) } }
                 tr { td { "recovery after the spike (backlog drained)" }
                      td.n { @if p.trapped { "never: trapped" } @else { "closed form " (secs(p.recovery_closed_s)) ", fluid " (secs(p.recovery_fluid_s)) } }
                      td.n { (secs(m.recovery_s)) } }
                 tr { td { "goodput back (99% succeed)" } td {} td.n { (secs(m.goodput_recovery_s)) } }
-                tr { td { "requests lost" } td {} td.n { (m.lost_fraction.map_or("—".into(), |f| format!("{:.1}%", f * 100.0))) } }
+                tr { td { "requests lost" } td {} td.n { (pct(m.lost_fraction)) } }
                 tr { td { "amplification A" } td.n { (format!("{:.2}", p.amplification)) " (threshold 1/A = " (format!("{:.2}", p.threshold)) ")" }
                      td.n { (r.measured.amplification.map_or("—".into(), |a| format!("{a:.2}"))) " at the client" } }
                 tr { td { "longest run" } td.n { (num(p.max_duration_s)) " s" } td.n { (r.load_rows.len()) " s of load" } }
@@ -167,30 +176,21 @@ fn plots(r: &TriggerRecord) -> Vec<(String, String)> {
         to: Some(r.plan.spike_s),
         label: format!("{}× spike", num(r.plan.k)),
     });
-    let x = Axis {
-        label: "time from the spike's start".into(),
-        unit: "s".into(),
-    };
-    let series = |name: &str, colour, style, points| Series {
-        name: name.into(),
-        colour,
-        style,
-        points,
-    };
+    let x = Axis::new("time from the spike's start", "s");
     let mut ratios = vec![
-        series(
+        Series::new(
             "successes / attempts",
             Colour::Measured,
             Style::Line,
             rows(&|x| (x.attempts > 0.0).then(|| x.successes / x.attempts)),
         ),
-        series(
+        Series::new(
             "attempts / first attempts",
             Colour::MeasuredAlt,
             Style::Line,
             rows(&|x| (x.first_attempts > 0.0).then(|| x.attempts / x.first_attempts)),
         ),
-        series(
+        Series::new(
             "configured A",
             Colour::Limit,
             Style::Reference,
@@ -203,7 +203,7 @@ fn plots(r: &TriggerRecord) -> Vec<(String, String)> {
             let a = l.arrivals(x.second - t0, 1.0)?;
             (x.first_attempts > 0.0).then(|| a / x.first_attempts)
         });
-        ratios.push(series(
+        ratios.push(Series::new(
             &format!("arrivals at {} / first attempts", l.layer),
             Colour::Nth(i + 6),
             Style::Line,
@@ -224,27 +224,17 @@ fn plots(r: &TriggerRecord) -> Vec<(String, String)> {
             "Requests per second the clients sent and got answered".into(),
             chart::svg(&chart(
                 "Rates",
-                Axis { label: "per second".into(), unit: "1/s".into() },
+                Axis::new("per second", "1/s"),
                 vec![
-                    series("first attempts", Colour::Demand, Style::Line, rows(&|x| Some(x.first_attempts))),
-                    series("attempts", Colour::MeasuredAlt, Style::Line, rows(&|x| Some(x.attempts))),
-                    series("successes", Colour::Measured, Style::Line, rows(&|x| Some(x.successes))),
+                    Series::new("first attempts", Colour::Demand, Style::Line, rows(&|x| Some(x.first_attempts))),
+                    Series::new("attempts", Colour::MeasuredAlt, Style::Line, rows(&|x| Some(x.attempts))),
+                    Series::new("successes", Colour::Measured, Style::Line, rows(&|x| Some(x.successes))),
                 ],
             )),
         ),
         (
             "Success ratio and amplification (attempts, and each layer's arrivals, per first attempt)".into(),
-            chart::svg(&chart("Ratios", Axis { label: "ratio".into(), unit: "per first attempt".into() }, ratios)),
+            chart::svg(&chart("Ratios", Axis::new("ratio", "per first attempt"), ratios)),
         ),
     ]
-}
-
-/// An argument as a shell reads it back: plain when it is, else in single quotes.
-fn quoted(a: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c);
-    if !a.is_empty() && a.chars().all(plain) {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
-    }
 }

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::judge::BAND;
+use super::judge::{BAND, Matches};
 use super::record::in_experiment_time;
-use falsification_model::outcome::Outcome;
+use falsification_model::outcome::{Judgement, Outcome};
 
 /// What a record's `summary.json` gives the table (its other fields are ignored).
 #[derive(Debug, Clone, Deserialize)]
@@ -17,9 +17,9 @@ pub struct RecordSummary {
     pub experiment: String,
     pub case: String,
     pub cluster: String,
-    pub verdict: String,
+    pub verdict: Judgement,
     #[serde(default)]
-    pub matches: Option<String>,
+    pub matches: Option<Matches>,
     pub time_scale: f64,
     pub rate_scale: f64,
     /// Experiment time.
@@ -133,8 +133,7 @@ impl Table {
                 s.rate_scale,
                 s.verdict,
                 s.matches
-                    .as_deref()
-                    .map(|m| format!(", matches {m}"))
+                    .map(|m| format!(", matches {}", m.word()))
                     .unwrap_or_default()
             ),
             command: format!(
@@ -276,8 +275,8 @@ mod tests {
             experiment: "F3".into(),
             case: "ingress".into(),
             cluster: "embedded".into(),
-            verdict: "held".into(),
-            matches: Some("per-pod".into()),
+            verdict: Judgement::Held,
+            matches: Some(Matches::PerPod),
             time_scale: 20.0,
             rate_scale: 0.5,
             measured,

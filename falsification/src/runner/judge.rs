@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::pacing::Pacing;
 use super::stack::{self, StackMeasure};
@@ -22,7 +22,7 @@ pub const LOST_BAND: f64 = 0.05;
 pub const AMPLIFICATION_TOLERANCE: f64 = 0.05;
 
 /// Which fluid prediction the measurement agrees with, within the bands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Matches {
     /// Both (they agree with each other here).

@@ -227,6 +227,8 @@ struct Summary<'a> {
     http_cpu: Option<HttpCpu>,
     /// Whether the clients sent the schedule, run seconds (`held`: the verdict could stand).
     pacing: Option<PacingJson>,
+    /// The command line that ran the case (the page's way to run it again).
+    command: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -566,6 +568,7 @@ fn summary<'a>(
             held: p.held(),
             pacing: p,
         }),
+        command: std::env::args().collect(),
     }
 }
 
@@ -694,12 +697,13 @@ fn secs(v: Option<f64>) -> String {
     v.map_or("never".into(), |s| format!("{s:.0} s"))
 }
 
-fn pct(v: Option<f64>) -> String {
+/// A fraction as the reports print it (`9.1%`), `-` for none.
+pub fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |f| format!("{:.1}%", f * 100.0))
 }
 
 /// Strict recovery, or why there is none: never triggered, trapped, or not within the horizon.
-fn recovery_cell(o: &Outcome) -> String {
+pub fn recovery_cell(o: &Outcome) -> String {
     match o.state() {
         State::Recovered => secs(o.recovery_s),
         _ => falsification_model::report::state_cell(o),

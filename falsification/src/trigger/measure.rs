@@ -238,7 +238,7 @@ pub fn measured_record(rows: &[LoadRow], p: &Plan, service: Option<&LayerSeries>
 }
 
 /// What the test decided about the target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Decision {
     /// No attempt failed after the spike.
@@ -389,7 +389,7 @@ pub struct Measured {
 }
 
 /// Why the load stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ended {
     /// The state was decided: the load stopped then.
@@ -402,6 +402,19 @@ pub enum Ended {
     Aborted,
     /// The base phase found the target unhealthy: no spike was sent.
     Unhealthy,
+}
+
+impl Ended {
+    pub fn text(self) -> &'static str {
+        match self {
+            Ended::Decided => "once the state was decided",
+            Ended::MaxDuration => "at the maximum duration, the state still open",
+            Ended::LoadFailed => "when the loadgen failed",
+            Ended::Interrupted => "on Ctrl-C",
+            Ended::Aborted => "when a stop rule fired",
+            Ended::Unhealthy => "before the spike: the target was unhealthy at base load",
+        }
+    }
 }
 
 /// What watching a run saw besides the loadgen's rows.

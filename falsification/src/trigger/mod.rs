@@ -12,7 +12,7 @@
 //! counters and health URLs, [`run()`] prints the plan, and only with a target and confirmation
 //! runs the `loadgen` (base, spike, base until the state is decided), stops it on a stop rule,
 //! the maximum duration or Ctrl-C, watches the target read-only after an abort, and writes
-//! `plan.json`, `record.json`, `report.md` and `trigger.svg`.
+//! `plan.json`, `record.json`, `report.md` and `report.html` (the page, `page`).
 
 mod capacity;
 mod cluster;
@@ -31,7 +31,7 @@ use anyhow::bail;
 use loadgen::config::{RequestFlags, RetryOn, TlsFlags};
 
 pub use cluster::ClusterTarget;
-pub use measure::LayerSeries;
+pub use measure::{Decision, Ended, LayerSeries};
 pub use metrics::{ArrivalsQuery, MetricSelector};
 pub use plan::{PlanInput, StackAmplification};
 pub use run::run;

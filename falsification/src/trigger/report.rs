@@ -426,8 +426,8 @@ pub fn report_md(p: &Plan, m: &Measured, target: &str, probed: Option<&CapacityP
          an attempt which failed, whatever ended it (a timeout, a gateway's 5xx, a reset: the \
          kit's `outcome` definition; no wait is read on a staging target); seconds whose requests \
          had no outcome when the load stopped are left out. Files: `plan.json`, `record.json`, \
-         `trigger.svg`, `loadgen/` (the loadgen's `timeseries.csv` and `summary.json`), \
-         `loadgen.log`.",
+         `report.html` (the page, with the plots), `loadgen/` (the loadgen's `timeseries.csv` \
+         and `summary.json`), `loadgen.log`.",
         if m.decision == Decision::Undecided {
             "**Undecided:** the run ended before the state was decided; figures cover what ran. \
              Give a longer --max-duration to decide it.\n\n"

@@ -127,6 +127,8 @@ fn recorded_command(argv: impl Iterator<Item = String>) -> Vec<String> {
             redact(&arg)
         } else if let Some(v) = arg.strip_prefix("--header=") {
             format!("--header={}", redact(v))
+        } else if let Some(v) = arg.strip_prefix("-H").filter(|v| !v.is_empty()) {
+            format!("-H{}", redact(v))
         } else {
             arg
         };
@@ -798,9 +800,13 @@ fn finish(
         ));
     }
     record::write(out, "report.md", &md)?;
-    let page = page::write(out)?;
     say(&md)?;
-    say(&format!("{}\n", page::open_line(&page)))?;
+    // The page is drawn from the files just written; failing to draw it loses no result.
+    let open = match page::write(out) {
+        Ok(page) => page::open_line(&page),
+        Err(e) => format!("no page: {e:#} (the record is in {})", out.display()),
+    };
+    say(&format!("{open}\n"))?;
     if let Some(e) = seen.error {
         bail!("{e} (the record is in {})", out.display());
     }
@@ -826,6 +832,7 @@ mod tests {
             "-H",
             "authorization: Bearer 1234567890",
             "--header=x-api-key: secret",
+            "-Hx-token: abc",
             "-H",
             "content-type: application/json",
             "-H",
@@ -836,8 +843,8 @@ mod tests {
         assert_eq!(
             got,
             "falsification trigger -H authorization: <redacted, 17 bytes> \
-             --header=x-api-key: <redacted, 6 bytes> -H content-type: application/json \
-             -H authorization: @env:TOKEN --yes"
+             --header=x-api-key: <redacted, 6 bytes> -Hx-token: <redacted, 3 bytes> \
+             -H content-type: application/json -H authorization: @env:TOKEN --yes"
         );
     }
 }
