@@ -6,7 +6,7 @@
 use maud::{Markup, html};
 
 use super::chart::{self, Axis, Bars, Chart, Colour, Event, EventKind, LoadMark, Series, Style};
-use super::html::{figure, markdown, num, shell_line, verdict_box};
+use super::html::{Verdict, figure, markdown, num, shell_line, verdict_box};
 use super::read::{CaseRecord, ModelRow, Row, RunEvent};
 use crate::runner::fidelity::{MODELS, Table};
 use crate::runner::judge::{BAND, Matches};
@@ -25,7 +25,7 @@ pub fn section(c: &CaseRecord, own_page: bool) -> Markup {
         section id=(anchor(c)) {
             @if own_page { h1 { (c.name()) ": " (title) } } @else { h2 { (c.name()) ": " (title) } }
             // On its own page the parts sit under the h1, in a session under the case's h2.
-            (verdict_box(&c.name(), c.summary.verdict, &c.extra.reason))
+            (verdict_box(&verdict(c)))
             (claim(c))
             (part(own_page, "What ran"))
             (configuration(c))
@@ -62,6 +62,21 @@ fn part(own_page: bool, text: &str) -> Markup {
     html! { @if own_page { h2 { (text) } } @else { h3 { (text) } } }
 }
 
+/// The case's verdict with the publication's figure for it.
+pub fn verdict(c: &CaseRecord) -> Verdict<'_> {
+    Verdict {
+        name: c.name(),
+        judgement: c.summary.verdict,
+        reason: &c.extra.reason,
+        published: c
+            .extra
+            .published
+            .as_ref()
+            .map(|p| p.text.as_str())
+            .filter(|t| !t.is_empty()),
+    }
+}
+
 /// The id a session's summary links to.
 pub fn anchor(c: &CaseRecord) -> String {
     format!("{}-{}", c.summary.experiment, c.summary.case)
@@ -72,9 +87,6 @@ fn claim(c: &CaseRecord) -> Markup {
     html! {
         @if let Some(x) = &c.config {
             p { strong { "The claim: " } (x.condition) ". " strong { "Refuted if " } (x.refuted_if) "." }
-        }
-        @if let Some(text) = c.extra.published.as_ref().map(|p| p.text.as_str()).filter(|t| !t.is_empty()) {
-            p { strong { "Published: " } (text) "." }
         }
         @if let Some(m) = c.summary.matches {
             p { "The measurement matches " (match m {

@@ -69,12 +69,25 @@ pub fn meaning(j: Judgement) -> &'static str {
     }
 }
 
-/// The verdict's box: the word, what it means, why.
-pub fn verdict_box(name: &str, j: Judgement, reason: &str) -> Markup {
+/// What a case's verdict says about this case: the verdict, and the publication's figure for it
+/// when the record has it.
+pub struct Verdict<'a> {
+    pub name: String,
+    pub judgement: Judgement,
+    pub reason: &'a str,
+    pub published: Option<&'a str>,
+}
+
+/// The verdict's box: the word, what it means, the publication's figure for this case, why.
+pub fn verdict_box(v: &Verdict) -> Markup {
+    let j = v.judgement;
     html! {
         div class={ "verdict " (j.word()) } {
-            strong { (name) ": " } span.word { (j.word()) } " — " (meaning(j)) "."
-            @if !reason.is_empty() { br; span.muted { "Why: " (reason) } }
+            strong { (&v.name) ": " } span.word { (j.word()) } " — " (meaning(j)) "."
+            @if let Some(p) = v.published {
+                br; "The publication's figure for this case: " (p) "."
+            }
+            @if !v.reason.is_empty() { br; span.muted { "Why: " (v.reason) } }
         }
     }
 }
@@ -181,8 +194,18 @@ mod tests {
             Judgement::Inconclusive,
             Judgement::Incomplete,
         ] {
-            let b = verdict_box("F3 x", j, "because").into_string();
+            let v = Verdict {
+                name: "F3 x".into(),
+                judgement: j,
+                reason: "because",
+                published: Some("stays failed at 20 pods"),
+            };
+            let b = verdict_box(&v).into_string();
             assert!(b.contains(j.word()) && b.contains(meaning(j)), "{b}");
+            assert!(
+                b.contains("figure for this case: stays failed at 20 pods"),
+                "{b}"
+            );
         }
     }
 }

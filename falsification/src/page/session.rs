@@ -47,7 +47,7 @@ pub fn page(s: &SessionRecord) -> String {
 /// Each case's verdict in words, then one line per case with the headline figures.
 fn verdicts(s: &SessionRecord) -> Markup {
     html! {
-        @for c in &s.cases { (verdict_box(&c.name(), c.summary.verdict, &c.extra.reason)) }
+        @for c in &s.cases { (verdict_box(&case::verdict(c))) }
         div.scroll { table {
             thead { tr { th { "case" } th { "verdict" }
                 th { "recovery: measured / per pod / pooled" } th { "lost demand: measured / per pod / pooled" } } }
