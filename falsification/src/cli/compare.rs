@@ -250,11 +250,14 @@ fn write_comparison(
         emulated: &'a Path,
         upstream: &'a Path,
         cases: Vec<(String, Vec<Figure>)>,
+        /// The command line that ran the comparison (the page's way to run it again).
+        command: Vec<String>,
     }
     let file = CompareFile {
         emulated: &emulated.dir,
         upstream: &upstream.dir,
         cases: all,
+        command: std::env::args().collect(),
     };
     record::write(dir, "compare.json", &record::json(&file))?;
     Ok(md)

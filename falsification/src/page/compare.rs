@@ -5,7 +5,7 @@ use maud::html;
 
 use super::case::{self, load_event, time_axis};
 use super::chart::{self, Axis, Chart, Colour, Series, Style};
-use super::html::{document, figure, markdown};
+use super::html::{document, figure, markdown, shell_line};
 use super::read::{CaseRecord, CompareRecord};
 
 pub fn page(c: &CompareRecord) -> String {
@@ -59,6 +59,11 @@ pub fn page(c: &CompareRecord) -> String {
                 y_max: None,
             })))
             }
+        }
+        h2 { "Run it again" }
+        @match &c.command {
+            Some(argv) => { pre { code { (shell_line(argv)) } } }
+            None => { p { "This comparison predates keeping its command line: its report below names the sessions it compared." } }
         }
         @if let Some(md) = &c.report_md {
             details { summary { "The comparison's report (compare.md)" } (markdown(md)) }

@@ -149,11 +149,13 @@ mod tests {
         // As the command writes it now: the sessions named as the run saw them.
         let now = serde_json::json!({
             "emulated": "runs/s-emulated", "upstream": "runs/s-upstream", "cases": figures,
+            "command": ["falsification", "compare", "F3", "--time-scale", "5"],
         });
         std::fs::write(cmp.join("compare.json"), now.to_string()).unwrap();
         let page = std::fs::read_to_string(write(&cmp).unwrap()).unwrap();
         assert!(page.contains("1 of 2 figures outside the band"), "{page}");
         assert!(page.contains("Desired and ready pods under both autoscalers"));
+        assert!(page.contains("falsification compare F3 --time-scale 5"));
         // As older comparisons wrote it: the cases alone, no plot.
         std::fs::write(cmp.join("compare.json"), figures.to_string()).unwrap();
         let page = std::fs::read_to_string(write(&cmp).unwrap()).unwrap();

@@ -507,6 +507,8 @@ pub struct CompareRecord {
     pub cases: Vec<(String, Vec<CompareFigure>)>,
     /// The two sessions, when the comparison names them (older ones do not): emulated, upstream.
     pub sessions: Option<(SessionRecord, SessionRecord)>,
+    /// The command line that ran the comparison, when it keeps one.
+    pub command: Option<Vec<String>>,
     pub report_md: Option<String>,
 }
 
@@ -518,6 +520,8 @@ enum CompareFile {
         emulated: PathBuf,
         upstream: PathBuf,
         cases: Vec<(String, Vec<CompareFigure>)>,
+        #[serde(default)]
+        command: Option<Vec<String>>,
     },
     Cases(Vec<(String, Vec<CompareFigure>)>),
 }
@@ -527,12 +531,13 @@ impl CompareRecord {
         let path = dir.join("compare.json");
         let file: CompareFile = serde_json::from_str(&read(&path)?)
             .with_context(|| format!("{}: not a comparison", path.display()))?;
-        let (cases, sessions) = match file {
-            CompareFile::Cases(cases) => (cases, None),
+        let (cases, sessions, command) = match file {
+            CompareFile::Cases(cases) => (cases, None, None),
             CompareFile::Sessions {
                 emulated,
                 upstream,
                 cases,
+                command,
             } => {
                 // The sessions sit beside the comparison; the file names them as the run saw them.
                 let beside = |p: &Path| {
@@ -541,13 +546,14 @@ impl CompareRecord {
                 };
                 // Sessions moved away leave the figures; the page says what it cannot show.
                 let both = beside(&emulated).ok().zip(beside(&upstream).ok());
-                (cases, both)
+                (cases, both, command)
             }
         };
         Ok(CompareRecord {
             dir: dir.to_path_buf(),
             cases,
             sessions,
+            command,
             report_md: read(&dir.join("compare.md")).ok(),
         })
     }
