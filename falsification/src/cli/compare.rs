@@ -142,14 +142,8 @@ pub fn compare(args: &CompareArgs) -> anyhow::Result<()> {
     )?;
     print!("{md}");
     println!("\ncomparison: {}", dir.join("compare.md").display());
-    // The pages are drawn from the files just written; failing to draw one loses no result.
-    for s in [&emulated.dir, &upstream.dir, &dir] {
-        match page::write(s) {
-            Ok(p) if *s == dir => println!("{}", page::open_line(&p)),
-            Ok(p) => println!("page: {}", p.display()),
-            Err(e) => println!("no page: {e:#} (the record is in {})", s.display()),
-        }
-    }
+    // The comparison's page, both sessions' first (it links to them).
+    println!("{}", page::write_and_say(&dir));
     for s in [&emulated, &upstream] {
         if !s.failures.is_empty() {
             anyhow::bail!(

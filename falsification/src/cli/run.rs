@@ -305,11 +305,7 @@ pub(crate) fn cases(
 fn execute(label: &str, list: &[(Experiment, Case)], common: &CommonArgs) -> anyhow::Result<()> {
     let s = common.run_all(label, list)?;
     print!("{}", report::text(&s.dir, &s.results));
-    // The page is drawn from the files just written; failing to draw it loses no result.
-    let open = match crate::page::write(&s.dir) {
-        Ok(page) => crate::page::open_line(&page),
-        Err(e) => format!("no page: {e:#} (the record is in {})", s.dir.display()),
-    };
+    let open = crate::page::write_and_say(&s.dir);
     if !s.failures.is_empty() {
         anyhow::bail!(
             "{} of {} cases failed ({}); records in {}\n{open}",

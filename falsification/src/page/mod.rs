@@ -26,21 +26,32 @@ pub fn open_line(path: &Path) -> String {
     format!("open: {}", path.display())
 }
 
+/// Writes `dir`'s page and gives the line a command that wrote the record ends with: the page
+/// to open, or why there is none. The page is drawn after the run from its files: failing to
+/// draw it loses no result, so it is said, never raised.
+pub fn write_and_say(dir: &Path) -> String {
+    match write(dir) {
+        Ok(page) => open_line(&page),
+        Err(e) => format!("no page: {e:#} (the record is in {})", dir.display()),
+    }
+}
+
 /// The page's file name in a record.
 pub const PAGE: &str = "report.html";
 
-/// Writes `dir`'s page (atomically; a session's after each of its cases') and returns its path.
+/// Writes `dir`'s page (atomically; a session's after each of its cases', a comparison's after
+/// both of its sessions') and returns its path.
 pub fn write(dir: &Path) -> anyhow::Result<PathBuf> {
     let page = match Kind::of(dir)? {
         Kind::Case => case_page(&CaseRecord::read(dir)?),
-        Kind::Session => {
-            let s = SessionRecord::read(dir)?;
-            for c in &s.cases {
-                write_atomically(&c.dir.join(PAGE), &case_page(c))?;
+        Kind::Session => return write_session(&SessionRecord::read(dir)?),
+        Kind::Compare => {
+            let c = CompareRecord::read(dir)?;
+            for s in c.sessions.iter().flat_map(|(em, up)| [em, up]) {
+                write_session(s)?;
             }
-            session::page(&s)
+            compare::page(&c)
         }
-        Kind::Compare => compare::page(&CompareRecord::read(dir)?),
         Kind::Trigger => {
             let (r, md) = TriggerRecord::read(dir)?;
             trigger::page(&r, md.as_deref())
@@ -48,6 +59,16 @@ pub fn write(dir: &Path) -> anyhow::Result<PathBuf> {
     };
     let path = dir.join(PAGE);
     write_atomically(&path, &page)?;
+    Ok(path)
+}
+
+/// A session's page, each of its cases' first.
+fn write_session(s: &SessionRecord) -> anyhow::Result<PathBuf> {
+    for c in &s.cases {
+        write_atomically(&c.dir.join(PAGE), &case_page(c))?;
+    }
+    let path = s.dir.join(PAGE);
+    write_atomically(&path, &session::page(s))?;
     Ok(path)
 }
 
@@ -156,6 +177,10 @@ mod tests {
         assert!(page.contains("1 of 2 figures outside the band"), "{page}");
         assert!(page.contains("Desired and ready pods under both autoscalers"));
         assert!(page.contains("falsification compare F3 --time-scale 5"));
+        for session in ["s-emulated", "s-upstream"] {
+            assert!(root.join(session).join(PAGE).is_file(), "{session}'s page");
+            assert!(root.join(session).join("F3-ingress").join(PAGE).is_file());
+        }
         // As older comparisons wrote it: the cases alone, no plot.
         std::fs::write(cmp.join("compare.json"), figures.to_string()).unwrap();
         let page = std::fs::read_to_string(write(&cmp).unwrap()).unwrap();

@@ -5,7 +5,7 @@
 use maud::{Markup, html};
 
 use super::case::{self, time_axis};
-use super::chart::{self, Axis, Chart, Colour, Point, Scatter, Series, Style};
+use super::chart::{self, Axis, Chart, Colour, Event, Point, Scatter, Series, Style};
 use super::html::{document, figure, markdown, verdict_box};
 use super::read::{CaseRecord, SessionRecord};
 use crate::runner::report::{pct, recovery_cell};
@@ -82,21 +82,22 @@ fn side_by_side(cases: &[CaseRecord]) -> Markup {
             .map(|(i, c)| Series::new(&c.name(), Colour::Nth(i), style, f(c)))
             .collect()
     };
+    // Each case's own HPA decisions, named by its case.
+    let events: Vec<Event> = stepped
+        .iter()
+        .flat_map(|c| {
+            case::chart_events(c).into_iter().map(|mut e| {
+                e.label = format!("{} {}", c.summary.case, e.label);
+                e
+            })
+        })
+        .collect();
     let chart = |title: &str, y: (&str, &str), series| Chart {
         title: title.into(),
         x: time_axis(),
         y: Axis::new(y.0, y.1),
         series,
-        // Each case's own HPA decisions, named by its case.
-        events: stepped
-            .iter()
-            .flat_map(|c| {
-                case::chart_events(c).into_iter().map(|mut e| {
-                    e.label = format!("{} {}", c.summary.case, e.label);
-                    e
-                })
-            })
-            .collect(),
+        events: events.clone(),
         load: stepped[0]
             .config
             .as_ref()

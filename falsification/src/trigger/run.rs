@@ -801,12 +801,7 @@ fn finish(
     }
     record::write(out, "report.md", &md)?;
     say(&md)?;
-    // The page is drawn from the files just written; failing to draw it loses no result.
-    let open = match page::write(out) {
-        Ok(page) => page::open_line(&page),
-        Err(e) => format!("no page: {e:#} (the record is in {})", out.display()),
-    };
-    say(&format!("{open}\n"))?;
+    say(&format!("{}\n", page::write_and_say(out)))?;
     if let Some(e) = seen.error {
         bail!("{e} (the record is in {})", out.display());
     }
