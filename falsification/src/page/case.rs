@@ -11,6 +11,7 @@ use super::read::{CaseRecord, ModelRow, Row, RunEvent};
 use crate::runner::fidelity::{MODELS, Table};
 use crate::runner::judge::{BAND, Matches};
 use crate::runner::lag::Lag;
+use falsification_model::experiment::HpaSignal;
 
 /// The time axis of every case plot.
 pub fn time_axis() -> Axis {
@@ -116,7 +117,7 @@ fn configuration(c: &CaseRecord) -> Markup {
             li { "Timeout and retries: " (num(x.timeout_s)) " s per attempt, " (x.retries) " retries (up to "
                  (x.retries + 1) " attempts a request)" }
             @if let Some(h) = &x.hpa {
-                li { "Autoscaler signal: " (signal_words(&h.signal)) "; target " (num(h.target_utilization * 100.0))
+                li { "Autoscaler signal: " (signal_words(h.signal)) "; target " (num(h.target_utilization * 100.0))
                      "% utilization; a new pod is ready " (num(h.dead_time_s)) " s after it is ordered" }
             } @else { li { "Autoscaler: none (fixed pods)" } }
             li { "Time scale: S = " (num(s.time_scale)) " (the run went S times faster; figures in experiment time), rate scale " (num(s.rate_scale)) }
@@ -130,13 +131,12 @@ fn configuration(c: &CaseRecord) -> Markup {
     }
 }
 
-fn signal_words(signal: &str) -> &str {
+fn signal_words(signal: HpaSignal) -> &'static str {
     match signal {
-        "first" => "first attempts",
-        "ingress" => "ingress (every attempt)",
-        "paired" => "first attempts and ingress, paired",
-        "cpu" => "CPU",
-        other => other,
+        HpaSignal::First => "first attempts",
+        HpaSignal::Ingress => "ingress (every attempt)",
+        HpaSignal::Paired => "first attempts and ingress, paired",
+        HpaSignal::Cpu => "CPU",
     }
 }
 

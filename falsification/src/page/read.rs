@@ -14,7 +14,7 @@ use crate::runner::lag::Lag;
 use crate::runner::record::MODELS_CSV;
 use crate::table::Table;
 use crate::trigger::{Decision, Ended, LayerSeries};
-use falsification_model::experiment::Published;
+use falsification_model::experiment::{HpaSignal, Published};
 use falsification_model::outcome::Outcome;
 
 /// One case's record.
@@ -108,7 +108,7 @@ pub struct ScenarioFile {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct HpaFile {
-    pub signal: String,
+    pub signal: HpaSignal,
     pub target_utilization: f64,
     pub min_replicas: u32,
     pub max_replicas: u32,
